@@ -1,0 +1,299 @@
+//! `loadgen`: durable-append latency and throughput of a Durable Streams
+//! server, open-loop and free of coordinated omission, recorded in
+//! HdrHistogram. It speaks plain HTTP/1.1 and knows nothing of the server's
+//! internals.
+
+mod client;
+mod report;
+mod workload;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+
+use client::Target;
+use report::Report;
+use workload::{Config, Surface};
+
+/// Exit status when the run saw failed requests (without --allow-errors).
+const EXIT_ERRORS: u8 = 2;
+/// Exit status when a metric regressed beyond --max-regression.
+const EXIT_REGRESSION: u8 = 3;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "loadgen",
+    version,
+    about = "Open-loop load generator for durable-streams appends (HdrHistogram latencies).",
+    long_about = "Open-loop load generator for durable-streams appends.\n\n\
+        Creates --streams streams, then appends --payload-byte bodies over --connections \
+        keep-alive HTTP/1.1 connections (one thread each) for --warmup + --duration seconds.\n\n\
+        With --rate R (open loop) connection k sends request n at t0 + (n*C + k)/R and latency \
+        is measured from that intended time, so stalls are not hidden (no coordinated \
+        omission); a connection that falls behind sends immediately and never skips requests. \
+        With --rate 0 (closed loop) each connection sends as soon as the previous response \
+        arrives and latency is measured from the actual send.\n\n\
+        Exit status: 0 ok; 1 setup or usage failure; 2 the run had failed requests \
+        (unless --allow-errors); 3 a metric regressed against --baseline. If both 2 and 3 \
+        apply, 2 wins."
+)]
+struct Args {
+    /// Base URL of the server (http only; a path prefix is allowed).
+    #[arg(long, default_value = "http://127.0.0.1:4437")]
+    target: String,
+
+    /// HTTP surface to drive: `v1` = /v1/stream/{prefix}-{i} (append answers 204);
+    /// `ds` = /ds/{bucket}/{prefix}-{i} (bucket created first; append answers 200).
+    #[arg(long, value_enum, default_value = "v1")]
+    surface: Surface,
+
+    /// Bucket name for the `ds` surface (created if missing; 409 is fine).
+    #[arg(long, default_value = "loadgen")]
+    bucket: String,
+
+    /// Stream name prefix; streams are named {prefix}-0 .. {prefix}-{N-1}.
+    #[arg(long, default_value = "lg")]
+    prefix: String,
+
+    /// Number of streams to create and append to (request n of connection k
+    /// goes to stream (n*C + k) mod N).
+    #[arg(long, default_value_t = 64)]
+    streams: usize,
+
+    /// Number of concurrent keep-alive connections, one thread each.
+    #[arg(long, default_value_t = 16)]
+    connections: usize,
+
+    /// Length of the measured window in seconds (fractions allowed).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+
+    /// Seconds of load before the measured window; latencies are not recorded
+    /// and requests are not counted in achieved_rate.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+
+    /// Append body size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    payload: usize,
+
+    /// Total intended requests/second across all connections (open loop).
+    /// 0 = closed loop: each connection sends as fast as responses arrive.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+
+    /// Per-request connect/read/write timeout in seconds; a timeout counts as
+    /// an "io" error and the connection is re-established.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+
+    /// Write the JSON report to this file.
+    #[arg(long, value_name = "FILE.json")]
+    out: Option<String>,
+
+    /// Write the latency percentile distribution (HdrHistogram .hgrm text:
+    /// Value(us) Percentile TotalCount 1/(1-Percentile)) to this file for plotting.
+    #[arg(long, value_name = "FILE")]
+    hgrm: Option<String>,
+
+    /// Compare against this earlier JSON report: achieved_rate, latency p50
+    /// and p99. Exit status 3 if any regressed by more than --max-regression.
+    #[arg(long, value_name = "FILE.json")]
+    baseline: Option<String>,
+
+    /// Allowed regression against --baseline, in percent.
+    #[arg(long, value_name = "PCT", default_value_t = 10.0)]
+    max_regression: f64,
+
+    /// Exit 0 even if some requests failed (errors are still reported).
+    #[arg(long)]
+    allow_errors: bool,
+
+    /// Skip the stream/bucket creation step (streams must already exist).
+    #[arg(long)]
+    no_setup: bool,
+
+    /// No per-second progress lines on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn secs(name: &str, v: f64, allow_zero: bool) -> anyhow::Result<Duration> {
+    if !v.is_finite() || v < 0.0 || (!allow_zero && v == 0.0) {
+        bail!(
+            "--{name} must be a {} number of seconds (got {v})",
+            if allow_zero {
+                "non-negative"
+            } else {
+                "positive"
+            }
+        );
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn config_from(args: &Args) -> anyhow::Result<Config> {
+    if args.streams == 0 {
+        bail!("--streams must be at least 1");
+    }
+    if args.connections == 0 {
+        bail!("--connections must be at least 1");
+    }
+    if !args.rate.is_finite() || args.rate < 0.0 {
+        bail!("--rate must be >= 0 (got {})", args.rate);
+    }
+    if !args.max_regression.is_finite() || args.max_regression < 0.0 {
+        bail!("--max-regression must be >= 0");
+    }
+    for (what, v) in [("bucket", &args.bucket), ("prefix", &args.prefix)] {
+        if v.is_empty() || v.contains(['/', '?', '#', ' ', '%']) {
+            bail!("--{what} must be a non-empty name without '/', '?', '#', '%' or spaces");
+        }
+    }
+    Ok(Config {
+        target: Target::parse(&args.target)?,
+        surface: args.surface,
+        bucket: args.bucket.clone(),
+        prefix: args.prefix.clone(),
+        streams: args.streams,
+        connections: args.connections,
+        duration: secs("duration", args.duration, false)?,
+        warmup: secs("warmup", args.warmup, true)?,
+        payload: args.payload,
+        rate: args.rate,
+        timeout: secs("timeout", args.timeout, false)?,
+        progress: !args.quiet,
+    })
+}
+
+fn real_main() -> anyhow::Result<u8> {
+    let args = Args::parse();
+    let cfg = config_from(&args)?;
+
+    // Read the baseline before spending time on a run.
+    let baseline: Option<serde_json::Value> = match &args.baseline {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading baseline {path}"))?;
+            Some(serde_json::from_str(&text).with_context(|| format!("parsing baseline {path}"))?)
+        }
+        None => None,
+    };
+
+    if !args.no_setup {
+        workload::setup(&cfg).context("setup (creating streams)")?;
+    }
+    let result = workload::run(&cfg)?;
+    let rep = Report::new(&cfg, &result);
+
+    print!("{}", rep.summary());
+
+    if let Some(path) = &args.out {
+        std::fs::write(path, rep.to_json() + "\n").with_context(|| format!("writing {path}"))?;
+    }
+    if let Some(path) = &args.hgrm {
+        let f = File::create(path).with_context(|| format!("creating {path}"))?;
+        let mut w = BufWriter::new(f);
+        report::write_hgrm(&result.hist, &mut w).with_context(|| format!("writing {path}"))?;
+        w.flush().with_context(|| format!("writing {path}"))?;
+    }
+
+    let mut code = 0u8;
+    if let Some(b) = &baseline {
+        println!(
+            "baseline comparison (max regression {}%):",
+            args.max_regression
+        );
+        let comps = report::compare(b, &rep, args.max_regression)?;
+        for c in &comps {
+            println!("  {}", c.line());
+        }
+        if comps.iter().any(|c| c.regressed) {
+            println!("RESULT: regression against baseline");
+            code = EXIT_REGRESSION;
+        }
+    }
+    let total_errors = rep.errors + rep.warmup_errors;
+    if total_errors > 0 {
+        println!(
+            "{} failed requests ({} in the measured window, {} during warmup){}",
+            total_errors,
+            rep.errors,
+            rep.warmup_errors,
+            if args.allow_errors {
+                "; allowed by --allow-errors"
+            } else {
+                ""
+            }
+        );
+        if !args.allow_errors {
+            code = EXIT_ERRORS;
+        }
+    }
+    Ok(code)
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("loadgen: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_defaults_and_help() {
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["loadgen"]).unwrap();
+        assert_eq!(a.target, "http://127.0.0.1:4437");
+        assert_eq!(a.surface, Surface::V1);
+        assert_eq!(a.bucket, "loadgen");
+        assert_eq!((a.streams, a.connections, a.payload), (64, 16, 1024));
+        assert_eq!(
+            (a.duration, a.warmup, a.rate, a.max_regression),
+            (10.0, 1.0, 0.0, 10.0)
+        );
+        assert!(!a.quiet && !a.allow_errors);
+        let cfg = config_from(&a).unwrap();
+        assert!(!cfg.open_loop());
+
+        let a = Args::try_parse_from([
+            "loadgen",
+            "--surface",
+            "ds",
+            "--duration",
+            "0.5",
+            "--rate",
+            "2500",
+            "--quiet",
+        ])
+        .unwrap();
+        let cfg = config_from(&a).unwrap();
+        assert_eq!(cfg.surface, Surface::Ds);
+        assert_eq!(cfg.duration, Duration::from_millis(500));
+        assert!(cfg.open_loop() && !cfg.progress);
+
+        for bad in [
+            &["loadgen", "--connections", "0"][..],
+            &["loadgen", "--duration", "0"],
+            &["loadgen", "--rate=-1"],
+            &["loadgen", "--bucket", "a/b"],
+            &["loadgen", "--target", "https://x"],
+        ] {
+            let a = Args::try_parse_from(bad).unwrap();
+            assert!(config_from(&a).is_err(), "{bad:?}");
+        }
+        assert!(Args::try_parse_from(["loadgen", "--surface", "grpc"]).is_err());
+    }
+}

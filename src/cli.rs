@@ -1,0 +1,78 @@
+//! Command line: flags -> [`Config`].
+
+use crate::config::{online_cpus, Config};
+use crate::limits::{LONG_POLL_TIMEOUT_MS_DEFAULT, LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SHARDS_MAX};
+use crate::storage::dma_file::DirectIoMode;
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// ringstream: a durable-streams HTTP server.
+///
+/// Serves the product API under /ds/{bucket}/{stream} and the base Durable
+/// Streams protocol under /v1/stream/{path} over one storage engine. One
+/// pinned io_uring executor per shard; every append is acknowledged only
+/// after it is on stable storage (group-committed write + fdatasync).
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+pub struct Cli {
+    /// Address to listen on (every shard listens on it with SO_REUSEPORT).
+    /// Port 0 picks a free port; the chosen address is printed at startup.
+    #[arg(long, default_value = "127.0.0.1:4437", env = "RINGSTREAM_LISTEN")]
+    pub listen: SocketAddr,
+
+    /// Directory for the segment logs (one sub-directory per shard). Created
+    /// if missing. A directory written with N shards must be served with N.
+    #[arg(long, default_value = "./data", env = "RINGSTREAM_DATA_DIR")]
+    pub data_dir: PathBuf,
+
+    /// Number of shards (executors, one per core). Default: the number of
+    /// online CPUs.
+    #[arg(long, env = "RINGSTREAM_SHARDS")]
+    pub shards: Option<usize>,
+
+    /// O_DIRECT use: `required` fails at boot if the data directory's file
+    /// system cannot do it; `optional` uses it where possible (tmpfs cannot);
+    /// `disabled` uses buffered writes. Every mode fdatasyncs before acking.
+    #[arg(long, value_enum, default_value = "optional", env = "RINGSTREAM_DIRECT_IO")]
+    pub direct_io: DirectIoMode,
+
+    /// How long a long-poll read waits at the tail before answering 204.
+    #[arg(long, default_value_t = LONG_POLL_TIMEOUT_MS_DEFAULT, env = "RINGSTREAM_LONG_POLL_TIMEOUT_MS")]
+    pub long_poll_timeout_ms: u64,
+
+    /// Size of each segment file in bytes (advanced; a multiple of 4096).
+    #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT, env = "RINGSTREAM_SEGMENT_BYTES")]
+    pub segment_bytes: u64,
+
+    /// Do not pin shard executors to CPUs (for running many test servers on
+    /// a small machine; production wants pinning).
+    #[arg(long)]
+    pub no_pin: bool,
+}
+
+impl Cli {
+    pub fn into_config(self) -> Result<Config, String> {
+        let shards = self.shards.unwrap_or_else(online_cpus);
+        if shards == 0 || shards > SHARDS_MAX {
+            return Err(format!("--shards must be between 1 and {SHARDS_MAX}, got {shards}"));
+        }
+        if self.long_poll_timeout_ms == 0 || self.long_poll_timeout_ms > LONG_POLL_TIMEOUT_MS_MAX {
+            return Err(format!("--long-poll-timeout-ms must be between 1 and {LONG_POLL_TIMEOUT_MS_MAX}"));
+        }
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes) || self.segment_bytes % 4096 != 0 {
+            return Err(format!(
+                "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}"
+            ));
+        }
+        Ok(Config {
+            listen: self.listen,
+            data_dir: self.data_dir,
+            shards,
+            direct_io: self.direct_io,
+            long_poll_timeout_ms: self.long_poll_timeout_ms,
+            segment_bytes: self.segment_bytes,
+            pin: !self.no_pin,
+        })
+    }
+}

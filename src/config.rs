@@ -1,0 +1,22 @@
+//! The server's configuration, decided once at boot.
+
+use crate::storage::dma_file::DirectIoMode;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub shards: usize,
+    pub direct_io: DirectIoMode,
+    pub long_poll_timeout_ms: u64,
+    pub segment_bytes: u64,
+    /// Pin each shard's executor to one CPU (off only for tests that run
+    /// several servers on a small machine).
+    pub pin: bool,
+}
+
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

@@ -1,0 +1,198 @@
+//! One HTTP/1.1 connection: read bytes, parse, hand the request to its
+//! owning shard, write the answer. Keep-alive and pipelining (requests are
+//! answered one after another, in order), bounded buffers, timeouts.
+
+use super::parse::{parse_head, BodyKind, ChunkProgress, ChunkedDecoder, Method, ParseError, ParseLimits, RequestHead};
+use super::respond::{self, Response};
+use super::route::{route, surface_of, Route, RouteError};
+use crate::limits::{
+    CONN_IDLE_TIMEOUT_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS, CONN_WRITE_TIMEOUT_MS,
+    REQUEST_BODY_BYTES_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
+};
+use crate::shard::router::Dispatch;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// What the connection loop needs from the server besides dispatch.
+pub trait ConnContext: Dispatch {
+    /// Text for GET /metrics (gathered from every shard).
+    fn metrics(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = String> + '_>>;
+}
+
+const LIMITS: ParseLimits = ParseLimits {
+    header_bytes_max: REQUEST_HEADER_BYTES_MAX,
+    header_count_max: REQUEST_HEADER_COUNT_MAX,
+    body_bytes_max: REQUEST_BODY_BYTES_MAX,
+};
+
+enum ReadMore {
+    Got,
+    Eof,
+}
+
+/// `idle`: None = decide from the buffer (empty means between requests).
+async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>, idle: Option<bool>) -> std::io::Result<ReadMore> {
+    let idle = idle.unwrap_or(buf.is_empty());
+    let timeout = if idle { CONN_IDLE_TIMEOUT_MS } else { CONN_READ_TIMEOUT_MS };
+    stream.set_read_timeout(Some(Duration::from_millis(timeout)))?;
+    let old = buf.len();
+    buf.resize(old + CONN_READ_CHUNK_BYTES, 0);
+    let r = stream.read(&mut buf[old..]).await;
+    match r {
+        Ok(0) => {
+            buf.truncate(old);
+            Ok(ReadMore::Eof)
+        }
+        Ok(n) => {
+            buf.truncate(old + n);
+            Ok(ReadMore::Got)
+        }
+        Err(e) => {
+            buf.truncate(old);
+            Err(e)
+        }
+    }
+}
+
+async fn write_all(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    stream.set_write_timeout(Some(Duration::from_millis(CONN_WRITE_TIMEOUT_MS)))?;
+    stream.write_all(bytes).await
+}
+
+fn parse_error_response(e: &ParseError) -> Response {
+    let mut r = match e {
+        ParseError::HeadersTooLarge => respond::plain(431, "request head too large"),
+        ParseError::TooManyHeaders => respond::plain(431, "too many header fields"),
+        ParseError::BodyTooLarge => respond::plain(413, "request body too large"),
+        ParseError::UnsupportedTransferEncoding => respond::plain(501, "only chunked transfer-encoding is supported"),
+        ParseError::Bad(why) => respond::plain(400, why),
+        ParseError::Incomplete => respond::plain(400, "incomplete request"),
+    };
+    r.close = true;
+    r
+}
+
+/// Serves one connection until the peer closes it, a timeout, or an error
+/// that makes the byte stream unusable.
+pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
+    let _ = stream.set_nodelay(true);
+    let mut buf: Vec<u8> = Vec::with_capacity(CONN_READ_CHUNK_BYTES);
+    let mut out: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        // 1. A complete head.
+        let (head, head_len) = loop {
+            match parse_head(&buf, &LIMITS) {
+                Ok(x) => break x,
+                Err(ParseError::Incomplete) => match read_more(&mut stream, &mut buf, None).await {
+                    Ok(ReadMore::Got) => continue,
+                    Ok(ReadMore::Eof) | Err(_) => return,
+                },
+                Err(e) => {
+                    out.clear();
+                    respond::encode(&parse_error_response(&e), false, false, &mut out);
+                    let _ = write_all(&mut stream, &out).await;
+                    return;
+                }
+            }
+        };
+        if head.expect_continue && head.body != BodyKind::None {
+            if write_all(&mut stream, b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+                return;
+            }
+        }
+        // 2. Its body.
+        let (body, consumed) = match read_body(&mut stream, &mut buf, &head, head_len).await {
+            Ok(x) => x,
+            Err(Some(e)) => {
+                out.clear();
+                respond::encode(&parse_error_response(&e), false, false, &mut out);
+                let _ = write_all(&mut stream, &out).await;
+                return;
+            }
+            Err(None) => return,
+        };
+        buf.drain(..consumed);
+        // 3. Run it and answer.
+        let keep_alive = head.keep_alive;
+        let resp = handle(&*cx, &head, body).await;
+        out.clear();
+        respond::encode(&resp, head.method == Method::Head, keep_alive, &mut out);
+        if write_all(&mut stream, &out).await.is_err() || !keep_alive || resp.close {
+            return;
+        }
+        if buf.capacity() > 4 * CONN_READ_CHUNK_BYTES && buf.len() < CONN_READ_CHUNK_BYTES {
+            // Give back the memory of one large request.
+            buf.shrink_to(CONN_READ_CHUNK_BYTES);
+        }
+    }
+}
+
+/// Reads the body after a head of `head_len` bytes. Returns the body and the
+/// number of bytes of `buf` the request used. `Err(None)`: connection gone.
+async fn read_body(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head: &RequestHead,
+    head_len: usize,
+) -> Result<(Vec<u8>, usize), Option<ParseError>> {
+    match head.body {
+        BodyKind::None => Ok((Vec::new(), head_len)),
+        BodyKind::Length(n) => {
+            let n = n as usize;
+            while buf.len() < head_len + n {
+                match read_more(stream, buf, Some(false)).await {
+                    Ok(ReadMore::Got) => {}
+                    _ => return Err(None),
+                }
+            }
+            Ok((buf[head_len..head_len + n].to_vec(), head_len + n))
+        }
+        BodyKind::Chunked => {
+            let mut dec = ChunkedDecoder::new(LIMITS.body_bytes_max);
+            let mut body = Vec::new();
+            let mut pos = head_len;
+            loop {
+                let (used, progress) = dec.decode(&buf[pos..], &mut body).map_err(Some)?;
+                pos += used;
+                if progress == ChunkProgress::Done {
+                    return Ok((body, pos));
+                }
+                // Decoded bytes are in `body`; drop them from the read buffer
+                // so a long chunked upload is held once, not twice.
+                buf.drain(head_len..pos);
+                pos = head_len;
+                match read_more(stream, buf, Some(false)).await {
+                    Ok(ReadMore::Got) => {}
+                    _ => return Err(None),
+                }
+            }
+        }
+    }
+}
+
+async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u8>) -> Response {
+    let surface = surface_of(&head.path);
+    match route(head, body) {
+        Ok(Route::Options) => respond::preflight(),
+        Ok(Route::Metrics) => {
+            let mut r = Response::new(200).header("Content-Type", "text/plain; version=0.0.4");
+            r.body = cx.metrics().await.into_bytes();
+            r
+        }
+        Ok(Route::Shard(req)) => match cx.dispatch(req).await {
+            Ok(o) => respond::outcome(surface, o, || location(head)),
+            Err(e) => respond::error(surface, &e),
+        },
+        Err(RouteError::Protocol(e)) => respond::error(surface, &e),
+        Err(RouteError::MethodNotAllowed(allow)) => respond::plain(405, "method not allowed").header("Allow", allow),
+        Err(RouteError::NotImplemented(what)) => respond::plain(501, what),
+    }
+}
+
+/// Absolute URL of the request (F10: Location must be absolute).
+fn location(head: &RequestHead) -> String {
+    let host = head.header("host").unwrap_or("localhost");
+    format!("http://{host}{}", head.raw_path)
+}

@@ -1,0 +1,9 @@
+//! HTTP/1.1 edge: bytes -> requests -> shard requests -> responses.
+//!
+//! `parse` (httparse, "incomplete" is not an error) -> `route` (typed op) ->
+//! shard dispatch -> `respond` (status dialect). `conn` is the glommio loop.
+
+pub mod conn;
+pub mod parse;
+pub mod respond;
+pub mod route;

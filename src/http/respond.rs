@@ -1,0 +1,228 @@
+//! Outcomes and errors to HTTP responses: the only place that knows status
+//! codes, and where the /ds and /v1 dialects differ (snakream.md's table).
+
+use crate::protocol::{Error, Outcome, StreamInfo, Surface};
+use std::fmt::Write;
+
+/// A response before serialisation.
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+    pub close: bool,
+}
+
+impl Response {
+    pub fn new(status: u16) -> Self {
+        Response { status, headers: Vec::new(), body: Vec::new(), close: false }
+    }
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+    fn text(mut self, msg: &str) -> Self {
+        self.body = format!("{msg}\n").into_bytes();
+        self.header("Content-Type", "text/plain; charset=utf-8")
+    }
+}
+
+const EXPOSE: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, \
+Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, \
+Producer-Received-Seq, ETag, Content-Type, Location, Retry-After";
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "",
+    }
+}
+
+/// Serialises a response. `head_only`: HEAD request, no body bytes.
+pub fn encode(r: &Response, head_only: bool, keep_alive: bool, out: &mut Vec<u8>) {
+    let _ = write!(out_str(out), "HTTP/1.1 {} {}\r\n", r.status, reason(r.status));
+    for (k, v) in &r.headers {
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"X-Content-Type-Options: nosniff\r\nCross-Origin-Resource-Policy: cross-origin\r\nAccess-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: ");
+    out.extend_from_slice(EXPOSE.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if r.status != 204 && r.status != 304 && r.status >= 200 {
+        let _ = write!(out_str(out), "Content-Length: {}\r\n", r.body.len());
+    }
+    if !keep_alive || r.close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only && r.status != 204 && r.status != 304 {
+        out.extend_from_slice(&r.body);
+    }
+}
+
+/// `write!` into a byte vector without an intermediate String.
+fn out_str(out: &mut Vec<u8>) -> impl std::fmt::Write + '_ {
+    struct W<'a>(&'a mut Vec<u8>);
+    impl std::fmt::Write for W<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.extend_from_slice(s.as_bytes());
+            Ok(())
+        }
+    }
+    W(out)
+}
+
+fn stream_headers(mut r: Response, info: &StreamInfo) -> Response {
+    r = r.header("Stream-Next-Offset", info.next_offset.to_string()).header("ETag", info.etag.clone());
+    if info.closed {
+        r = r.header("Stream-Closed", "true");
+    }
+    r
+}
+
+/// The response to a successful outcome. `location`: absolute URL of the
+/// request path, for 201.
+pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Response {
+    match o {
+        Outcome::Created { info, new } => {
+            let mut r = Response::new(if new { 201 } else { 200 }).header("Content-Type", info.content_type.clone());
+            if new {
+                r = r.header("Location", location());
+            }
+            stream_headers(r, &info)
+        }
+        Outcome::Appended { info, producer, duplicate, close_only } => {
+            let status = match (surface, &producer) {
+                (Surface::Ds, _) => 200,
+                (Surface::V1, None) => 204,
+                (Surface::V1, Some(_)) if duplicate || close_only => 204,
+                (Surface::V1, Some(_)) => 200,
+            };
+            let mut r = stream_headers(Response::new(status), &info);
+            if let Some(p) = producer {
+                r = r.header("Producer-Epoch", p.epoch.to_string()).header("Producer-Seq", p.seq.to_string());
+            }
+            r
+        }
+        Outcome::Read(rd) => {
+            if rd.not_modified {
+                let mut r = Response::new(304);
+                if let Some(e) = rd.etag {
+                    r = r.header("ETag", e);
+                }
+                return r;
+            }
+            let at_tail_open_ds =
+                surface == Surface::Ds && rd.up_to_date && !rd.closed_at_end && rd.next_offset == rd.info.next_offset && is_empty_read(&rd.body);
+            let mut r = Response::new(if at_tail_open_ds { 204 } else { 200 })
+                .header("Content-Type", rd.info.content_type.clone())
+                .header("Stream-Next-Offset", rd.next_offset.to_string());
+            if rd.up_to_date {
+                r = r.header("Stream-Up-To-Date", "true");
+            }
+            if rd.closed_at_end {
+                r = r.header("Stream-Closed", "true");
+            }
+            if let Some(e) = rd.etag {
+                r = r.header("ETag", e);
+            }
+            if let Some(c) = rd.cursor {
+                r = r.header("Stream-Cursor", c.to_string());
+            }
+            let cache = if rd.offset_now {
+                "no-store"
+            } else if rd.up_to_date {
+                // The tail moves: let caches revalidate with the ETag.
+                "no-cache"
+            } else {
+                // A range strictly before the tail never changes.
+                "public, max-age=60, stale-while-revalidate=300"
+            };
+            r = r.header("Cache-Control", cache);
+            r.body = rd.body;
+            r
+        }
+        Outcome::Head(info) => {
+            let mut r = stream_headers(Response::new(200), &info)
+                .header("Content-Type", info.content_type.clone())
+                .header("Cache-Control", "no-store");
+            if let Some(t) = info.ttl_secs {
+                r = r.header("Stream-TTL", t.to_string());
+            }
+            if let Some(e) = &info.expires_at {
+                r = r.header("Stream-Expires-At", e.clone());
+            }
+            r
+        }
+        Outcome::Deleted | Outcome::BucketDeleted => Response::new(204),
+        Outcome::BucketCreated => Response::new(201),
+        Outcome::BucketInfo { bucket, streams } => {
+            let mut r = Response::new(200).header("Content-Type", "application/json");
+            r.body = format!("{{\"bucket_id\":\"{bucket}\",\"streams\":{streams}}}").into_bytes();
+            r
+        }
+        Outcome::Ack | Outcome::Count(_) | Outcome::Stats(_) => Response::new(500).text("internal message reached the HTTP edge"),
+    }
+}
+
+fn is_empty_read(body: &[u8]) -> bool {
+    body.is_empty() || body == b"[]"
+}
+
+pub fn error(surface: Surface, e: &Error) -> Response {
+    match e {
+        Error::BadRequest(m) => Response::new(400).text(m),
+        Error::NotFound => Response::new(404).text("not found"),
+        Error::Gone(m) => Response::new(410).text(m),
+        Error::Conflict(m) => Response::new(409).text(m),
+        Error::TooLarge => Response::new(413).text("payload too large"),
+        Error::StreamClosed { next_offset } => Response::new(409)
+            .header("Stream-Closed", "true")
+            .header("Stream-Next-Offset", next_offset.to_string())
+            .text("stream is closed"),
+        Error::StaleEpoch { current } => {
+            Response::new(if surface == Surface::Ds { 409 } else { 403 })
+                .header("Producer-Epoch", current.to_string())
+                .text(&e.to_string())
+        }
+        Error::SeqGap { expected, received } => Response::new(409)
+            .header("Producer-Expected-Seq", expected.to_string())
+            .header("Producer-Received-Seq", received.to_string())
+            .text(&e.to_string()),
+        Error::PreconditionFailed => Response::new(412).text(&e.to_string()),
+        Error::Overloaded { retry_after_secs } => {
+            Response::new(503).header("Retry-After", retry_after_secs.to_string()).text(&e.to_string())
+        }
+        Error::Unavailable(m) => Response::new(503).header("Retry-After", "5").text(m),
+    }
+}
+
+pub fn preflight() -> Response {
+    Response::new(204)
+        .header("Access-Control-Allow-Methods", "GET, HEAD, PUT, POST, DELETE, OPTIONS")
+        .header("Access-Control-Allow-Headers", "*, Content-Type, If-Match, If-None-Match, Stream-Closed, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq")
+        .header("Access-Control-Max-Age", "86400")
+}
+
+pub fn plain(status: u16, msg: &str) -> Response {
+    Response::new(status).text(msg)
+}

@@ -1,0 +1,33 @@
+//! ringstream: a durable-streams HTTP server built as a thread-per-core
+//! storage engine.
+//!
+//! Request path: `http::conn` -> `http::parse` -> `http::route` ->
+//! `shard::router` (local, or over `shard::mesh` to the owning core) ->
+//! `shard::pump` -> `storage::log` (group commit: O_DIRECT write + fdatasync)
+//! -> ack -> `http::respond`.
+//!
+//! # Layout
+//! - [`limits`]: every bound, named once.
+//! - [`config`], [`cli`]: flags to configuration.
+//! - [`server`]: boot (executors, recovery, listeners), no logic of its own.
+//! - [`http`]: bytes to typed requests and responses back; the /ds vs /v1 dialect.
+//! - [`shard`]: ownership (stable hash), the cross-core mesh, the pump that
+//!   applies operations to a shard's streams.
+//! - [`protocol`]: the Durable Streams rules as pure functions; no I/O.
+//! - [`storage`]: per-shard segment logs, recovery; no HTTP, no protocol.
+//!
+//! # Dependency rule
+//! `http -> protocol, shard::router`; `shard -> protocol, storage`;
+//! `protocol -> limits`; `storage -> limits`. storage and protocol never
+//! import http or glommio networking; glommio appears only in `server`,
+//! `shard::mesh`, `http::conn` and `storage::dma_file` (checked by
+//! tests/tidy.rs).
+
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod limits;
+pub mod protocol;
+pub mod server;
+pub mod shard;
+pub mod storage;

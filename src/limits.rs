@@ -1,0 +1,86 @@
+//! Every bound in the server, named once, units last.
+//!
+//! Why one file: a limit that lives next to the code using it is easy to
+//! change without noticing what depends on it. The compile-time asserts at the
+//! bottom keep the relations between limits true.
+
+/// O_DIRECT alignment we write with. 4 KiB covers every common logical block
+/// size (512 B and 4 KiB sectors), so a segment written on one device stays
+/// valid on another.
+pub const DIRECT_IO_ALIGNMENT_BYTES: u64 = 4096;
+
+/// Default size of one segment file. Also the bound on the in-memory mirror
+/// of the active segment that serves recent reads.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+/// Smallest segment size accepted (tests use small segments to force rollover).
+pub const SEGMENT_BYTES_MIN: u64 = 64 * 1024;
+/// Largest segment size accepted.
+pub const SEGMENT_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+
+/// Size of a record header on disk.
+pub const RECORD_HEADER_BYTES: usize = 32;
+/// Largest record body. A record must fit in one segment with its header.
+pub const RECORD_BODY_BYTES_MAX: usize = 32 * 1024 * 1024;
+
+/// Largest request body accepted (an append or an initial PUT body). Beyond
+/// it the request gets 413. Keeps one request from pinning unbounded memory.
+pub const REQUEST_BODY_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// Largest request head (request line + headers): beyond it, 431.
+pub const REQUEST_HEADER_BYTES_MAX: usize = 32 * 1024;
+/// Most header fields in one request: beyond it, 431.
+pub const REQUEST_HEADER_COUNT_MAX: usize = 64;
+
+/// Bytes of appends accepted but not yet durable, per shard. Beyond it new
+/// appends get 503 + Retry-After instead of growing memory.
+pub const SHARD_PENDING_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Seconds a client is told to wait on backpressure.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// Largest body of one catch-up read response; longer ranges are cut at a
+/// record boundary and the client continues from Stream-Next-Offset.
+pub const READ_CHUNK_BYTES_MAX: usize = 1024 * 1024;
+
+/// Idle time allowed between requests on a keep-alive connection.
+pub const CONN_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Time allowed for one read while a request is being received.
+pub const CONN_READ_TIMEOUT_MS: u64 = 30_000;
+/// Time allowed for one socket write.
+pub const CONN_WRITE_TIMEOUT_MS: u64 = 30_000;
+/// Open connections per shard; accepting pauses beyond it.
+pub const SHARD_CONNECTIONS_MAX: usize = 16 * 1024;
+/// Socket read buffer growth step.
+pub const CONN_READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Messages that may wait in one cross-shard channel (per ordered pair of
+/// shards). A full channel makes the sender wait, which is the back-pressure
+/// between cores.
+pub const SHARD_MESH_CHANNEL_CAPACITY: usize = 1024;
+
+/// Long-poll timeout default and bounds (milliseconds).
+pub const LONG_POLL_TIMEOUT_MS_DEFAULT: u64 = 20_000;
+pub const LONG_POLL_TIMEOUT_MS_MAX: u64 = 600_000;
+
+/// Most shards (executors) one server runs.
+pub const SHARDS_MAX: usize = 256;
+
+/// glommio I/O memory per executor (DMA buffer pool).
+pub const EXECUTOR_IO_MEMORY_BYTES: usize = 4 * 1024 * 1024;
+/// glommio preemption timer: how long a task may run before the executor
+/// checks for other queues. Far below glommio's 100 ms default, because a
+/// latency-sensitive server cannot let one task hold a core that long.
+pub const EXECUTOR_PREEMPT_TIMER_US: u64 = 500;
+
+/// Stream key lengths.
+pub const BUCKET_ID_BYTES_MAX: usize = 64;
+pub const STREAM_ID_BYTES_MAX: usize = 1024;
+
+const _: () = assert!(SEGMENT_BYTES_DEFAULT % DIRECT_IO_ALIGNMENT_BYTES == 0);
+const _: () = assert!(SEGMENT_BYTES_MIN % DIRECT_IO_ALIGNMENT_BYTES == 0);
+const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
+const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
+// A maximal request body must fit in one record and one record in a default segment.
+const _: () = assert!(REQUEST_BODY_BYTES_MAX as usize + 4096 <= RECORD_BODY_BYTES_MAX);
+const _: () = assert!((RECORD_BODY_BYTES_MAX + RECORD_HEADER_BYTES) as u64 <= SEGMENT_BYTES_DEFAULT);
+// Backpressure must admit at least one maximal request.
+const _: () = assert!(SHARD_PENDING_BYTES_MAX >= REQUEST_BODY_BYTES_MAX);
+const _: () = assert!(LONG_POLL_TIMEOUT_MS_DEFAULT <= LONG_POLL_TIMEOUT_MS_MAX);

@@ -1,0 +1,19 @@
+//! The protocol's rules as pure code: no I/O, no glommio, no HTTP types.
+//!
+//! The HTTP edge turns requests into [`op::Op`]s; the shard checks them with
+//! these functions against stream state and applies the verdict after the
+//! storage says the change is durable.
+
+pub mod cursor;
+pub mod error;
+pub mod headers;
+pub mod json;
+pub mod names;
+pub mod offset;
+pub mod op;
+pub mod persist;
+pub mod rules;
+
+pub use error::Error;
+pub use offset::Offset;
+pub use op::*;

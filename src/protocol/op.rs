@@ -1,0 +1,129 @@
+//! Typed operations and their outcomes. Everything here is `Send`: an op may
+//! travel to the owning shard over the cross-core mesh and its outcome back.
+
+use super::headers::{Lifetime, ProducerHeaders};
+use super::offset::{Offset, ReadFrom};
+
+/// Which HTTP surface a request came through; decides the status dialect and
+/// whether the bucket must exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// `/ds/{bucket}/{stream}`: the product API (snakream.md).
+    Ds,
+    /// `/v1/stream/{path}`: the base Durable Streams protocol.
+    V1,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamKey {
+    pub bucket: String,
+    pub stream: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateReq {
+    /// The Content-Type header as sent, if any.
+    pub content_type: Option<String>,
+    pub lifetime: Lifetime,
+    pub closed: bool,
+    pub body: Vec<u8>,
+    pub if_match: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AppendReq {
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+    pub close: bool,
+    pub stream_seq: Option<String>,
+    pub producer: Option<ProducerHeaders>,
+    pub if_match: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Live {
+    No,
+    LongPoll,
+    Sse,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReadReq {
+    pub from: ReadFrom,
+    pub live: Live,
+    pub cursor: Option<String>,
+    pub if_none_match: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum StreamOp {
+    Create(CreateReq),
+    Append(AppendReq),
+    Read(ReadReq),
+    Head,
+    Delete,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketOp {
+    Create,
+    Get,
+    Delete,
+}
+
+/// What a stream looks like to a client right now (only durable state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    pub content_type: String,
+    pub next_offset: Offset,
+    pub closed: bool,
+    /// Quoted stream-level ETag (changes on every append, close, re-create).
+    pub etag: String,
+    pub ttl_secs: Option<u64>,
+    pub expires_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerAck {
+    pub epoch: u64,
+    /// Highest accepted sequence number.
+    pub seq: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOutcome {
+    pub info: StreamInfo,
+    pub body: Vec<u8>,
+    /// Where the next read starts.
+    pub next_offset: Offset,
+    pub up_to_date: bool,
+    /// The stream is closed and this response reaches its end.
+    pub closed_at_end: bool,
+    /// Quoted ETag of this response's range; None for `offset=now`.
+    pub etag: Option<String>,
+    pub not_modified: bool,
+    pub offset_now: bool,
+    pub cursor: Option<u64>,
+    /// Long-poll ended without data (204).
+    pub timed_out: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// PUT: `new` = 201, else 200 (identical config existed).
+    Created { info: StreamInfo, new: bool },
+    /// POST. `duplicate`: an idempotent-producer retry, nothing written.
+    Appended { info: StreamInfo, producer: Option<ProducerAck>, duplicate: bool, close_only: bool },
+    Read(ReadOutcome),
+    Head(StreamInfo),
+    Deleted,
+    BucketCreated,
+    BucketInfo { bucket: String, streams: u64 },
+    BucketDeleted,
+    /// Internal acknowledgement between shards.
+    Ack,
+    /// Internal: number of streams a shard holds in a bucket.
+    Count(u64),
+    /// Internal: a shard's counters as metrics text.
+    Stats(String),
+}

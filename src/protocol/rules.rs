@@ -1,0 +1,275 @@
+//! The protocol's decisions as pure functions over plain state: they check a
+//! request and say what should happen, and change nothing. The shard applies
+//! the verdict (and acknowledges only after the log made it durable).
+
+use super::error::Error;
+use super::headers::{content_types_match, etag_matches, Lifetime, ProducerHeaders};
+use super::offset::Offset;
+use super::op::AppendReq;
+
+/// An idempotent producer's state on one stream (F31).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerState {
+    pub epoch: u64,
+    pub last_seq: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProducerVerdict {
+    /// Write it and store (epoch, seq).
+    Accept,
+    /// Already written: answer as the original did, write nothing.
+    Duplicate { epoch: u64, highest_seq: u64 },
+}
+
+/// F31, in its order of checks. Changes nothing.
+pub fn check_producer(state: Option<&ProducerState>, epoch: u64, seq: u64) -> Result<ProducerVerdict, Error> {
+    let Some(st) = state else {
+        // Unknown producer: it must start at seq 0 (any epoch).
+        return if seq == 0 { Ok(ProducerVerdict::Accept) } else { Err(Error::SeqGap { expected: 0, received: seq }) };
+    };
+    if epoch < st.epoch {
+        return Err(Error::StaleEpoch { current: st.epoch });
+    }
+    if epoch > st.epoch {
+        return if seq == 0 {
+            Ok(ProducerVerdict::Accept)
+        } else {
+            Err(Error::BadRequest(format!("a new producer epoch must start at Producer-Seq 0, got {seq}")))
+        };
+    }
+    if seq <= st.last_seq {
+        Ok(ProducerVerdict::Duplicate { epoch, highest_seq: st.last_seq })
+    } else if seq == st.last_seq + 1 {
+        Ok(ProducerVerdict::Accept)
+    } else {
+        Err(Error::SeqGap { expected: st.last_seq + 1, received: seq })
+    }
+}
+
+/// What the shard knows about a stream when it checks an append.
+pub struct AppendContext<'a> {
+    pub content_type: &'a str,
+    pub closed: bool,
+    pub next_offset: Offset,
+    pub etag: &'a str,
+    pub last_stream_seq: Option<&'a str>,
+    /// State of the request's producer, if it sent producer headers and is known.
+    pub producer: Option<ProducerState>,
+    /// The producer tuple that closed the stream, if one did (F33 retries).
+    pub closed_by: Option<&'a (String, u64, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendVerdict {
+    /// Write `req.body` (and/or close). `producer`: the state to store.
+    Write { producer: Option<ProducerHeaders> },
+    /// Idempotent retry: answer with this, write nothing.
+    Duplicate { epoch: u64, highest_seq: u64 },
+}
+
+/// F19–F33 and F27's conflict precedence: closed, then content type, then
+/// Stream-Seq; producer de-duplication before Stream-Seq.
+pub fn check_append(cx: &AppendContext<'_>, req: &AppendReq) -> Result<AppendVerdict, Error> {
+    if let Some(want) = &req.if_match {
+        if !etag_matches(want, cx.etag) {
+            return Err(Error::PreconditionFailed);
+        }
+    }
+    if req.body.is_empty() && !req.close {
+        return Err(Error::BadRequest("empty body: an append needs data, or Stream-Closed: true to close".into()));
+    }
+    let producer_verdict = match &req.producer {
+        Some(p) => Some(check_producer(cx.producer.as_ref(), p.epoch, p.seq)),
+        None => None,
+    };
+    if cx.closed {
+        // F33: a retry of the very request that closed the stream is a duplicate.
+        if let (Some(p), Some((id, epoch, seq))) = (&req.producer, cx.closed_by) {
+            if &p.id == id && p.epoch == *epoch && p.seq == *seq {
+                return Ok(AppendVerdict::Duplicate { epoch: p.epoch, highest_seq: p.seq });
+            }
+        }
+        if let Some(Ok(ProducerVerdict::Duplicate { epoch, highest_seq })) = producer_verdict {
+            return Ok(AppendVerdict::Duplicate { epoch, highest_seq });
+        }
+        return Err(Error::StreamClosed { next_offset: cx.next_offset });
+    }
+    if !req.body.is_empty() {
+        match &req.content_type {
+            None => return Err(Error::BadRequest("Content-Type is required with a body".into())),
+            Some(ct) if !content_types_match(ct, cx.content_type) => {
+                return Err(Error::Conflict(format!(
+                    "Content-Type {ct:?} does not match the stream's {:?}",
+                    cx.content_type
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    match producer_verdict {
+        Some(Err(e)) => return Err(e),
+        Some(Ok(ProducerVerdict::Duplicate { epoch, highest_seq })) => {
+            return Ok(AppendVerdict::Duplicate { epoch, highest_seq })
+        }
+        _ => {}
+    }
+    if let (Some(seq), Some(last)) = (&req.stream_seq, cx.last_stream_seq) {
+        if seq.as_bytes() <= last.as_bytes() {
+            return Err(Error::Conflict(format!("Stream-Seq {seq:?} is not greater than the last accepted {last:?}")));
+        }
+    }
+    Ok(AppendVerdict::Write { producer: req.producer.clone() })
+}
+
+/// The configuration a PUT asks for, compared for idempotent create (F11/F12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateConfig {
+    pub content_type: String,
+    pub lifetime: Lifetime,
+    pub closed: bool,
+}
+
+/// True when an existing stream has the configuration a PUT asks for.
+pub fn same_config(existing: &CreateConfig, asked: &CreateConfig) -> bool {
+    content_types_match(&existing.content_type, &asked.content_type)
+        && existing.closed == asked.closed
+        && match (&existing.lifetime, &asked.lifetime) {
+            (Lifetime::ExpiresAt { at_ms: a, .. }, Lifetime::ExpiresAt { at_ms: b, .. }) => a == b,
+            (a, b) => a == b,
+        }
+}
+
+/// Whether a stream with this lifetime has expired at `now_ms`, given the
+/// last time a read or write reached it (sliding TTL, F93/F94).
+pub fn expired(lifetime: &Lifetime, last_access_ms: i64, now_ms: i64) -> bool {
+    match lifetime {
+        Lifetime::Forever => false,
+        Lifetime::Ttl { secs } => now_ms >= last_access_ms.saturating_add((*secs as i64).saturating_mul(1000)),
+        Lifetime::ExpiresAt { at_ms, .. } => now_ms >= *at_ms,
+    }
+}
+
+/// Stream-level ETag: identity of the incarnation, the tail, and closure.
+pub fn stream_etag(uid: u64, incarnation: u32, tail: Offset, closed: bool) -> String {
+    format!("\"{uid:x}.{incarnation}:{}{}\"", tail.pos, if closed { ":c" } else { "" })
+}
+
+/// ETag of one read response covering `[start, end)` (F86).
+pub fn range_etag(uid: u64, incarnation: u32, start: Offset, end: Offset, closed: bool) -> String {
+    format!("\"{uid:x}.{incarnation}:{}:{}{}\"", start.pos, end.pos, if closed { ":c" } else { "" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ps(epoch: u64, last_seq: u64) -> ProducerState {
+        ProducerState { epoch, last_seq }
+    }
+
+    #[test]
+    fn producer_rules_f31() {
+        assert_eq!(check_producer(None, 5, 0), Ok(ProducerVerdict::Accept));
+        assert_eq!(check_producer(None, 0, 3), Err(Error::SeqGap { expected: 0, received: 3 }));
+        assert_eq!(check_producer(Some(&ps(2, 4)), 1, 5), Err(Error::StaleEpoch { current: 2 }));
+        assert_eq!(check_producer(Some(&ps(2, 4)), 3, 0), Ok(ProducerVerdict::Accept));
+        assert!(matches!(check_producer(Some(&ps(2, 4)), 3, 1), Err(Error::BadRequest(_))));
+        assert_eq!(
+            check_producer(Some(&ps(2, 4)), 2, 1),
+            Ok(ProducerVerdict::Duplicate { epoch: 2, highest_seq: 4 })
+        );
+        assert_eq!(check_producer(Some(&ps(2, 4)), 2, 5), Ok(ProducerVerdict::Accept));
+        assert_eq!(check_producer(Some(&ps(2, 4)), 2, 7), Err(Error::SeqGap { expected: 5, received: 7 }));
+    }
+
+    fn req(body: &[u8], ct: Option<&str>) -> AppendReq {
+        AppendReq {
+            content_type: ct.map(Into::into),
+            body: body.to_vec(),
+            close: false,
+            stream_seq: None,
+            producer: None,
+            if_match: None,
+        }
+    }
+
+    fn cx<'a>(closed: bool) -> AppendContext<'a> {
+        AppendContext {
+            content_type: "text/plain",
+            closed,
+            next_offset: Offset::new(0, 10),
+            etag: "\"1.1:10\"",
+            last_stream_seq: Some("5"),
+            producer: None,
+            closed_by: None,
+        }
+    }
+
+    #[test]
+    fn conflict_precedence_f27() {
+        // Closed wins over a content-type mismatch and a Stream-Seq regression.
+        let mut r = req(b"x", Some("application/json"));
+        r.stream_seq = Some("1".into());
+        assert_eq!(check_append(&cx(true), &r), Err(Error::StreamClosed { next_offset: Offset::new(0, 10) }));
+        // Then content type beats Stream-Seq.
+        assert!(matches!(check_append(&cx(false), &r), Err(Error::Conflict(m)) if m.contains("Content-Type")));
+        r.content_type = Some("TEXT/plain; charset=utf-8".into());
+        assert!(matches!(check_append(&cx(false), &r), Err(Error::Conflict(m)) if m.contains("Stream-Seq")));
+        r.stream_seq = Some("6".into());
+        assert_eq!(check_append(&cx(false), &r), Ok(AppendVerdict::Write { producer: None }));
+    }
+
+    #[test]
+    fn stream_seq_is_byte_order() {
+        let mut c = cx(false);
+        c.last_stream_seq = Some("2");
+        let mut r = req(b"x", Some("text/plain"));
+        r.stream_seq = Some("10".into());
+        assert!(check_append(&c, &r).is_err(), "\"10\" < \"2\" in byte order");
+        c.last_stream_seq = Some("09");
+        assert!(check_append(&c, &r).is_ok());
+    }
+
+    #[test]
+    fn empty_body_needs_close_and_close_ignores_content_type() {
+        assert!(matches!(check_append(&cx(false), &req(b"", None)), Err(Error::BadRequest(_))));
+        let mut r = req(b"", Some("application/json"));
+        r.close = true;
+        assert!(check_append(&cx(false), &r).is_ok());
+        assert!(matches!(check_append(&cx(false), &req(b"x", None)), Err(Error::BadRequest(_))));
+    }
+
+    #[test]
+    fn if_match_mismatch_is_412() {
+        let mut r = req(b"x", Some("text/plain"));
+        r.if_match = Some("\"nope\"".into());
+        assert_eq!(check_append(&cx(false), &r), Err(Error::PreconditionFailed));
+        r.if_match = Some("\"1.1:10\"".into());
+        assert!(check_append(&cx(false), &r).is_ok());
+    }
+
+    #[test]
+    fn closing_tuple_retry_is_duplicate() {
+        let tuple = ("p".to_string(), 1, 3);
+        let mut c = cx(true);
+        c.closed_by = Some(&tuple);
+        let mut r = req(b"", None);
+        r.close = true;
+        r.producer = Some(ProducerHeaders { id: "p".into(), epoch: 1, seq: 3 });
+        assert_eq!(check_append(&c, &r), Ok(AppendVerdict::Duplicate { epoch: 1, highest_seq: 3 }));
+        r.producer = Some(ProducerHeaders { id: "p".into(), epoch: 1, seq: 4 });
+        assert!(matches!(check_append(&c, &r), Err(Error::StreamClosed { .. })));
+    }
+
+    #[test]
+    fn ttl_slides_and_expires_at_does_not() {
+        let ttl = Lifetime::Ttl { secs: 2 };
+        assert!(!expired(&ttl, 1000, 2999));
+        assert!(expired(&ttl, 1000, 3000));
+        let at = Lifetime::ExpiresAt { at_ms: 5000, raw: String::new() };
+        assert!(!expired(&at, 0, 4999));
+        assert!(expired(&at, 4999, 5000));
+        assert!(!expired(&Lifetime::Forever, 0, i64::MAX));
+    }
+}

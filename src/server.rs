@@ -1,0 +1,288 @@
+//! Boot: check the data directory, start one pinned glommio executor per
+//! shard, recover each shard's log, join the cross-core mesh, replicate
+//! bucket metadata, then listen (SO_REUSEPORT, one listener per shard).
+
+use crate::config::Config;
+use crate::http::conn::{self, ConnContext};
+use crate::limits::{EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX};
+use crate::protocol::Outcome;
+use crate::shard::mesh::{self, Mesh, Peers};
+use crate::shard::router::{Dispatch, Reply, ShardRequest};
+use crate::shard::Shard;
+use crate::storage::dma_file::{supports_direct_io, DirectIoMode, DiskStore};
+use crate::storage::{Log, LogConfig};
+use anyhow::{bail, Context};
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::cell::Cell;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+const FORMAT_VERSION: u32 = 1;
+
+/// The data directory remembers how many shards wrote it: streams are placed
+/// by hash modulo the shard count, so another count would lose them.
+fn check_layout(dir: &Path, shards: usize) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
+    let meta = dir.join("ringstream.meta");
+    let want = format!("format={FORMAT_VERSION}\nshards={shards}\n");
+    match std::fs::read_to_string(&meta) {
+        Ok(have) if have == want => Ok(()),
+        Ok(have) => bail!(
+            "data directory {} was written with a different layout ({}); start with the same --shards or use another --data-dir",
+            dir.display(),
+            have.trim().replace('\n', ", ")
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = dir.join("ringstream.meta.tmp");
+            std::fs::write(&tmp, &want)?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &meta)?;
+            std::fs::File::open(dir)?.sync_all()?;
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", meta.display())),
+    }
+}
+
+/// Resolves the listen address (port 0 -> a real port) with a socket bound
+/// under SO_REUSEPORT but not listening, so every shard can bind the same
+/// concrete address. Dropped once all shards listen.
+fn reserve(addr: SocketAddr) -> anyhow::Result<(socket2::Socket, SocketAddr)> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    s.set_reuse_port(true)?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into()).with_context(|| format!("binding {addr}"))?;
+    let real = s.local_addr()?.as_socket().context("listen address is not IP")?;
+    Ok((s, real))
+}
+
+struct Ctx {
+    me: usize,
+    shards: usize,
+    shard: Rc<Shard<DiskStore>>,
+    mesh: Rc<Mesh>,
+}
+
+impl Dispatch for Ctx {
+    fn dispatch(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
+        Box::pin(async move {
+            match req.owner(self.shards) {
+                Some(owner) if owner != self.me => self.mesh.call(owner, req).await,
+                _ => {
+                    self.shard.stats.borrow_mut().requests_local += 1;
+                    self.shard.handle(req).await
+                }
+            }
+        })
+    }
+}
+
+impl ConnContext for Ctx {
+    fn metrics(&self) -> Pin<Box<dyn Future<Output = String> + '_>> {
+        Box::pin(async move {
+            let mut text = String::new();
+            for s in 0..self.shards {
+                let r = if s == self.me {
+                    self.shard.handle(ShardRequest::Stats).await
+                } else {
+                    self.mesh.call(s, ShardRequest::Stats).await
+                };
+                if let Ok(Outcome::Stats(t)) = r {
+                    text.push_str(&t);
+                }
+            }
+            text.push_str(&format!("ringstream_mesh_hops_out_total{{shard=\"{}\"}} {}\n", self.me, self.mesh.hops_out.get()));
+            text
+        })
+    }
+}
+
+enum Boot {
+    Ready { shard: usize, streams: usize, storage: String, recovery: String },
+    Failed(String),
+}
+
+pub fn run(cfg: Config) -> anyhow::Result<()> {
+    assert!(cfg.shards > 0 && cfg.shards <= SHARDS_MAX);
+    check_layout(&cfg.data_dir, cfg.shards)?;
+    let direct = match cfg.direct_io {
+        DirectIoMode::Disabled => false,
+        mode => {
+            let ok = supports_direct_io(&cfg.data_dir).context("probing O_DIRECT support")?;
+            if !ok && mode == DirectIoMode::Required {
+                bail!("--direct-io required, but {} does not support O_DIRECT (tmpfs?)", cfg.data_dir.display());
+            }
+            ok
+        }
+    };
+    log::info!(
+        "direct I/O: {} (--direct-io {:?})",
+        if direct { "on (O_DIRECT)" } else { "off (buffered + fdatasync)" },
+        cfg.direct_io
+    );
+    check_memlock();
+    let (reservation, addr) = reserve(cfg.listen)?;
+    let cpus: Vec<usize> = (0..crate::config::online_cpus()).collect();
+    let mesh_builder = mesh::builder(cfg.shards);
+    let (boot_tx, boot_rx) = crossbeam_channel::bounded::<Boot>(cfg.shards);
+    // Two barriers driven from here: "every shard recovered and replicated
+    // its buckets" then "listen".
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(cfg.shards);
+    let (replicated_tx, replicated_rx) = crossbeam_channel::bounded::<()>(cfg.shards);
+    let mut handles = Vec::new();
+    for id in 0..cfg.shards {
+        let placement = if cfg.pin { Placement::Fixed(cpus[id % cpus.len()]) } else { Placement::Unbound };
+        let cfg = cfg.clone();
+        let mesh_builder = mesh_builder.clone();
+        let boot_tx = boot_tx.clone();
+        let go_rx = go_rx.clone();
+        let replicated_tx = replicated_tx.clone();
+        let h = LocalExecutorBuilder::new(placement)
+            .name(&format!("shard-{id}"))
+            .io_memory(EXECUTOR_IO_MEMORY_BYTES)
+            .preempt_timer(Duration::from_micros(EXECUTOR_PREEMPT_TIMER_US))
+            .spawn(move || async move {
+                let fail = |e: String| {
+                    let _ = boot_tx.send(Boot::Failed(e));
+                };
+                let dir = cfg.data_dir.join(format!("shard-{id}"));
+                let store = match DiskStore::open(&dir, direct).await {
+                    Ok(s) => s,
+                    Err(e) => return fail(format!("shard {id}: opening {}: {e}", dir.display())),
+                };
+                let storage = crate::storage::io::SegmentStore::describe(&store);
+                let log_cfg = LogConfig { segment_bytes: cfg.segment_bytes, pending_bytes_max: SHARD_PENDING_BYTES_MAX };
+                let (log, records, report) = match Log::open(store, log_cfg).await {
+                    Ok(x) => x,
+                    Err(e) => return fail(format!("shard {id}: recovery failed: {e}")),
+                };
+                let log = Rc::new(log);
+                let shard = match Shard::recover(id, cfg.shards, log.clone(), &records) {
+                    Ok(s) => Rc::new(s),
+                    Err(e) => return fail(e),
+                };
+                drop(records);
+                let l = log.clone();
+                glommio::spawn_local(async move { l.run_writer().await }).detach();
+                let l = log.clone();
+                glommio::spawn_local(async move { l.run_preparer().await }).detach();
+                let (mesh, receivers) = Mesh::join(mesh_builder).await;
+                shard.set_peers(mesh.clone());
+                for (from, rx) in receivers {
+                    let shard = shard.clone();
+                    glommio::spawn_local(mesh.clone().serve(from, rx, move |req| {
+                        let shard = shard.clone();
+                        async move {
+                            shard.stats.borrow_mut().requests_remote_in += 1;
+                            shard.handle(req).await
+                        }
+                    }))
+                    .detach();
+                }
+                for bucket in shard.owned_buckets() {
+                    for peer in (0..cfg.shards).filter(|&p| p != id) {
+                        if let Err(e) = mesh.call(peer, ShardRequest::ReplicateBucket { bucket: bucket.clone(), present: true }).await {
+                            return fail(format!("shard {id}: replicating buckets: {e}"));
+                        }
+                    }
+                }
+                let _ = replicated_tx.send(());
+                // Wait for every shard's buckets, while still serving the mesh.
+                while go_rx.try_recv().is_err() {
+                    glommio::timer::sleep(Duration::from_millis(1)).await;
+                }
+                let listener = match TcpListener::bind(addr) {
+                    Ok(l) => l,
+                    Err(e) => return fail(format!("shard {id}: listening on {addr}: {e}")),
+                };
+                let recovery = format!(
+                    "{} segments, {} records, torn tail: {:?}, active segment {}",
+                    report.segments, report.records, report.torn_tail, report.active_segment
+                );
+                let _ = boot_tx.send(Boot::Ready { shard: id, streams: shard.stream_count(), storage, recovery });
+                let ctx = Rc::new(Ctx { me: id, shards: cfg.shards, shard, mesh });
+                let open = Rc::new(Cell::new(0usize));
+                loop {
+                    let stream = match listener.accept().await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            log::warn!("shard {id}: accept failed: {e}");
+                            glommio::timer::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    };
+                    if open.get() >= SHARD_CONNECTIONS_MAX {
+                        // Over the bound: close at once rather than queue unbounded work.
+                        drop(stream);
+                        continue;
+                    }
+                    open.set(open.get() + 1);
+                    let ctx = ctx.clone();
+                    let open = open.clone();
+                    glommio::spawn_local(async move {
+                        conn::serve(stream, ctx).await;
+                        open.set(open.get() - 1);
+                    })
+                    .detach();
+                }
+            })
+            .map_err(|e| anyhow::anyhow!("starting executor for shard {id}: {e}"))?;
+        handles.push(h);
+    }
+    drop(boot_tx);
+    for _ in 0..cfg.shards {
+        match replicated_rx.recv_timeout(Duration::from_secs(600)) {
+            Ok(()) => {}
+            Err(_) => match boot_rx.try_recv() {
+                Ok(Boot::Failed(e)) => bail!(e),
+                _ => bail!("a shard did not finish recovery"),
+            },
+        }
+        if let Ok(Boot::Failed(e)) = boot_rx.try_recv() {
+            bail!(e);
+        }
+    }
+    for _ in 0..cfg.shards {
+        let _ = go_tx.send(());
+    }
+    for _ in 0..cfg.shards {
+        match boot_rx.recv() {
+            Ok(Boot::Ready { shard, streams, storage, recovery }) => {
+                log::info!("shard {shard}: {storage}; recovered {streams} streams ({recovery})")
+            }
+            Ok(Boot::Failed(e)) => bail!(e),
+            Err(_) => bail!("a shard exited during boot"),
+        }
+    }
+    drop(reservation);
+    println!("ringstream listening on http://{addr} ({} shards, data in {})", cfg.shards, cfg.data_dir.display());
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    for h in handles {
+        if let Err(e) = h.join() {
+            bail!("a shard stopped: {e:?}");
+        }
+    }
+    Ok(())
+}
+
+/// glommio registers its I/O buffers with io_uring, which needs locked
+/// memory; without enough it silently falls back to slower unregistered I/O.
+fn check_memlock() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // Safety: getrlimit only writes the struct we pass.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } == 0;
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let need = 3 * EXECUTOR_IO_MEMORY_BYTES as u64;
+    if ok && !is_root && lim.rlim_cur != libc::RLIM_INFINITY && lim.rlim_cur < need {
+        log::warn!(
+            "RLIMIT_MEMLOCK is {} bytes, below the ~{need} bytes per shard glommio wants for registered buffers; I/O will be slower (raise it with ulimit -l)",
+            lim.rlim_cur
+        );
+    }
+}

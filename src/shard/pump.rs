@@ -1,0 +1,686 @@
+//! The shard: where protocol rules meet storage. Every mutation of this
+//! shard's streams is serialised through here, on this shard's thread.
+//!
+//! Rule for every answer: it describes only durable state. Writes are
+//! acknowledged after their record's flush; reads first wait for the
+//! stream's last record to be durable and never show a record past the
+//! log's durable point.
+
+use super::mesh::Peers;
+use super::router::shard_for_bucket;
+pub use super::router::{Reply, ShardRequest};
+use crate::limits::READ_CHUNK_BYTES_MAX;
+use crate::protocol::headers::{is_json, stream_content_type, Lifetime};
+use crate::protocol::offset::ReadFrom;
+use crate::protocol::persist::{self, AppendRecord, CreateRecord};
+use crate::protocol::rules::{self, AppendContext, AppendVerdict, CreateConfig, ProducerState};
+use crate::protocol::{
+    json, AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ProducerAck, ReadOutcome, ReadReq,
+    StreamInfo, StreamKey, StreamOp, Surface,
+};
+use crate::storage::io::SegmentStore;
+use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+
+/// One slice of a stream's data: a record's data part.
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    /// Stream position of the chunk's first byte.
+    start: u64,
+    len: u32,
+    loc: RecordLoc,
+    /// Where the data starts inside the record body.
+    data_off: u32,
+    lsn: u64,
+}
+
+#[derive(Debug)]
+struct Stream {
+    uid: u64,
+    incarnation: u32,
+    content_type: String,
+    json: bool,
+    lifetime: Lifetime,
+    created_at_ms: i64,
+    last_write_ms: i64,
+    last_access_ms: i64,
+    /// Tail including appends not yet durable (used to sequence writes).
+    tail: u64,
+    closed: bool,
+    closed_lsn: u64,
+    closed_by: Option<(String, u64, u64)>,
+    chunks: Vec<Chunk>,
+    producers: HashMap<String, ProducerState>,
+    stream_seq: Option<String>,
+    /// Lsn of the latest record about this stream.
+    last_lsn: u64,
+}
+
+/// What a reader may see of a stream: its durable prefix.
+struct Visible {
+    tail: u64,
+    closed: bool,
+    chunks: usize,
+}
+
+impl Stream {
+    fn visible(&self, durable_lsn: u64) -> Visible {
+        let chunks = self.chunks.partition_point(|c| c.lsn <= durable_lsn);
+        let tail = if chunks == self.chunks.len() && self.chunks.last().is_none_or(|c| c.lsn <= durable_lsn) {
+            // Every chunk durable: the tail is exact (it may also be > last chunk end
+            // only if there are no chunks, i.e. 0).
+            self.chunks.last().map_or(0, |c| c.start + c.len as u64)
+        } else {
+            self.chunks[..chunks].last().map_or(0, |c| c.start + c.len as u64)
+        };
+        Visible { tail, closed: self.closed && self.closed_lsn <= durable_lsn, chunks }
+    }
+
+    fn info(&self, v: &Visible) -> StreamInfo {
+        let tail = Offset::new(0, v.tail);
+        StreamInfo {
+            content_type: self.content_type.clone(),
+            next_offset: tail,
+            closed: v.closed,
+            etag: rules::stream_etag(self.uid, self.incarnation, tail, v.closed),
+            ttl_secs: match self.lifetime {
+                Lifetime::Ttl { secs } => Some(secs),
+                _ => None,
+            },
+            expires_at: match &self.lifetime {
+                Lifetime::ExpiresAt { raw, .. } => Some(raw.clone()),
+                _ => None,
+            },
+        }
+    }
+
+    fn config(&self) -> CreateConfig {
+        CreateConfig { content_type: self.content_type.clone(), lifetime: self.lifetime.clone(), closed: self.closed }
+    }
+}
+
+/// Counters for /metrics and the benchmarks.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ShardStats {
+    pub requests_local: u64,
+    pub requests_remote_in: u64,
+    pub appends: u64,
+    pub rejected_backpressure: u64,
+}
+
+pub struct Shard<S: SegmentStore> {
+    pub id: usize,
+    pub shards: usize,
+    log: Rc<Log<S>>,
+    streams: RefCell<HashMap<StreamKey, Stream>>,
+    by_uid: RefCell<HashMap<u64, StreamKey>>,
+    next_uid: Cell<u64>,
+    /// Incarnation of the last deleted stream of each name seen since boot.
+    tombstones: RefCell<HashMap<StreamKey, u32>>,
+    /// Buckets whose durable record is in this shard's log.
+    buckets_owned: RefCell<BTreeSet<String>>,
+    /// Every bucket that exists, replicated from the owners.
+    buckets_known: RefCell<BTreeSet<String>>,
+    peers: RefCell<Option<Rc<dyn Peers>>>,
+    pub stats: RefCell<ShardStats>,
+    now_ms: Box<dyn Fn() -> i64>,
+}
+
+fn storage_err(e: storage::Error) -> Error {
+    match e {
+        storage::Error::Full => Error::Overloaded { retry_after_secs: crate::limits::RETRY_AFTER_SECS },
+        storage::Error::TooLarge(_) => Error::TooLarge,
+        e => Error::Unavailable(e.to_string()),
+    }
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl<S: SegmentStore> Shard<S> {
+    /// Rebuilds the shard's state from its recovered log.
+    pub fn recover(id: usize, shards: usize, log: Rc<Log<S>>, records: &[Recovered]) -> Result<Self, String> {
+        let shard = Shard {
+            id,
+            shards,
+            log,
+            streams: RefCell::default(),
+            by_uid: RefCell::default(),
+            next_uid: Cell::new(1),
+            tombstones: RefCell::default(),
+            buckets_owned: RefCell::default(),
+            buckets_known: RefCell::default(),
+            peers: RefCell::new(None),
+            stats: RefCell::default(),
+            now_ms: Box::new(wall_clock_ms),
+        };
+        let boot_ms = (shard.now_ms)();
+        let mut body = Vec::new();
+        for r in records {
+            body.clear();
+            let h = r.header;
+            shard
+                .log
+                .read_body(r.loc, 0..h.body_len as usize, &mut body)
+                .map_err(|e| format!("reading recovered record: {e}"))?;
+            let bad = |what: &str| format!("shard {id}: malformed {what} record in segment {} at {}", r.loc.segment, r.loc.pos);
+            shard.next_uid.set(shard.next_uid.get().max(h.stream_id + 1));
+            match h.kind {
+                persist::KIND_CREATE => {
+                    let c = CreateRecord::decode(&body).map_err(|_| bad("create"))?;
+                    let key = StreamKey { bucket: c.bucket, stream: c.stream };
+                    let mut streams = shard.streams.borrow_mut();
+                    if let Some(old) = streams.remove(&key) {
+                        shard.by_uid.borrow_mut().remove(&old.uid);
+                    }
+                    let data_off = (body.len() - c.data.len()) as u32;
+                    let mut s = Stream {
+                        uid: h.stream_id,
+                        incarnation: h.incarnation,
+                        json: is_json(&c.content_type),
+                        content_type: c.content_type,
+                        lifetime: c.lifetime,
+                        created_at_ms: c.created_at_ms,
+                        last_write_ms: c.created_at_ms,
+                        // TTL windows restart at boot: reads are not logged,
+                        // so the last access before a crash is unknown; the
+                        // later time errs on keeping data.
+                        last_access_ms: boot_ms,
+                        tail: 0,
+                        closed: c.closed,
+                        closed_lsn: 0,
+                        closed_by: None,
+                        chunks: Vec::new(),
+                        producers: HashMap::new(),
+                        stream_seq: None,
+                        last_lsn: 0,
+                    };
+                    if !c.data.is_empty() {
+                        s.chunks.push(Chunk { start: 0, len: c.data.len() as u32, loc: r.loc, data_off, lsn: 0 });
+                        s.tail = c.data.len() as u64;
+                    }
+                    shard.by_uid.borrow_mut().insert(h.stream_id, key.clone());
+                    streams.insert(key, s);
+                }
+                persist::KIND_APPEND => {
+                    let (a, data_off) = AppendRecord::decode_meta(&body).map_err(|_| bad("append"))?;
+                    let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else { continue };
+                    let mut streams = shard.streams.borrow_mut();
+                    let Some(s) = streams.get_mut(&key) else { continue };
+                    if s.incarnation != h.incarnation {
+                        continue;
+                    }
+                    // Pair assertion with `append`: records of a stream are contiguous.
+                    if h.stream_offset != s.tail {
+                        return Err(format!(
+                            "shard {id}: stream {key:?} record at {} expected offset {} but says {}",
+                            r.loc.pos, s.tail, h.stream_offset
+                        ));
+                    }
+                    let len = body.len() - data_off;
+                    if len > 0 {
+                        s.chunks.push(Chunk { start: s.tail, len: len as u32, loc: r.loc, data_off: data_off as u32, lsn: 0 });
+                        s.tail += len as u64;
+                    }
+                    if let Some(seq) = a.stream_seq {
+                        s.stream_seq = Some(seq);
+                    }
+                    if let Some((pid, epoch, seq)) = &a.producer {
+                        s.producers.insert(pid.clone(), ProducerState { epoch: *epoch, last_seq: *seq });
+                    }
+                    if a.close {
+                        s.closed = true;
+                        s.closed_by = a.producer;
+                    }
+                    s.last_write_ms = a.written_at_ms;
+                }
+                persist::KIND_DELETE => {
+                    let Some(key) = shard.by_uid.borrow_mut().remove(&h.stream_id) else { continue };
+                    if let Some(old) = shard.streams.borrow_mut().remove(&key) {
+                        shard.tombstones.borrow_mut().insert(key, old.incarnation);
+                    }
+                }
+                persist::KIND_BUCKET_CREATE => {
+                    let b = persist::decode_bucket(&body).map_err(|_| bad("bucket"))?;
+                    shard.buckets_owned.borrow_mut().insert(b.clone());
+                    shard.buckets_known.borrow_mut().insert(b);
+                }
+                persist::KIND_BUCKET_DELETE => {
+                    let b = persist::decode_bucket(&body).map_err(|_| bad("bucket"))?;
+                    shard.buckets_owned.borrow_mut().remove(&b);
+                    shard.buckets_known.borrow_mut().remove(&b);
+                }
+                k => return Err(format!("shard {id}: unknown record kind {k}")),
+            }
+        }
+        Ok(shard)
+    }
+
+    pub fn set_peers(&self, peers: Rc<dyn Peers>) {
+        *self.peers.borrow_mut() = Some(peers);
+    }
+
+    pub fn log(&self) -> &Rc<Log<S>> {
+        &self.log
+    }
+
+    pub fn owned_buckets(&self) -> Vec<String> {
+        self.buckets_owned.borrow().iter().cloned().collect()
+    }
+
+    pub fn stream_count(&self) -> usize {
+        self.streams.borrow().len()
+    }
+
+    #[cfg(test)]
+    pub fn set_clock(&mut self, f: Box<dyn Fn() -> i64>) {
+        self.now_ms = f;
+    }
+
+    /// Handles one request owned by this shard.
+    pub async fn handle(&self, req: ShardRequest) -> Reply {
+        match req {
+            ShardRequest::Stream { key, surface, op } => {
+                if surface == Surface::Ds && !self.buckets_known.borrow().contains(&key.bucket) {
+                    return Err(Error::NotFound);
+                }
+                self.stream_op(key, op).await
+            }
+            ShardRequest::Bucket { bucket, op } => self.bucket_op(bucket, op).await,
+            ShardRequest::ReplicateBucket { bucket, present } => {
+                if present {
+                    self.buckets_known.borrow_mut().insert(bucket);
+                } else {
+                    self.buckets_known.borrow_mut().remove(&bucket);
+                }
+                Ok(Outcome::Ack)
+            }
+            ShardRequest::CountBucket { bucket } => Ok(Outcome::Count(self.count_in_bucket(&bucket))),
+            ShardRequest::Stats => Ok(Outcome::Stats(self.metrics_text())),
+        }
+    }
+
+    fn metrics_text(&self) -> String {
+        let s = *self.stats.borrow();
+        let l = self.log.stats();
+        let id = self.id;
+        let mut t = String::new();
+        for (name, v) in [
+            ("ringstream_requests_total{shard=\"{id}\",origin=\"local\"}", s.requests_local),
+            ("ringstream_requests_total{shard=\"{id}\",origin=\"remote\"}", s.requests_remote_in),
+            ("ringstream_appends_total{shard=\"{id}\"}", s.appends),
+            ("ringstream_backpressure_rejections_total{shard=\"{id}\"}", s.rejected_backpressure),
+            ("ringstream_flushes_total{shard=\"{id}\"}", l.flushes),
+            ("ringstream_records_flushed_total{shard=\"{id}\"}", l.records_flushed),
+            ("ringstream_bytes_flushed_total{shard=\"{id}\"}", l.bytes_flushed),
+            ("ringstream_max_records_per_flush{shard=\"{id}\"}", l.max_records_per_flush),
+            ("ringstream_pending_bytes{shard=\"{id}\"}", self.log.pending_bytes()),
+            ("ringstream_streams{shard=\"{id}\"}", self.streams.borrow().len() as u64),
+        ] {
+            t.push_str(&name.replace("{id}", &id.to_string()));
+            t.push(' ');
+            t.push_str(&v.to_string());
+            t.push('\n');
+        }
+        t
+    }
+
+    fn count_in_bucket(&self, bucket: &str) -> u64 {
+        let now = (self.now_ms)();
+        self.streams
+            .borrow()
+            .iter()
+            .filter(|(k, s)| k.bucket == bucket && !rules::expired(&s.lifetime, s.last_access_ms, now))
+            .count() as u64
+    }
+
+    async fn stream_op(&self, key: StreamKey, op: StreamOp) -> Reply {
+        // Let any in-flight record of this stream land first, so what we
+        // check and report is what the disk holds.
+        let pending = self.streams.borrow().get(&key).map(|s| s.last_lsn);
+        if let Some(lsn) = pending {
+            self.log.durable(lsn).await.map_err(storage_err)?;
+        }
+        self.expire_if_due(&key);
+        match op {
+            StreamOp::Create(c) => self.create(key, c).await,
+            StreamOp::Append(a) => self.append(key, a).await,
+            StreamOp::Read(r) => self.read(&key, r),
+            StreamOp::Head => {
+                let streams = self.streams.borrow();
+                let s = streams.get(&key).ok_or(Error::NotFound)?;
+                // HEAD does not refresh a sliding TTL (F46).
+                Ok(Outcome::Head(s.info(&s.visible(self.log.durable_lsn()))))
+            }
+            StreamOp::Delete => self.delete(key).await,
+        }
+    }
+
+    fn expire_if_due(&self, key: &StreamKey) {
+        let now = (self.now_ms)();
+        let due = self.streams.borrow().get(key).is_some_and(|s| rules::expired(&s.lifetime, s.last_access_ms, now));
+        if due {
+            // Lazy expiry: the stream is gone for clients from now on. The
+            // delete record makes that survive a restart; if the log cannot
+            // take it now, the next access after restart expires it again.
+            let _ = self.remove_stream(key);
+        }
+    }
+
+    /// Logs a delete and forgets the stream. Returns the delete's lsn.
+    fn remove_stream(&self, key: &StreamKey) -> Result<u64, Error> {
+        let (uid, inc, tail) = {
+            let streams = self.streams.borrow();
+            let s = streams.get(key).ok_or(Error::NotFound)?;
+            (s.uid, s.incarnation, s.tail)
+        };
+        let h = RecordHeader { kind: persist::KIND_DELETE, stream_id: uid, incarnation: inc, stream_offset: tail, body_len: 0 };
+        let (_, lsn) = self.log.append(h, &[]).map_err(storage_err)?;
+        self.streams.borrow_mut().remove(key);
+        self.by_uid.borrow_mut().remove(&uid);
+        self.tombstones.borrow_mut().insert(key.clone(), inc);
+        Ok(lsn)
+    }
+
+    async fn delete(&self, key: StreamKey) -> Reply {
+        let lsn = self.remove_stream(&key)?;
+        self.log.durable(lsn).await.map_err(storage_err)?;
+        Ok(Outcome::Deleted)
+    }
+
+    async fn create(&self, key: StreamKey, req: CreateReq) -> Reply {
+        let asked = CreateConfig {
+            content_type: stream_content_type(req.content_type.as_deref()),
+            lifetime: req.lifetime.clone(),
+            closed: req.closed,
+        };
+        if let Some(s) = self.streams.borrow().get(&key) {
+            let v = s.visible(self.log.durable_lsn());
+            if let Some(want) = &req.if_match {
+                if !crate::protocol::headers::etag_matches(want, &s.info(&v).etag) {
+                    return Err(Error::PreconditionFailed);
+                }
+            }
+            return if rules::same_config(&s.config(), &asked) {
+                Ok(Outcome::Created { info: s.info(&v), new: false })
+            } else {
+                Err(Error::Conflict("a stream with a different configuration exists at this path".into()))
+            };
+        }
+        if req.if_match.as_deref().is_some_and(|m| m.trim() != "*") || req.if_match.is_some() {
+            // If-Match on a stream that does not exist never matches (RFC 9110 13.1.1).
+            return Err(Error::PreconditionFailed);
+        }
+        let json = is_json(&asked.content_type);
+        let data = if json && !req.body.is_empty() {
+            json::normalize(&req.body, true)?.0
+        } else {
+            req.body
+        };
+        let now = (self.now_ms)();
+        let uid = self.next_uid.get();
+        let incarnation = self.tombstones.borrow().get(&key).map_or(1, |i| i + 1);
+        let rec = CreateRecord {
+            bucket: key.bucket.clone(),
+            stream: key.stream.clone(),
+            content_type: asked.content_type.clone(),
+            lifetime: asked.lifetime.clone(),
+            closed: asked.closed,
+            created_at_ms: now,
+            data,
+        };
+        let body = rec.encode();
+        let h = RecordHeader { kind: persist::KIND_CREATE, stream_id: uid, incarnation, stream_offset: 0, body_len: 0 };
+        let (loc, lsn) = self.log.append(h, &body).map_err(storage_err)?;
+        self.next_uid.set(uid + 1);
+        let data_len = rec.data.len();
+        let mut s = Stream {
+            uid,
+            incarnation,
+            json,
+            content_type: rec.content_type,
+            lifetime: rec.lifetime,
+            created_at_ms: now,
+            last_write_ms: now,
+            last_access_ms: now,
+            tail: data_len as u64,
+            closed: rec.closed,
+            closed_lsn: lsn,
+            closed_by: None,
+            chunks: Vec::new(),
+            producers: HashMap::new(),
+            stream_seq: None,
+            last_lsn: lsn,
+        };
+        if data_len > 0 {
+            s.chunks.push(Chunk { start: 0, len: data_len as u32, loc, data_off: (body.len() - data_len) as u32, lsn });
+        }
+        let v = Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() };
+        let info = s.info(&v);
+        self.by_uid.borrow_mut().insert(uid, key.clone());
+        self.streams.borrow_mut().insert(key, s);
+        self.log.durable(lsn).await.map_err(storage_err)?;
+        Ok(Outcome::Created { info, new: true })
+    }
+
+    async fn append(&self, key: StreamKey, req: AppendReq) -> Reply {
+        let now = (self.now_ms)();
+        let (verdict, json, uid, inc, tail) = {
+            let mut streams = self.streams.borrow_mut();
+            let s = streams.get_mut(&key).ok_or(Error::NotFound)?;
+            let v = s.visible(self.log.durable_lsn());
+            let etag = s.info(&v).etag;
+            let cx = AppendContext {
+                content_type: &s.content_type,
+                closed: s.closed,
+                next_offset: Offset::new(0, s.tail),
+                etag: &etag,
+                last_stream_seq: s.stream_seq.as_deref(),
+                producer: req.producer.as_ref().and_then(|p| s.producers.get(&p.id).copied()),
+                closed_by: s.closed_by.as_ref(),
+            };
+            let verdict = rules::check_append(&cx, &req);
+            // Every write that reaches the stream refreshes its TTL, even a
+            // close-only or rejected one (F93).
+            s.last_access_ms = now;
+            (verdict?, s.json, s.uid, s.incarnation, s.tail)
+        };
+        if let AppendVerdict::Duplicate { epoch, highest_seq } = verdict {
+            let streams = self.streams.borrow();
+            let s = streams.get(&key).ok_or(Error::NotFound)?;
+            return Ok(Outcome::Appended {
+                info: s.info(&s.visible(self.log.durable_lsn())),
+                producer: Some(ProducerAck { epoch, seq: highest_seq }),
+                duplicate: true,
+                close_only: req.body.is_empty(),
+            });
+        }
+        let AppendVerdict::Write { producer } = verdict else { unreachable!() };
+        let data = if json && !req.body.is_empty() { json::normalize(&req.body, false)?.0 } else { req.body };
+        let rec = AppendRecord {
+            close: req.close,
+            stream_seq: req.stream_seq,
+            producer: producer.as_ref().map(|p| (p.id.clone(), p.epoch, p.seq)),
+            written_at_ms: now,
+            data,
+        };
+        let body = rec.encode();
+        let data_len = rec.data.len();
+        let h = RecordHeader { kind: persist::KIND_APPEND, stream_id: uid, incarnation: inc, stream_offset: tail, body_len: 0 };
+        let (loc, lsn) = match self.log.append(h, &body) {
+            Ok(x) => x,
+            Err(e) => {
+                if matches!(e, storage::Error::Full) {
+                    self.stats.borrow_mut().rejected_backpressure += 1;
+                }
+                return Err(storage_err(e));
+            }
+        };
+        let info = {
+            let mut streams = self.streams.borrow_mut();
+            let s = streams.get_mut(&key).expect("checked above, same task, no await since");
+            if data_len > 0 {
+                s.chunks.push(Chunk { start: s.tail, len: data_len as u32, loc, data_off: (body.len() - data_len) as u32, lsn });
+                s.tail += data_len as u64;
+            }
+            if let Some(seq) = rec.stream_seq {
+                s.stream_seq = Some(seq);
+            }
+            if let Some(p) = &producer {
+                s.producers.insert(p.id.clone(), ProducerState { epoch: p.epoch, last_seq: p.seq });
+            }
+            if rec.close {
+                s.closed = true;
+                s.closed_lsn = lsn;
+                s.closed_by = rec.producer.clone();
+            }
+            s.last_write_ms = now;
+            s.last_lsn = lsn;
+            s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
+        };
+        self.stats.borrow_mut().appends += 1;
+        self.log.durable(lsn).await.map_err(storage_err)?;
+        Ok(Outcome::Appended {
+            info,
+            producer: producer.map(|p| ProducerAck { epoch: p.epoch, seq: p.seq }),
+            duplicate: false,
+            close_only: data_len == 0,
+        })
+    }
+
+    fn read(&self, key: &StreamKey, req: ReadReq) -> Reply {
+        if req.live != Live::No {
+            return Err(Error::BadRequest("live reads (long-poll, SSE) are not supported yet".into()));
+        }
+        let mut streams = self.streams.borrow_mut();
+        let s = streams.get_mut(key).ok_or(Error::NotFound)?;
+        s.last_access_ms = (self.now_ms)();
+        let v = s.visible(self.log.durable_lsn());
+        let info = s.info(&v);
+        let start = match req.from {
+            ReadFrom::Start => 0,
+            ReadFrom::Now => v.tail,
+            // Past the tail: empty, positioned at the tail (F55, as the reference server).
+            ReadFrom::At(o) => o.pos.min(v.tail),
+        };
+        let offset_now = req.from == ReadFrom::Now;
+        let mut body = Vec::new();
+        let mut pos = start;
+        let chunks = &s.chunks[..v.chunks];
+        let mut i = chunks.partition_point(|c| c.start + c.len as u64 <= start);
+        while i < chunks.len() && !offset_now {
+            let c = chunks[i];
+            let from = (pos - c.start) as usize;
+            let room = READ_CHUNK_BYTES_MAX.saturating_sub(body.len());
+            if room == 0 {
+                break;
+            }
+            let take = if s.json {
+                // JSON messages are never split: whole chunks only, at least one.
+                if !body.is_empty() && c.len as usize > room {
+                    break;
+                }
+                c.len as usize - from
+            } else {
+                (c.len as usize - from).min(room)
+            };
+            let off = c.data_off as usize + from;
+            self.log.read_body(c.loc, off..off + take, &mut body).map_err(storage_err)?;
+            pos += take as u64;
+            if from + take < c.len as usize {
+                break;
+            }
+            i += 1;
+        }
+        let next = Offset::new(0, pos);
+        let up_to_date = pos == v.tail;
+        let closed_at_end = up_to_date && v.closed;
+        let etag = (!offset_now).then(|| rules::range_etag(s.uid, s.incarnation, Offset::new(0, start), next, closed_at_end));
+        let not_modified = match (&req.if_none_match, &etag) {
+            (Some(h), Some(e)) => crate::protocol::headers::etag_matches(h, e),
+            _ => false,
+        };
+        if s.json {
+            body = json::wrap_array(&body);
+        }
+        Ok(Outcome::Read(ReadOutcome {
+            info,
+            body,
+            next_offset: next,
+            up_to_date,
+            closed_at_end,
+            etag,
+            not_modified,
+            offset_now,
+            cursor: None,
+            timed_out: false,
+        }))
+    }
+
+    async fn bucket_op(&self, bucket: String, op: BucketOp) -> Reply {
+        debug_assert_eq!(shard_for_bucket(&bucket, self.shards), self.id);
+        match op {
+            BucketOp::Create => {
+                if self.buckets_owned.borrow().contains(&bucket) {
+                    return Err(Error::Conflict(format!("bucket {bucket} already exists")));
+                }
+                let body = persist::encode_bucket(&bucket);
+                let h = RecordHeader { kind: persist::KIND_BUCKET_CREATE, stream_id: 0, incarnation: 0, stream_offset: 0, body_len: 0 };
+                let (_, lsn) = self.log.append(h, &body).map_err(storage_err)?;
+                self.buckets_owned.borrow_mut().insert(bucket.clone());
+                self.log.durable(lsn).await.map_err(storage_err)?;
+                self.buckets_known.borrow_mut().insert(bucket.clone());
+                self.broadcast(|| ShardRequest::ReplicateBucket { bucket: bucket.clone(), present: true }).await?;
+                Ok(Outcome::BucketCreated)
+            }
+            BucketOp::Get => {
+                if !self.buckets_owned.borrow().contains(&bucket) {
+                    return Err(Error::NotFound);
+                }
+                let streams = self.total_in_bucket(&bucket).await?;
+                Ok(Outcome::BucketInfo { bucket, streams })
+            }
+            BucketOp::Delete => {
+                if !self.buckets_owned.borrow().contains(&bucket) {
+                    return Err(Error::NotFound);
+                }
+                if self.total_in_bucket(&bucket).await? > 0 {
+                    return Err(Error::Conflict(format!("bucket {bucket} is not empty")));
+                }
+                let body = persist::encode_bucket(&bucket);
+                let h = RecordHeader { kind: persist::KIND_BUCKET_DELETE, stream_id: 0, incarnation: 0, stream_offset: 0, body_len: 0 };
+                let (_, lsn) = self.log.append(h, &body).map_err(storage_err)?;
+                self.buckets_owned.borrow_mut().remove(&bucket);
+                self.buckets_known.borrow_mut().remove(&bucket);
+                self.log.durable(lsn).await.map_err(storage_err)?;
+                self.broadcast(|| ShardRequest::ReplicateBucket { bucket: bucket.clone(), present: false }).await?;
+                Ok(Outcome::BucketDeleted)
+            }
+        }
+    }
+
+    async fn total_in_bucket(&self, bucket: &str) -> Result<u64, Error> {
+        let mut total = self.count_in_bucket(bucket);
+        for o in self.broadcast(|| ShardRequest::CountBucket { bucket: bucket.to_string() }).await? {
+            if let Outcome::Count(n) = o {
+                total += n;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Sends a request to every other shard and waits for all answers.
+    async fn broadcast(&self, make: impl Fn() -> ShardRequest) -> Result<Vec<Outcome>, Error> {
+        let peers = self.peers.borrow().clone();
+        let mut out = Vec::new();
+        if let Some(peers) = peers {
+            for target in (0..self.shards).filter(|&t| t != self.id) {
+                out.push(peers.call(target, make()).await?);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,45 @@
+//! The file backend the log is generic over: real O_DIRECT files through
+//! io_uring in production, an in-memory model with crash injection in tests.
+
+use std::io;
+use std::rc::Rc;
+
+/// Bytes of a sealed (no longer written) segment, readable without I/O:
+/// an mmap of the file in production, a copy in the simulator.
+pub trait SealedBytes {
+    fn bytes(&self) -> &[u8];
+}
+
+/// One segment file open for writing.
+#[allow(async_fn_in_trait)]
+pub trait SegmentFile {
+    /// A buffer the backend can write without copying (aligned for O_DIRECT).
+    type Buf: AsMut<[u8]> + AsRef<[u8]>;
+    /// A zeroed buffer of exactly `len` bytes; `len` is a multiple of the alignment.
+    fn alloc_buf(&self, len: usize) -> Self::Buf;
+    /// Writes all of `buf` at `pos` (both aligned). Durable only after `sync`.
+    async fn write_at(&self, buf: Self::Buf, pos: u64) -> io::Result<()>;
+    /// fdatasync: everything written before it is on stable storage when it returns Ok.
+    async fn sync(&self) -> io::Result<()>;
+}
+
+/// The directory of one shard's segments.
+#[allow(async_fn_in_trait)]
+pub trait SegmentStore {
+    type File: SegmentFile;
+    /// Segment numbers present with their file lengths, ascending.
+    async fn list(&self) -> io::Result<Vec<(u64, u64)>>;
+    /// Creates segment `no` of `len` bytes, written with zeros and made durable
+    /// (file and directory entry), so later writes overwrite written blocks
+    /// instead of converting unwritten extents.
+    async fn create(&self, no: u64, len: u64) -> io::Result<Self::File>;
+    /// Maps a segment for reading. Only called for segments that are no
+    /// longer written (recovery, and after rollover is durable).
+    fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>>;
+    /// Shortens a segment (cutting a torn tail at recovery) durably.
+    async fn truncate(&self, no: u64, len: u64) -> io::Result<()>;
+    /// Deletes a segment durably.
+    async fn remove(&self, no: u64) -> io::Result<()>;
+    /// Describes the backend for the boot log ("O_DIRECT via io_uring", ...).
+    fn describe(&self) -> String;
+}

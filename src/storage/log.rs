@@ -1,0 +1,486 @@
+//! One shard's append-only log: segments, group commit, reads, recovery.
+//!
+//! Appends are synchronous and cheap: the record is framed into the in-memory
+//! mirror of the active segment and gets a log sequence number (`lsn`, the
+//! count of framed bytes appended since open). A single writer task flushes
+//! everything appended so far with one aligned write per dirty segment and
+//! one fdatasync, then releases every waiter whose lsn it covered. While that
+//! flush is in flight, new appends gather for the next one: the group commit.
+//!
+//! The partial last block of the active segment stays in the mirror and is
+//! rewritten by the next flush, because O_DIRECT writes whole aligned blocks.
+//! A segment that filled up is flushed and synced before any byte of its
+//! successor, so after a crash only the newest segment can have a torn tail.
+
+use super::error::{Error, Result};
+use super::io::{SealedBytes, SegmentFile, SegmentStore};
+use super::notify::Notify;
+use super::record::{self, DecodeError, RecordHeader};
+use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES};
+use futures_channel::oneshot;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+#[derive(Debug, Clone, Copy)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    /// Appended-but-not-durable bytes beyond which appends fail with `Full`.
+    pub pending_bytes_max: u64,
+}
+
+/// Where a record lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordLoc {
+    pub segment: u64,
+    /// Byte position of the record's header in the segment.
+    pub pos: u64,
+    pub body_len: u32,
+}
+
+/// A record found by recovery, in log order.
+#[derive(Debug, Clone, Copy)]
+pub struct Recovered {
+    pub header: RecordHeader,
+    pub loc: RecordLoc,
+}
+
+/// What recovery did, for the boot log and for tests.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub records: usize,
+    /// (segment, cut position) when a torn tail was cut.
+    pub torn_tail: Option<(u64, u64)>,
+    pub active_segment: u64,
+}
+
+/// Counters for the metrics endpoint and the benchmarks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogStats {
+    pub flushes: u64,
+    pub records_flushed: u64,
+    pub bytes_flushed: u64,
+    pub max_records_per_flush: u64,
+}
+
+enum SegData<F> {
+    /// Written by this process and not yet sealed-and-durable: served from memory.
+    Mirror { buf: Vec<u8>, durable_len: usize, sealed: bool, file: Option<Rc<F>> },
+    /// Sealed and durable: served from the mapped file.
+    Mapped(Rc<dyn SealedBytes>),
+}
+
+struct State<F> {
+    segments: BTreeMap<u64, SegData<F>>,
+    active: u64,
+    /// Files created ahead of use, by segment number.
+    prepared: BTreeMap<u64, Rc<F>>,
+    lsn_tail: u64,
+    lsn_durable: u64,
+    records_pending: u64,
+    waiters: VecDeque<(u64, oneshot::Sender<Result<()>>)>,
+    poisoned: Option<Error>,
+    stats: LogStats,
+}
+
+pub struct Log<S: SegmentStore> {
+    store: S,
+    cfg: LogConfig,
+    st: RefCell<State<S::File>>,
+    wake_writer: Notify,
+    wake_preparer: Notify,
+    segment_ready: Notify,
+    stopped: Cell<bool>,
+}
+
+fn align_down(v: usize) -> usize {
+    v / DIRECT_IO_ALIGNMENT_BYTES as usize * DIRECT_IO_ALIGNMENT_BYTES as usize
+}
+fn align_up(v: usize) -> usize {
+    v.div_ceil(DIRECT_IO_ALIGNMENT_BYTES as usize) * DIRECT_IO_ALIGNMENT_BYTES as usize
+}
+
+/// One dirty range copied out for the writer.
+struct FlushJob {
+    segment: u64,
+    pos: u64,
+    /// Mirror length this job makes durable.
+    end: usize,
+    sealed: bool,
+}
+
+impl<S: SegmentStore> Log<S> {
+    /// Recovers the log in `store` and returns it with every valid record in
+    /// log order. A torn tail of the newest segment is cut; an invalid record
+    /// followed by valid newer data is corruption and fails the open.
+    pub async fn open(store: S, cfg: LogConfig) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
+        assert!(cfg.segment_bytes % DIRECT_IO_ALIGNMENT_BYTES == 0);
+        let io = |op, segment| move |source| Error::Io { op, segment, source };
+        let list = store.list().await.map_err(io("list", 0))?;
+        let mut recovered = Vec::new();
+        // (segment, valid end, number of records, ended cleanly)
+        let mut scans: Vec<(u64, u64, usize, bool)> = Vec::new();
+        for &(no, _len) in &list {
+            let map = store.map(no).map_err(io("map", no))?;
+            let bytes = map.bytes();
+            let mut pos = 0usize;
+            let mut count = 0usize;
+            let mut last_offset: BTreeMap<u64, u64> = BTreeMap::new();
+            let clean = loop {
+                if pos >= bytes.len() {
+                    break true;
+                }
+                match record::decode(no, &bytes[pos..]) {
+                    Ok((h, _body, framed)) => {
+                        // Pair assertion with the shard's append: a stream's
+                        // records never go backwards within a segment.
+                        if let Some(prev) = last_offset.insert(h.stream_id, h.stream_offset) {
+                            debug_assert!(prev <= h.stream_offset);
+                        }
+                        recovered.push(Recovered {
+                            header: h,
+                            loc: RecordLoc { segment: no, pos: pos as u64, body_len: h.body_len },
+                        });
+                        pos += framed;
+                        count += 1;
+                    }
+                    Err(DecodeError::End) => break true,
+                    Err(DecodeError::Truncated | DecodeError::Invalid) => break false,
+                }
+            };
+            scans.push((no, pos as u64, count, clean));
+        }
+        let last_with_data = scans.iter().rev().find(|s| s.2 > 0).map(|s| s.0);
+        let mut report = RecoveryReport { records: recovered.len(), ..Default::default() };
+        let mut segments = BTreeMap::new();
+        for &(no, end, count, clean) in &scans {
+            let newer_data = last_with_data.is_some_and(|l| l > no);
+            if !clean && newer_data {
+                return Err(Error::Corrupt { segment: no, position: end });
+            }
+            if count == 0 && !newer_data {
+                // A segment prepared ahead and never used, or whose first
+                // batch was torn: nothing acknowledged lives there.
+                store.remove(no).await.map_err(io("remove", no))?;
+                if !clean {
+                    report.torn_tail = Some((no, 0));
+                }
+                continue;
+            }
+            if !clean {
+                store.truncate(no, end).await.map_err(io("truncate", no))?;
+                report.torn_tail = Some((no, end));
+            }
+            segments.insert(no, SegData::Mapped(store.map(no).map_err(io("map", no))?));
+        }
+        report.segments = segments.len();
+        let active = list.last().map(|l| l.0 + 1).unwrap_or(0);
+        report.active_segment = active;
+        segments.insert(active, SegData::Mirror { buf: Vec::new(), durable_len: 0, sealed: false, file: None });
+        let log = Log {
+            store,
+            cfg,
+            st: RefCell::new(State {
+                segments,
+                active,
+                prepared: BTreeMap::new(),
+                lsn_tail: 0,
+                lsn_durable: 0,
+                records_pending: 0,
+                waiters: VecDeque::new(),
+                poisoned: None,
+                stats: LogStats::default(),
+            }),
+            wake_writer: Notify::default(),
+            wake_preparer: Notify::default(),
+            segment_ready: Notify::default(),
+            stopped: Cell::new(false),
+        };
+        // Create the active segment now so the first append does not wait for it.
+        log.prepare_missing().await?;
+        Ok((log, recovered, report))
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Frames a record into the active segment. Returns where it lives and
+    /// the lsn to wait for with [`Log::durable`].
+    pub fn append(&self, mut h: RecordHeader, body: &[u8]) -> Result<(RecordLoc, u64)> {
+        h.body_len = body.len() as u32;
+        let framed = record::framed_len(body.len());
+        if framed as u64 > self.cfg.segment_bytes {
+            return Err(Error::TooLarge(body.len()));
+        }
+        let mut st = self.st.borrow_mut();
+        if let Some(e) = &st.poisoned {
+            return Err(e.clone());
+        }
+        let pending = st.lsn_tail - st.lsn_durable;
+        if pending > 0 && pending + framed as u64 > self.cfg.pending_bytes_max {
+            return Err(Error::Full);
+        }
+        let active_len = match st.segments.get(&st.active) {
+            Some(SegData::Mirror { buf, .. }) => buf.len(),
+            _ => unreachable!("active segment is always a mirror"),
+        };
+        if (active_len + framed) as u64 > self.cfg.segment_bytes {
+            let old = st.active;
+            if let Some(SegData::Mirror { sealed, .. }) = st.segments.get_mut(&old) {
+                *sealed = true;
+            }
+            st.active = old + 1;
+            let file = st.prepared.remove(&(old + 1));
+            st.segments.insert(old + 1, SegData::Mirror { buf: Vec::new(), durable_len: 0, sealed: false, file });
+            self.wake_preparer.notify();
+        }
+        let no = st.active;
+        let Some(SegData::Mirror { buf, .. }) = st.segments.get_mut(&no) else { unreachable!() };
+        let pos = buf.len() as u64;
+        record::encode(no, &h, body, buf);
+        st.lsn_tail += framed as u64;
+        st.records_pending += 1;
+        let lsn = st.lsn_tail;
+        drop(st);
+        self.wake_writer.notify();
+        Ok((RecordLoc { segment: no, pos, body_len: h.body_len }, lsn))
+    }
+
+    /// Resolves when everything up to `lsn` is on stable storage.
+    pub async fn durable(&self, lsn: u64) -> Result<()> {
+        let rx = {
+            let mut st = self.st.borrow_mut();
+            if st.lsn_durable >= lsn {
+                return Ok(());
+            }
+            if let Some(e) = &st.poisoned {
+                return Err(e.clone());
+            }
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push_back((lsn, tx));
+            rx
+        };
+        rx.await.unwrap_or(Err(Error::Poisoned))
+    }
+
+    pub fn durable_lsn(&self) -> u64 {
+        self.st.borrow().lsn_durable
+    }
+
+    pub fn tail_lsn(&self) -> u64 {
+        self.st.borrow().lsn_tail
+    }
+
+    pub fn pending_bytes(&self) -> u64 {
+        let st = self.st.borrow();
+        st.lsn_tail - st.lsn_durable
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.st.borrow().poisoned.is_some()
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.st.borrow().stats
+    }
+
+    /// Appends bytes `range` of the record body at `loc` to `out`. Records
+    /// read from mapped segments are verified again, so media corruption after
+    /// boot is reported instead of served.
+    pub fn read_body(&self, loc: RecordLoc, range: std::ops::Range<usize>, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.st.borrow();
+        let corrupt = || Error::Corrupt { segment: loc.segment, position: loc.pos };
+        match st.segments.get(&loc.segment) {
+            Some(SegData::Mirror { buf, .. }) => {
+                let start = loc.pos as usize + RECORD_HEADER_BYTES;
+                let body = buf.get(start..start + loc.body_len as usize).ok_or_else(corrupt)?;
+                out.extend_from_slice(body.get(range).ok_or_else(corrupt)?);
+                Ok(())
+            }
+            Some(SegData::Mapped(m)) => {
+                let bytes = m.bytes().get(loc.pos as usize..).ok_or_else(corrupt)?;
+                let (h, body, _) = record::decode(loc.segment, bytes).map_err(|_| corrupt())?;
+                if h.body_len != loc.body_len {
+                    return Err(corrupt());
+                }
+                out.extend_from_slice(bytes[body].get(range).ok_or_else(corrupt)?);
+                Ok(())
+            }
+            None => Err(corrupt()),
+        }
+    }
+
+    /// Stops the writer and preparer loops after their current step.
+    pub fn stop(&self) {
+        self.stopped.set(true);
+        self.wake_writer.notify();
+        self.wake_preparer.notify();
+    }
+
+    async fn prepare_missing(&self) -> Result<()> {
+        // Keep the active segment and the next one created, so rollover
+        // never waits for a file to be zero-filled.
+        loop {
+            let want = {
+                let st = self.st.borrow();
+                let active = st.active;
+                let has = |no: u64| {
+                    st.prepared.contains_key(&no)
+                        || matches!(st.segments.get(&no), Some(SegData::Mirror { file: Some(_), .. }))
+                };
+                [active, active + 1].into_iter().find(|&no| !has(no))
+            };
+            let Some(no) = want else { return Ok(()) };
+            let file = self
+                .store
+                .create(no, self.cfg.segment_bytes)
+                .await
+                .map_err(|source| Error::Io { op: "create", segment: no, source })?;
+            let mut st = self.st.borrow_mut();
+            match st.segments.get_mut(&no) {
+                Some(SegData::Mirror { file: slot @ None, .. }) => *slot = Some(Rc::new(file)),
+                _ => {
+                    st.prepared.insert(no, Rc::new(file));
+                }
+            }
+            drop(st);
+            self.segment_ready.notify();
+        }
+    }
+
+    /// Background task: creates (zero-fills) segments ahead of use.
+    pub async fn run_preparer(&self) {
+        while !self.stopped.get() {
+            if let Err(e) = self.prepare_missing().await {
+                self.poison(e);
+                return;
+            }
+            self.wake_preparer.wait().await;
+        }
+    }
+
+    fn poison(&self, e: Error) {
+        let mut st = self.st.borrow_mut();
+        log::error!("storage failure, shard stops accepting writes: {e}");
+        if st.poisoned.is_none() {
+            st.poisoned = Some(e.clone());
+        }
+        for (_, tx) in st.waiters.drain(..) {
+            let _ = tx.send(Err(e.clone()));
+        }
+    }
+
+    /// Background task: the group-commit loop. One flush in flight at a time.
+    pub async fn run_writer(&self) {
+        loop {
+            let has_work = {
+                let st = self.st.borrow();
+                st.lsn_tail > st.lsn_durable && st.poisoned.is_none()
+            };
+            if !has_work {
+                if self.stopped.get() {
+                    return;
+                }
+                self.wake_writer.wait().await;
+                continue;
+            }
+            if let Err(e) = self.flush_once().await {
+                self.poison(e);
+            }
+        }
+    }
+
+    /// Copies every dirty range out of the mirrors (so appends can go on
+    /// meanwhile), writes them, syncs, and releases the covered waiters.
+    async fn flush_once(&self) -> Result<()> {
+        // Files first: a dirty segment whose file is still being created waits here.
+        loop {
+            let missing = {
+                let st = self.st.borrow();
+                st.segments.iter().any(|(_, s)| {
+                    matches!(s, SegData::Mirror { buf, durable_len, file: None, .. } if buf.len() > *durable_len)
+                })
+            };
+            if !missing {
+                break;
+            }
+            self.wake_preparer.notify();
+            self.segment_ready.wait().await;
+            if self.st.borrow().poisoned.is_some() {
+                return Err(Error::Poisoned);
+            }
+        }
+        let (jobs, bufs, target_lsn, records) = {
+            let mut st = self.st.borrow_mut();
+            let mut jobs = Vec::new();
+            let mut bufs = Vec::new();
+            for (&no, seg) in st.segments.iter() {
+                let SegData::Mirror { buf, durable_len, sealed, file } = seg else { continue };
+                if buf.len() == *durable_len && !*sealed {
+                    continue;
+                }
+                // A sealed segment with nothing dirty still gets a job (with an
+                // empty write) so it is swapped to its mapping below.
+                let file = file.as_ref().expect("checked above");
+                let start = align_down(*durable_len);
+                let end = buf.len();
+                let mut data = file.alloc_buf(if end > *durable_len { align_up(end) - start } else { 0 });
+                if end > *durable_len {
+                    data.as_mut()[..end - start].copy_from_slice(&buf[start..end]);
+                }
+                jobs.push(FlushJob { segment: no, pos: start as u64, end, sealed: *sealed });
+                bufs.push(data);
+            }
+            let records = std::mem::take(&mut st.records_pending);
+            (jobs, bufs, st.lsn_tail, records)
+        };
+        let mut bytes = 0u64;
+        for (job, data) in jobs.iter().zip(bufs) {
+            if data.as_ref().is_empty() {
+                continue;
+            }
+            let file = self.file_of(job.segment);
+            bytes += data.as_ref().len() as u64;
+            file.write_at(data, job.pos)
+                .await
+                .map_err(|source| Error::Io { op: "write", segment: job.segment, source })?;
+            // A sealed segment is synced on its own before its successor's
+            // bytes go out: only the newest segment may ever be torn.
+            file.sync().await.map_err(|source| Error::Io { op: "fdatasync", segment: job.segment, source })?;
+        }
+        let mut st = self.st.borrow_mut();
+        for job in &jobs {
+            if job.sealed {
+                let map = self
+                    .store
+                    .map(job.segment)
+                    .map_err(|source| Error::Io { op: "map", segment: job.segment, source })?;
+                st.segments.insert(job.segment, SegData::Mapped(map));
+            } else if let Some(SegData::Mirror { durable_len, .. }) = st.segments.get_mut(&job.segment) {
+                *durable_len = job.end;
+            }
+        }
+        debug_assert!(target_lsn >= st.lsn_durable);
+        st.lsn_durable = target_lsn;
+        if records > 0 {
+            st.stats.flushes += 1;
+            st.stats.records_flushed += records;
+            st.stats.bytes_flushed += bytes;
+            st.stats.max_records_per_flush = st.stats.max_records_per_flush.max(records);
+        }
+        while st.waiters.front().is_some_and(|(lsn, _)| *lsn <= target_lsn) {
+            let (_, tx) = st.waiters.pop_front().unwrap();
+            let _ = tx.send(Ok(()));
+        }
+        Ok(())
+    }
+
+    fn file_of(&self, no: u64) -> Rc<S::File> {
+        match self.st.borrow().segments.get(&no) {
+            Some(SegData::Mirror { file: Some(f), .. }) => f.clone(),
+            _ => unreachable!("flush jobs only name segments with files"),
+        }
+    }
+}
