@@ -60,6 +60,10 @@ pub const SHARD_MESH_CHANNEL_CAPACITY: usize = 1024;
 pub const LONG_POLL_TIMEOUT_MS_DEFAULT: u64 = 20_000;
 pub const LONG_POLL_TIMEOUT_MS_MAX: u64 = 600_000;
 
+/// An SSE connection is closed after this long so clients reconnect from
+/// their last offset (F72), which lets CDNs collapse requests.
+pub const SSE_CONNECTION_MS_MAX: u64 = 60_000;
+
 /// Most shards (executors) one server runs.
 pub const SHARDS_MAX: usize = 256;
 

@@ -167,6 +167,10 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     Err(e) => return fail(e),
                 };
                 drop(records);
+                shard.set_live(
+                    Rc::new(|d| Box::pin(glommio::timer::sleep(d))),
+                    Duration::from_millis(cfg.long_poll_timeout_ms),
+                );
                 let l = log.clone();
                 glommio::spawn_local(async move { l.run_writer().await }).detach();
                 let l = log.clone();

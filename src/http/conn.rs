@@ -9,7 +9,12 @@ use crate::limits::{
     CONN_IDLE_TIMEOUT_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS, CONN_WRITE_TIMEOUT_MS,
     REQUEST_BODY_BYTES_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
 };
-use crate::shard::router::Dispatch;
+use super::sse;
+use crate::limits::SSE_CONNECTION_MS_MAX;
+use crate::protocol::headers::sse_is_text;
+use crate::protocol::offset::ReadFrom;
+use crate::protocol::{Live, Outcome, ReadReq, StreamKey, StreamOp, Surface};
+use crate::shard::router::{Dispatch, ShardRequest};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use std::rc::Rc;
@@ -116,6 +121,12 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
         buf.drain(..consumed);
         // 3. Run it and answer.
         let keep_alive = head.keep_alive;
+        if head.method == Method::Get && head.query_param("live") == Some("sse") {
+            if let Ok(Route::Shard(ShardRequest::Stream { key, surface, op: StreamOp::Read(req) })) = route(&head, Vec::new()) {
+                serve_sse(&mut stream, &*cx, key, surface, req).await;
+                return;
+            }
+        }
         let resp = handle(&*cx, &head, body).await;
         out.clear();
         respond::encode(&resp, head.method == Method::Head, keep_alive, &mut out);
@@ -195,4 +206,63 @@ async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u
 fn location(head: &RequestHead) -> String {
     let host = head.header("host").unwrap_or("localhost");
     format!("http://{host}{}", head.raw_path)
+}
+
+/// An SSE connection (F63–F73): catch-up reads, then long-polls on the
+/// owning shard (over the mesh when it is another core), each answer sent as
+/// a data event followed by a control event. Ends after the stream closes,
+/// on a write error, or after SSE_CONNECTION_MS_MAX so that clients
+/// reconnect (and CDNs can collapse requests).
+async fn serve_sse<C: ConnContext + ?Sized>(stream: &mut TcpStream, cx: &C, key: StreamKey, surface: Surface, req: ReadReq) {
+    let started = std::time::Instant::now();
+    let client_cursor = req.cursor.clone();
+    let read = |from: ReadFrom, live: Live| ShardRequest::Stream {
+        key: key.clone(),
+        surface,
+        op: StreamOp::Read(ReadReq { from, live, cursor: client_cursor.clone(), if_none_match: None }),
+    };
+    let mut r = match cx.dispatch(read(req.from, Live::No)).await {
+        Ok(Outcome::Read(r)) => r,
+        Ok(_) => return,
+        Err(e) => {
+            let mut out = Vec::new();
+            respond::encode(&respond::error(surface, &e), false, false, &mut out);
+            let _ = write_all(stream, &out).await;
+            return;
+        }
+    };
+    let json = crate::protocol::headers::is_json(&r.info.content_type);
+    let base64 = !sse_is_text(&r.info.content_type);
+    let mut out = Vec::with_capacity(4096);
+    respond::sse_head(base64, &mut out);
+    loop {
+        let has_data = !(r.body.is_empty() || (json && r.body == b"[]"));
+        if has_data {
+            sse::data_event(&mut out, &r.body, base64);
+        }
+        let cursor = crate::protocol::cursor::next_cursor(wall_ms(), client_cursor.as_deref(), jitter_secs());
+        sse::control_event(&mut out, r.next_offset, Some(cursor), r.up_to_date, r.closed_at_end);
+        if write_all(stream, &out).await.is_err() || r.closed_at_end {
+            return;
+        }
+        out.clear();
+        if started.elapsed() >= std::time::Duration::from_millis(SSE_CONNECTION_MS_MAX) {
+            return;
+        }
+        let live = if r.up_to_date { Live::LongPoll } else { Live::No };
+        r = match cx.dispatch(read(ReadFrom::At(r.next_offset), live)).await {
+            Ok(Outcome::Read(next)) => next,
+            _ => return,
+        };
+    }
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// 1..=3600, spread enough for cursor jitter (F88); not cryptographic.
+fn jitter_secs() -> u64 {
+    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos() as u64);
+    1 + (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % 3600
 }

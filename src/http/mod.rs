@@ -7,3 +7,4 @@ pub mod conn;
 pub mod parse;
 pub mod respond;
 pub mod route;
+pub mod sse;

@@ -55,8 +55,7 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Serialises a response. `head_only`: HEAD request, no body bytes.
-pub fn encode(r: &Response, head_only: bool, keep_alive: bool, out: &mut Vec<u8>) {
+fn encode_head(r: &Response, out: &mut Vec<u8>) {
     let _ = write!(out_str(out), "HTTP/1.1 {} {}\r\n", r.status, reason(r.status));
     for (k, v) in &r.headers {
         out.extend_from_slice(k.as_bytes());
@@ -64,9 +63,26 @@ pub fn encode(r: &Response, head_only: bool, keep_alive: bool, out: &mut Vec<u8>
         out.extend_from_slice(v.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    // On every response, errors included (F107-F109).
     out.extend_from_slice(b"X-Content-Type-Options: nosniff\r\nCross-Origin-Resource-Policy: cross-origin\r\nAccess-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: ");
     out.extend_from_slice(EXPOSE.as_bytes());
     out.extend_from_slice(b"\r\n");
+}
+
+/// The head of an SSE response: no Content-Length, the body ends when the
+/// connection closes (F64).
+pub fn sse_head(base64: bool, out: &mut Vec<u8>) {
+    let mut r = Response::new(200).header("Content-Type", "text/event-stream").header("Cache-Control", "no-cache");
+    if base64 {
+        r = r.header("Stream-SSE-Data-Encoding", "base64");
+    }
+    encode_head(&r.header("Connection", "close"), out);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Serialises a response. `head_only`: HEAD request, no body bytes.
+pub fn encode(r: &Response, head_only: bool, keep_alive: bool, out: &mut Vec<u8>) {
+    encode_head(r, out);
     if r.status != 204 && r.status != 304 && r.status >= 200 {
         let _ = write!(out_str(out), "Content-Length: {}\r\n", r.body.len());
     }
@@ -128,6 +144,20 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
                 let mut r = Response::new(304);
                 if let Some(e) = rd.etag {
                     r = r.header("ETag", e);
+                }
+                return r;
+            }
+            if rd.timed_out {
+                // Long-poll without data: timeout, or closed at the tail (F58/F59).
+                let mut r = Response::new(204)
+                    .header("Stream-Next-Offset", rd.next_offset.to_string())
+                    .header("Stream-Up-To-Date", "true")
+                    .header("Cache-Control", "no-store");
+                if let Some(c) = rd.cursor {
+                    r = r.header("Stream-Cursor", c.to_string());
+                }
+                if rd.closed_at_end {
+                    r = r.header("Stream-Closed", "true");
                 }
                 return r;
             }

@@ -66,6 +66,8 @@ pub enum AppendVerdict {
     Write { producer: Option<ProducerHeaders> },
     /// Idempotent retry: answer with this, write nothing.
     Duplicate { epoch: u64, highest_seq: u64 },
+    /// Close-only request on a stream that is already closed (F37): 204, nothing written.
+    AlreadyClosed,
 }
 
 /// F19–F33 and F27's conflict precedence: closed, then content type, then
@@ -92,6 +94,11 @@ pub fn check_append(cx: &AppendContext<'_>, req: &AppendReq) -> Result<AppendVer
         }
         if let Some(Ok(ProducerVerdict::Duplicate { epoch, highest_seq })) = producer_verdict {
             return Ok(AppendVerdict::Duplicate { epoch, highest_seq });
+        }
+        // Closing twice is idempotent, but only for a plain close-only
+        // request: with producer headers the tuple must be the closing one.
+        if req.close && req.body.is_empty() && req.producer.is_none() {
+            return Ok(AppendVerdict::AlreadyClosed);
         }
         return Err(Error::StreamClosed { next_offset: cx.next_offset });
     }
@@ -145,7 +152,10 @@ pub fn same_config(existing: &CreateConfig, asked: &CreateConfig) -> bool {
 pub fn expired(lifetime: &Lifetime, last_access_ms: i64, now_ms: i64) -> bool {
     match lifetime {
         Lifetime::Forever => false,
-        Lifetime::Ttl { secs } => now_ms >= last_access_ms.saturating_add((*secs as i64).saturating_mul(1000)),
+        Lifetime::Ttl { secs } => {
+            let window_ms = i64::try_from(*secs).unwrap_or(i64::MAX).saturating_mul(1000);
+            now_ms >= last_access_ms.saturating_add(window_ms)
+        }
         Lifetime::ExpiresAt { at_ms, .. } => now_ms >= *at_ms,
     }
 }
@@ -260,6 +270,11 @@ mod tests {
         assert_eq!(check_append(&c, &r), Ok(AppendVerdict::Duplicate { epoch: 1, highest_seq: 3 }));
         r.producer = Some(ProducerHeaders { id: "p".into(), epoch: 1, seq: 4 });
         assert!(matches!(check_append(&c, &r), Err(Error::StreamClosed { .. })));
+        // Without producer headers a second close is idempotent; an append is not.
+        r.producer = None;
+        assert_eq!(check_append(&c, &r), Ok(AppendVerdict::AlreadyClosed));
+        r.body = b"x".to_vec();
+        assert!(matches!(check_append(&c, &r), Err(Error::StreamClosed { .. })));
     }
 
     #[test]
@@ -271,5 +286,7 @@ mod tests {
         assert!(!expired(&at, 0, 4999));
         assert!(expired(&at, 4999, 5000));
         assert!(!expired(&Lifetime::Forever, 0, i64::MAX));
+        // A TTL too large for i64 milliseconds never wraps into the past.
+        assert!(!expired(&Lifetime::Ttl { secs: u64::MAX }, 1000, 2000));
     }
 }

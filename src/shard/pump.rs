@@ -20,9 +20,13 @@ use crate::protocol::{
 };
 use crate::storage::io::SegmentStore;
 use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
+use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 /// One slice of a stream's data: a record's data part.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +60,9 @@ struct Stream {
     stream_seq: Option<String>,
     /// Lsn of the latest record about this stream.
     last_lsn: u64,
+    /// Live readers waiting at the tail; woken when an append or close is
+    /// durable (dropping them on delete wakes them too).
+    waiters: Vec<oneshot::Sender<()>>,
 }
 
 /// What a reader may see of a stream: its durable prefix.
@@ -126,7 +133,15 @@ pub struct Shard<S: SegmentStore> {
     peers: RefCell<Option<Rc<dyn Peers>>>,
     pub stats: RefCell<ShardStats>,
     now_ms: Box<dyn Fn() -> i64>,
+    /// Timer for live reads, injected by the executor (keeps this file free
+    /// of glommio). None: live reads answer at once as if timed out.
+    sleep: RefCell<Option<Sleep>>,
+    long_poll_timeout: Cell<Duration>,
+    rng: Cell<u64>,
 }
+
+/// An executor's timer: resolves after the duration.
+pub type Sleep = Rc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()>>>>;
 
 fn storage_err(e: storage::Error) -> Error {
     match e {
@@ -156,6 +171,9 @@ impl<S: SegmentStore> Shard<S> {
             peers: RefCell::new(None),
             stats: RefCell::default(),
             now_ms: Box::new(wall_clock_ms),
+            sleep: RefCell::new(None),
+            long_poll_timeout: Cell::new(Duration::from_millis(crate::limits::LONG_POLL_TIMEOUT_MS_DEFAULT)),
+            rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (wall_clock_ms() as u64) ^ ((id as u64) << 32)),
         };
         let boot_ms = (shard.now_ms)();
         let mut body = Vec::new();
@@ -197,6 +215,7 @@ impl<S: SegmentStore> Shard<S> {
                         producers: HashMap::new(),
                         stream_seq: None,
                         last_lsn: 0,
+                        waiters: Vec::new(),
                     };
                     if !c.data.is_empty() {
                         s.chunks.push(Chunk { start: 0, len: c.data.len() as u32, loc: r.loc, data_off, lsn: 0 });
@@ -261,6 +280,34 @@ impl<S: SegmentStore> Shard<S> {
 
     pub fn set_peers(&self, peers: Rc<dyn Peers>) {
         *self.peers.borrow_mut() = Some(peers);
+    }
+
+    /// Gives the shard a timer and the long-poll timeout for live reads.
+    pub fn set_live(&self, sleep: Sleep, long_poll_timeout: Duration) {
+        *self.sleep.borrow_mut() = Some(sleep);
+        self.long_poll_timeout.set(long_poll_timeout);
+    }
+
+    fn jitter_secs(&self) -> u64 {
+        // xorshift64: cursor jitter needs spread, not cryptographic quality.
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        1 + x % 3600
+    }
+
+    fn cursor(&self, client: Option<&str>) -> u64 {
+        crate::protocol::cursor::next_cursor((self.now_ms)(), client, self.jitter_secs())
+    }
+
+    fn wake_readers(&self, key: &StreamKey) {
+        if let Some(s) = self.streams.borrow_mut().get_mut(key) {
+            for w in s.waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
     }
 
     pub fn log(&self) -> &Rc<Log<S>> {
@@ -348,7 +395,8 @@ impl<S: SegmentStore> Shard<S> {
         match op {
             StreamOp::Create(c) => self.create(key, c).await,
             StreamOp::Append(a) => self.append(key, a).await,
-            StreamOp::Read(r) => self.read(&key, r),
+            StreamOp::Read(r) if r.live == Live::No => self.read(&key, r),
+            StreamOp::Read(r) => self.read_live(&key, r).await,
             StreamOp::Head => {
                 let streams = self.streams.borrow();
                 let s = streams.get(&key).ok_or(Error::NotFound)?;
@@ -454,6 +502,7 @@ impl<S: SegmentStore> Shard<S> {
             producers: HashMap::new(),
             stream_seq: None,
             last_lsn: lsn,
+            waiters: Vec::new(),
         };
         if data_len > 0 {
             s.chunks.push(Chunk { start: 0, len: data_len as u32, loc, data_off: (body.len() - data_len) as u32, lsn });
@@ -488,12 +537,17 @@ impl<S: SegmentStore> Shard<S> {
             s.last_access_ms = now;
             (verdict?, s.json, s.uid, s.incarnation, s.tail)
         };
-        if let AppendVerdict::Duplicate { epoch, highest_seq } = verdict {
+        let producer_ack = match verdict {
+            AppendVerdict::Duplicate { epoch, highest_seq } => Some(Some(ProducerAck { epoch, seq: highest_seq })),
+            AppendVerdict::AlreadyClosed => Some(None),
+            AppendVerdict::Write { .. } => None,
+        };
+        if let Some(producer) = producer_ack {
             let streams = self.streams.borrow();
             let s = streams.get(&key).ok_or(Error::NotFound)?;
             return Ok(Outcome::Appended {
                 info: s.info(&s.visible(self.log.durable_lsn())),
-                producer: Some(ProducerAck { epoch, seq: highest_seq }),
+                producer,
                 duplicate: true,
                 close_only: req.body.is_empty(),
             });
@@ -543,6 +597,7 @@ impl<S: SegmentStore> Shard<S> {
         };
         self.stats.borrow_mut().appends += 1;
         self.log.durable(lsn).await.map_err(storage_err)?;
+        self.wake_readers(&key);
         Ok(Outcome::Appended {
             info,
             producer: producer.map(|p| ProducerAck { epoch: p.epoch, seq: p.seq }),
@@ -551,10 +606,62 @@ impl<S: SegmentStore> Shard<S> {
         })
     }
 
-    fn read(&self, key: &StreamKey, req: ReadReq) -> Reply {
-        if req.live != Live::No {
-            return Err(Error::BadRequest("live reads (long-poll, SSE) are not supported yet".into()));
+    /// Long-poll (F56–F62): answer at once when there is data after the
+    /// offset or the stream is closed there; otherwise wait for an append or
+    /// close to become durable, or for the timeout (204). SSE connections
+    /// reach here too, one wait at a time, from whichever core holds them.
+    async fn read_live(&self, key: &StreamKey, mut req: ReadReq) -> Reply {
+        let deadline = Instant::now() + self.long_poll_timeout.get();
+        if req.from == ReadFrom::Now {
+            // `now` means the tail when the request arrived; later rounds
+            // must not move it, or data appended meanwhile would be skipped.
+            let streams = self.streams.borrow();
+            let s = streams.get(key).ok_or(Error::NotFound)?;
+            req.from = ReadFrom::At(Offset::new(0, s.visible(self.log.durable_lsn()).tail));
         }
+        req.live = Live::No;
+        let json = self.streams.borrow().get(key).is_some_and(|s| s.json);
+        let has_data_in = |r: &ReadOutcome| !(r.body.is_empty() || (json && r.body == b"[]"));
+        loop {
+            let Outcome::Read(mut r) = self.read(key, req.clone())? else { unreachable!() };
+            let has_data = has_data_in(&r);
+            if has_data || r.closed_at_end {
+                r.timed_out = !has_data;
+                r.cursor = (!r.closed_at_end).then(|| self.cursor(req.cursor.as_deref()));
+                return Ok(Outcome::Read(r));
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let sleep = self.sleep.borrow().clone();
+            let (Some(sleep), false) = (sleep, remaining.is_zero()) else {
+                r.timed_out = true;
+                r.cursor = Some(self.cursor(req.cursor.as_deref()));
+                return Ok(Outcome::Read(r));
+            };
+            let (tx, rx) = oneshot::channel();
+            self.streams.borrow_mut().get_mut(key).ok_or(Error::NotFound)?.waiters.push(tx);
+            // Woken (or the stream was deleted, which drops the sender):
+            // loop and read again. Timed out: answer with what is there.
+            let woke = futures_lite::future::or(
+                async {
+                    let _ = rx.await;
+                    true
+                },
+                async {
+                    sleep(remaining).await;
+                    false
+                },
+            )
+            .await;
+            if !woke {
+                let Outcome::Read(mut r) = self.read(key, req.clone())? else { unreachable!() };
+                r.timed_out = !has_data_in(&r);
+                r.cursor = (!r.closed_at_end).then(|| self.cursor(req.cursor.as_deref()));
+                return Ok(Outcome::Read(r));
+            }
+        }
+    }
+
+    fn read(&self, key: &StreamKey, req: ReadReq) -> Reply {
         let mut streams = self.streams.borrow_mut();
         let s = streams.get_mut(key).ok_or(Error::NotFound)?;
         s.last_access_ms = (self.now_ms)();
