@@ -195,11 +195,23 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         }
                     }
                 }
+                // Forks tell their sources' owners they exist (references are
+                // not logged: they are rebuilt from the forks' own records).
+                for (source, source_uid) in shard.fork_sources() {
+                    let req = ShardRequest::ForkRef { source, source_uid, add: true };
+                    let owner = req.owner(cfg.shards).unwrap_or(id);
+                    let r = if owner == id { shard.handle(req).await } else { mesh.call(owner, req).await };
+                    if let Err(e) = r {
+                        return fail(format!("shard {id}: counting fork references: {e}"));
+                    }
+                }
                 let _ = replicated_tx.send(());
                 // Wait for every shard's buckets, while still serving the mesh.
                 while go_rx.try_recv().is_err() {
                     glommio::timer::sleep(Duration::from_millis(1)).await;
                 }
+                let s = shard.clone();
+                glommio::spawn_local(async move { s.collect_unreferenced().await }).detach();
                 let listener = match TcpListener::bind(addr) {
                     Ok(l) => l,
                     Err(e) => return fail(format!("shard {id}: listening on {addr}: {e}")),

@@ -210,7 +210,7 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             r.body = format!("{{\"bucket_id\":\"{bucket}\",\"streams\":{streams}}}").into_bytes();
             r
         }
-        Outcome::Ack | Outcome::Count(_) | Outcome::Stats(_) => Response::new(500).text("internal message reached the HTTP edge"),
+        Outcome::Ack | Outcome::Count(_) | Outcome::Stats(_) | Outcome::ForkData { .. } => Response::new(500).text("internal message reached the HTTP edge"),
     }
 }
 

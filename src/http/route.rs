@@ -4,7 +4,9 @@
 use super::parse::{Method, RequestHead};
 use crate::protocol::headers::{parse_lifetime, parse_producer, stream_closed_requested};
 use crate::protocol::names::{split_v1_path, validate_bucket_id, validate_ds_stream_id};
-use crate::protocol::offset::{parse_read_from, ReadFrom};
+use crate::protocol::headers::parse_sub_offset;
+use crate::protocol::offset::{parse_offset, parse_read_from, ReadFrom};
+use crate::protocol::ForkReq;
 use crate::protocol::{AppendReq, BucketOp, CreateReq, Error, Live, ReadReq, StreamKey, StreamOp, Surface};
 use crate::shard::router::ShardRequest;
 
@@ -92,10 +94,9 @@ fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surf
     let h = |name: &str| head.header(name).map(str::to_string);
     let op = match head.method {
         Method::Put => {
-            if head.header("stream-forked-from").is_some() || head.header("stream-fork-sub-offset").is_some() {
-                return Err(RouteError::NotImplemented("forks are not implemented yet"));
-            }
+            let fork = fork_headers(head)?;
             StreamOp::Create(CreateReq {
+                fork,
                 content_type: h("content-type"),
                 lifetime: parse_lifetime(head.header("stream-ttl"), head.header("stream-expires-at"))?,
                 closed: stream_closed_requested(head.header("stream-closed")),
@@ -138,4 +139,40 @@ fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surf
         _ => return Err(RouteError::MethodNotAllowed("GET, HEAD, PUT, POST, DELETE, OPTIONS")),
     };
     Ok(Route::Shard(ShardRequest::Stream { key, surface, op }))
+}
+
+/// F97–F101: `Stream-Forked-From` names the source by its path on this
+/// server (`/v1/stream/{path}` or `/ds/{bucket}/{stream}`).
+fn fork_headers(head: &RequestHead) -> Result<Option<ForkReq>, RouteError> {
+    let from = head.header("stream-forked-from");
+    let offset = head.header("stream-fork-offset");
+    let sub = head.header("stream-fork-sub-offset").map(parse_sub_offset).transpose()?;
+    let Some(from) = from else {
+        if sub.is_some() {
+            return Err(bad("Stream-Fork-Sub-Offset needs Stream-Forked-From"));
+        }
+        if offset.is_some() {
+            return Err(bad("Stream-Fork-Offset needs Stream-Forked-From"));
+        }
+        return Ok(None);
+    };
+    let sub_offset = sub.unwrap_or(0);
+    if sub_offset > 0 && offset.is_none() {
+        return Err(bad("Stream-Fork-Sub-Offset > 0 needs Stream-Fork-Offset"));
+    }
+    let path = super::parse::percent_decode(from.split('?').next().unwrap_or(from), false)
+        .map_err(|_| bad("Stream-Forked-From is not a valid path"))?;
+    let source = if let Some(rest) = path.strip_prefix("/v1/stream/") {
+        let (bucket, stream) = split_v1_path(rest)?;
+        StreamKey { bucket, stream }
+    } else if let Some(rest) = path.strip_prefix("/ds/") {
+        let (bucket, stream) = rest.split_once('/').ok_or_else(|| bad("Stream-Forked-From must name a stream"))?;
+        validate_bucket_id(bucket)?;
+        validate_ds_stream_id(stream)?;
+        StreamKey { bucket: bucket.into(), stream: stream.into() }
+    } else {
+        return Err(bad("Stream-Forked-From must be a /v1/stream/... or /ds/... path on this server"));
+    };
+    let offset = offset.map(parse_offset).transpose()?;
+    Ok(Some(ForkReq { source, offset, sub_offset }))
 }

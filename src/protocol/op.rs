@@ -20,6 +20,16 @@ pub struct StreamKey {
     pub stream: String,
 }
 
+/// `Stream-Forked-From` and friends on a PUT (F97–F101).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkReq {
+    pub source: StreamKey,
+    /// `Stream-Fork-Offset`; None = the source's tail.
+    pub offset: Option<Offset>,
+    /// `Stream-Fork-Sub-Offset` (bytes, or messages for JSON); 0 = none.
+    pub sub_offset: u64,
+}
+
 #[derive(Debug, Clone)]
 pub struct CreateReq {
     /// The Content-Type header as sent, if any.
@@ -28,6 +38,7 @@ pub struct CreateReq {
     pub closed: bool,
     pub body: Vec<u8>,
     pub if_match: Option<String>,
+    pub fork: Option<ForkReq>,
 }
 
 #[derive(Debug, Clone)]
@@ -126,4 +137,6 @@ pub enum Outcome {
     Count(u64),
     /// Internal: a shard's counters as metrics text.
     Stats(String),
+    /// Internal: what a new fork inherits from its source.
+    ForkData { data: Vec<u8>, content_type: String, lifetime: super::headers::Lifetime, source_uid: u64 },
 }

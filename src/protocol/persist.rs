@@ -21,8 +21,21 @@ pub struct CreateRecord {
     pub lifetime: Lifetime,
     pub closed: bool,
     pub created_at_ms: i64,
-    /// Initial data (stored form), possibly empty.
+    /// Set when the stream is a fork: its source and fork point as asked.
+    pub fork: Option<ForkRecord>,
+    /// Initial data (stored form), possibly empty. For a fork: the data it
+    /// inherited, copied at creation.
     pub data: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkRecord {
+    pub bucket: String,
+    pub stream: String,
+    pub source_uid: u64,
+    /// `Stream-Fork-Offset` as (seq, pos), if given.
+    pub offset: Option<(u64, u64)>,
+    pub sub_offset: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +115,24 @@ impl CreateRecord {
         }
         w.u8(self.closed as u8);
         w.u64(self.created_at_ms as u64);
+        match &self.fork {
+            None => w.u8(0),
+            Some(f) => {
+                w.u8(1);
+                w.str(&f.bucket);
+                w.str(&f.stream);
+                w.u64(f.source_uid);
+                match f.offset {
+                    None => w.u8(0),
+                    Some((seq, pos)) => {
+                        w.u8(1);
+                        w.u64(seq);
+                        w.u64(pos);
+                    }
+                }
+                w.u64(f.sub_offset);
+            }
+        }
         w.bytes(&self.data);
         out
     }
@@ -119,11 +150,26 @@ impl CreateRecord {
         };
         let closed = r.u8()? != 0;
         let created_at_ms = r.u64()? as i64;
+        let fork = match r.u8()? {
+            0 => None,
+            1 => {
+                let bucket = r.string()?;
+                let stream = r.string()?;
+                let source_uid = r.u64()?;
+                let offset = match r.u8()? {
+                    0 => None,
+                    1 => Some((r.u64()?, r.u64()?)),
+                    _ => return Err(Malformed),
+                };
+                Some(ForkRecord { bucket, stream, source_uid, offset, sub_offset: r.u64()? })
+            }
+            _ => return Err(Malformed),
+        };
         let data = r.bytes()?.to_vec();
         if !r.0.is_empty() {
             return Err(Malformed);
         }
-        Ok(CreateRecord { bucket, stream, content_type, lifetime, closed, created_at_ms, data })
+        Ok(CreateRecord { bucket, stream, content_type, lifetime, closed, created_at_ms, fork, data })
     }
 }
 
@@ -175,6 +221,20 @@ impl AppendRecord {
     }
 }
 
+/// Body of a delete record: a soft delete keeps the stream's data for its
+/// forks (F43); a hard delete forgets it.
+pub fn encode_delete(soft: bool) -> Vec<u8> {
+    vec![soft as u8]
+}
+
+pub fn decode_delete(b: &[u8]) -> Result<bool, Malformed> {
+    match b {
+        [] | [0] => Ok(false),
+        [1] => Ok(true),
+        _ => Err(Malformed),
+    }
+}
+
 /// Bucket records carry just the bucket name.
 pub fn encode_bucket(name: &str) -> Vec<u8> {
     let mut out = Vec::new();
@@ -209,6 +269,13 @@ mod tests {
                 lifetime,
                 closed: true,
                 created_at_ms: 42,
+                fork: Some(ForkRecord {
+                    bucket: "b".into(),
+                    stream: "src".into(),
+                    source_uid: 9,
+                    offset: Some((0, 5)),
+                    sub_offset: 2,
+                }),
                 data: b"hello".to_vec(),
             };
             assert_eq!(CreateRecord::decode(&r.encode()).unwrap(), r);
@@ -245,6 +312,7 @@ mod tests {
             lifetime: Lifetime::Forever,
             closed: false,
             created_at_ms: 1,
+            fork: None,
             data: vec![],
         };
         let enc = r.encode();

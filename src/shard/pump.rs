@@ -12,7 +12,7 @@ pub use super::router::{Reply, ShardRequest};
 use crate::limits::READ_CHUNK_BYTES_MAX;
 use crate::protocol::headers::{is_json, stream_content_type, Lifetime};
 use crate::protocol::offset::ReadFrom;
-use crate::protocol::persist::{self, AppendRecord, CreateRecord};
+use crate::protocol::persist::{self, AppendRecord, CreateRecord, ForkRecord};
 use crate::protocol::rules::{self, AppendContext, AppendVerdict, CreateConfig, ProducerState};
 use crate::protocol::{
     json, AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ProducerAck, ReadOutcome, ReadReq,
@@ -63,6 +63,13 @@ struct Stream {
     /// Live readers waiting at the tail; woken when an append or close is
     /// durable (dropping them on delete wakes them too).
     waiters: Vec<oneshot::Sender<()>>,
+    /// Set when this stream is a fork (its source, as asked at creation).
+    fork: Option<ForkRecord>,
+    /// Forks (on any shard) created from this stream and not yet gone.
+    fork_refs: u32,
+    /// Deleted while forks still referenced it (F43): 410 to clients, data
+    /// kept until the last fork is gone.
+    soft_deleted: bool,
 }
 
 /// What a reader may see of a stream: its durable prefix.
@@ -216,6 +223,9 @@ impl<S: SegmentStore> Shard<S> {
                         stream_seq: None,
                         last_lsn: 0,
                         waiters: Vec::new(),
+                        fork: c.fork,
+                        fork_refs: 0,
+                        soft_deleted: false,
                     };
                     if !c.data.is_empty() {
                         s.chunks.push(Chunk { start: 0, len: c.data.len() as u32, loc: r.loc, data_off, lsn: 0 });
@@ -257,7 +267,15 @@ impl<S: SegmentStore> Shard<S> {
                     s.last_write_ms = a.written_at_ms;
                 }
                 persist::KIND_DELETE => {
-                    let Some(key) = shard.by_uid.borrow_mut().remove(&h.stream_id) else { continue };
+                    let soft = persist::decode_delete(&body).map_err(|_| bad("delete"))?;
+                    let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else { continue };
+                    if soft {
+                        if let Some(s) = shard.streams.borrow_mut().get_mut(&key) {
+                            s.soft_deleted = true;
+                        }
+                        continue;
+                    }
+                    shard.by_uid.borrow_mut().remove(&h.stream_id);
                     if let Some(old) = shard.streams.borrow_mut().remove(&key) {
                         shard.tombstones.borrow_mut().insert(key, old.incarnation);
                     }
@@ -347,6 +365,13 @@ impl<S: SegmentStore> Shard<S> {
             }
             ShardRequest::CountBucket { bucket } => Ok(Outcome::Count(self.count_in_bucket(&bucket))),
             ShardRequest::Stats => Ok(Outcome::Stats(self.metrics_text())),
+            ShardRequest::ForkSnapshot { source, offset, sub_offset, content_type } => {
+                self.fork_snapshot(source, offset, sub_offset, content_type).await
+            }
+            ShardRequest::ForkRef { source, source_uid, add } => {
+                self.fork_ref(&source, source_uid, add).await;
+                Ok(Outcome::Ack)
+            }
         }
     }
 
@@ -380,7 +405,9 @@ impl<S: SegmentStore> Shard<S> {
         self.streams
             .borrow()
             .iter()
-            .filter(|(k, s)| k.bucket == bucket && !rules::expired(&s.lifetime, s.last_access_ms, now))
+            .filter(|(k, s)| {
+                k.bucket == bucket && !s.soft_deleted && !rules::expired(&s.lifetime, s.last_access_ms, now)
+            })
             .count() as u64
     }
 
@@ -392,6 +419,12 @@ impl<S: SegmentStore> Shard<S> {
             self.log.durable(lsn).await.map_err(storage_err)?;
         }
         self.expire_if_due(&key);
+        if self.streams.borrow().get(&key).is_some_and(|s| s.soft_deleted) {
+            return Err(match op {
+                StreamOp::Create(_) => Error::Conflict("a deleted stream with live forks still holds this path".into()),
+                _ => Error::Gone("the stream was deleted; its forks still read its data"),
+            });
+        }
         match op {
             StreamOp::Create(c) => self.create(key, c).await,
             StreamOp::Append(a) => self.append(key, a).await,
@@ -414,7 +447,8 @@ impl<S: SegmentStore> Shard<S> {
             // Lazy expiry: the stream is gone for clients from now on. The
             // delete record makes that survive a restart; if the log cannot
             // take it now, the next access after restart expires it again.
-            let _ = self.remove_stream(key);
+            // With forks it is only soft-deleted (F95).
+            let _ = self.delete_now(key);
         }
     }
 
@@ -433,10 +467,181 @@ impl<S: SegmentStore> Shard<S> {
         Ok(lsn)
     }
 
+    /// Soft-deletes a stream that forks reference, else removes it. Returns
+    /// the record's lsn and, for a removed fork, its source to release.
+    fn delete_now(&self, key: &StreamKey) -> Result<(u64, Option<ForkRecord>), Error> {
+        let (uid, inc, tail, refs) = {
+            let streams = self.streams.borrow();
+            let s = streams.get(key).ok_or(Error::NotFound)?;
+            (s.uid, s.incarnation, s.tail, s.fork_refs)
+        };
+        if refs == 0 {
+            let fork = self.streams.borrow().get(key).and_then(|s| s.fork.clone());
+            return Ok((self.remove_stream(key)?, fork));
+        }
+        let h = RecordHeader { kind: persist::KIND_DELETE, stream_id: uid, incarnation: inc, stream_offset: tail, body_len: 0 };
+        let (_, lsn) = self.log.append(h, &persist::encode_delete(true)).map_err(storage_err)?;
+        let mut streams = self.streams.borrow_mut();
+        let s = streams.get_mut(key).expect("checked above");
+        s.soft_deleted = true;
+        s.last_lsn = lsn;
+        // Readers waiting on it get their 410 now.
+        s.waiters.clear();
+        Ok((lsn, None))
+    }
+
     async fn delete(&self, key: StreamKey) -> Reply {
-        let lsn = self.remove_stream(&key)?;
+        let (lsn, released) = self.delete_now(&key)?;
         self.log.durable(lsn).await.map_err(storage_err)?;
+        if let Some(f) = released {
+            self.release_source(f).await;
+        }
         Ok(Outcome::Deleted)
+    }
+
+    /// A fork is gone: tell its source's owner (which may cascade).
+    async fn release_source(&self, f: ForkRecord) {
+        let req = ShardRequest::ForkRef {
+            source: StreamKey { bucket: f.bucket, stream: f.stream },
+            source_uid: f.source_uid,
+            add: false,
+        };
+        let _ = self.call(req).await;
+    }
+
+    /// Runs a request on its owner: here, or over the mesh.
+    fn call(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
+        let owner = req.owner(self.shards).unwrap_or(self.id);
+        Box::pin(async move {
+            if owner == self.id {
+                self.handle(req).await
+            } else {
+                match self.peers.borrow().clone() {
+                    Some(p) => p.call(owner, req).await,
+                    None => Err(Error::Unavailable("no mesh".into())),
+                }
+            }
+        })
+    }
+
+    /// Counts a fork reference up or down. Dropping the last reference of a
+    /// soft-deleted stream removes it for good, and releases its own source.
+    async fn fork_ref(&self, source: &StreamKey, uid: u64, add: bool) {
+        let release = {
+            let mut streams = self.streams.borrow_mut();
+            let Some(s) = streams.get_mut(source).filter(|s| s.uid == uid) else { return };
+            if add {
+                s.fork_refs += 1;
+                return;
+            }
+            s.fork_refs = s.fork_refs.saturating_sub(1);
+            s.fork_refs == 0 && s.soft_deleted
+        };
+        if release {
+            self.collect(source).await;
+        }
+    }
+
+    /// Removes a soft-deleted stream nobody references any more (cascading
+    /// up its fork chain).
+    async fn collect(&self, key: &StreamKey) {
+        let fork = self.streams.borrow().get(key).and_then(|s| s.fork.clone());
+        if let Ok(lsn) = self.remove_stream(key) {
+            let _ = self.log.durable(lsn).await;
+            if let Some(f) = fork {
+                self.release_source(f).await;
+            }
+        }
+    }
+
+    /// At boot, after every shard told its sources about its forks: collect
+    /// soft-deleted streams that no fork references any more.
+    pub async fn collect_unreferenced(&self) {
+        let due: Vec<StreamKey> = self
+            .streams
+            .borrow()
+            .iter()
+            .filter(|(_, s)| s.soft_deleted && s.fork_refs == 0)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in due {
+            self.collect(&k).await;
+        }
+    }
+
+    /// At boot: the (source, uid) of every fork this shard holds.
+    pub fn fork_sources(&self) -> Vec<(StreamKey, u64)> {
+        self.streams
+            .borrow()
+            .values()
+            .filter_map(|s| s.fork.as_ref())
+            .map(|f| (StreamKey { bucket: f.bucket.clone(), stream: f.stream.clone() }, f.source_uid))
+            .collect()
+    }
+
+    /// At the source's owner: validate a fork point (F100/F101), count the
+    /// reference, and copy out the data the fork inherits.
+    async fn fork_snapshot(
+        &self,
+        source: StreamKey,
+        offset: Option<Offset>,
+        sub_offset: u64,
+        content_type: Option<String>,
+    ) -> Reply {
+        let pending = self.streams.borrow().get(&source).map(|s| s.last_lsn);
+        if let Some(lsn) = pending {
+            self.log.durable(lsn).await.map_err(storage_err)?;
+        }
+        self.expire_if_due(&source);
+        let mut streams = self.streams.borrow_mut();
+        let s = streams.get_mut(&source).ok_or(Error::NotFound)?;
+        if s.soft_deleted {
+            return Err(Error::Conflict("the fork source was deleted".into()));
+        }
+        if let Some(ct) = &content_type {
+            if !crate::protocol::headers::content_types_match(ct, &s.content_type) {
+                return Err(Error::Conflict(format!("fork Content-Type {ct:?} differs from the source's {:?}", s.content_type)));
+            }
+        }
+        let v = s.visible(self.log.durable_lsn());
+        let anchor = offset.map_or(v.tail, |o| o.pos);
+        if anchor > v.tail {
+            return Err(Error::BadRequest("Stream-Fork-Offset is past the source's tail".into()));
+        }
+        let chunks = &s.chunks[..v.chunks];
+        let mut point = anchor;
+        if sub_offset > 0 {
+            let i = chunks.partition_point(|c| c.start + c.len as u64 <= anchor);
+            let c = chunks.get(i).ok_or_else(|| Error::BadRequest("no data after Stream-Fork-Offset".into()))?;
+            let from = (anchor - c.start) as usize;
+            let extra = if s.json {
+                let mut rest = Vec::new();
+                let off = c.data_off as usize + from;
+                self.log.read_body(c.loc, off..c.data_off as usize + c.len as usize, &mut rest).map_err(storage_err)?;
+                json::prefix_len_of_messages(&rest, sub_offset as usize)
+            } else {
+                let rest = c.len as usize - from;
+                (sub_offset as usize <= rest).then_some(sub_offset as usize)
+            };
+            point += extra.ok_or_else(|| Error::BadRequest("Stream-Fork-Sub-Offset is past the end of the message".into()))? as u64;
+        }
+        if point as usize > crate::limits::REQUEST_BODY_BYTES_MAX as usize {
+            // Forks copy what they inherit into one record.
+            return Err(Error::TooLarge);
+        }
+        let mut data = Vec::with_capacity(point as usize);
+        for c in chunks.iter().take_while(|c| c.start < point) {
+            let take = (point - c.start).min(c.len as u64) as usize;
+            let off = c.data_off as usize;
+            self.log.read_body(c.loc, off..off + take, &mut data).map_err(storage_err)?;
+        }
+        s.fork_refs += 1;
+        Ok(Outcome::ForkData {
+            data,
+            content_type: s.content_type.clone(),
+            lifetime: s.lifetime.clone(),
+            source_uid: s.uid,
+        })
     }
 
     async fn create(&self, key: StreamKey, req: CreateReq) -> Reply {
@@ -445,29 +650,54 @@ impl<S: SegmentStore> Shard<S> {
             lifetime: req.lifetime.clone(),
             closed: req.closed,
         };
-        if let Some(s) = self.streams.borrow().get(&key) {
-            let v = s.visible(self.log.durable_lsn());
-            if let Some(want) = &req.if_match {
-                if !crate::protocol::headers::etag_matches(want, &s.info(&v).etag) {
-                    return Err(Error::PreconditionFailed);
-                }
-            }
-            return if rules::same_config(&s.config(), &asked) {
-                Ok(Outcome::Created { info: s.info(&v), new: false })
-            } else {
-                Err(Error::Conflict("a stream with a different configuration exists at this path".into()))
-            };
+        if let Some(r) = self.existing_create(&key, &req, &asked) {
+            return r;
         }
-        if req.if_match.as_deref().is_some_and(|m| m.trim() != "*") || req.if_match.is_some() {
+        if req.if_match.is_some() {
             // If-Match on a stream that does not exist never matches (RFC 9110 13.1.1).
             return Err(Error::PreconditionFailed);
         }
-        let json = is_json(&asked.content_type);
-        let data = if json && !req.body.is_empty() {
-            json::normalize(&req.body, true)?.0
-        } else {
-            req.body
-        };
+        let (mut content_type, mut lifetime, mut data, mut fork) = (asked.content_type.clone(), asked.lifetime.clone(), Vec::new(), None);
+        if let Some(f) = &req.fork {
+            let snap = ShardRequest::ForkSnapshot {
+                source: f.source.clone(),
+                offset: f.offset,
+                sub_offset: f.sub_offset,
+                content_type: req.content_type.clone(),
+            };
+            let Outcome::ForkData { data: inherited, content_type: src_ct, lifetime: src_life, source_uid } = self.call(snap).await? else {
+                return Err(Error::Unavailable("unexpected answer to a fork snapshot".into()));
+            };
+            let record = ForkRecord {
+                bucket: f.source.bucket.clone(),
+                stream: f.source.stream.clone(),
+                source_uid,
+                offset: f.offset.map(|o| (o.seq, o.pos)),
+                sub_offset: f.sub_offset,
+            };
+            // The source counted a reference; a concurrent create may have
+            // won the path while we waited: give the reference back.
+            if let Some(r) = self.existing_create(&key, &req, &asked) {
+                self.release_source(record).await;
+                return r;
+            }
+            content_type = req.content_type.as_ref().map_or(src_ct, |_| content_type);
+            // F102: without its own TTL/expiry the fork inherits the source's.
+            if lifetime == Lifetime::Forever {
+                lifetime = src_life;
+            }
+            data = inherited;
+            fork = Some(record);
+        }
+        let json = is_json(&content_type);
+        if !req.body.is_empty() {
+            if json {
+                data.extend_from_slice(&json::normalize(&req.body, true)?.0);
+            } else {
+                data.extend_from_slice(&req.body);
+            }
+        }
+        let asked = CreateConfig { content_type, lifetime, closed: req.closed };
         let now = (self.now_ms)();
         let uid = self.next_uid.get();
         let incarnation = self.tombstones.borrow().get(&key).map_or(1, |i| i + 1);
@@ -478,11 +708,20 @@ impl<S: SegmentStore> Shard<S> {
             lifetime: asked.lifetime.clone(),
             closed: asked.closed,
             created_at_ms: now,
+            fork,
             data,
         };
         let body = rec.encode();
         let h = RecordHeader { kind: persist::KIND_CREATE, stream_id: uid, incarnation, stream_offset: 0, body_len: 0 };
-        let (loc, lsn) = self.log.append(h, &body).map_err(storage_err)?;
+        let (loc, lsn) = match self.log.append(h, &body) {
+            Ok(x) => x,
+            Err(e) => {
+                if let Some(f) = rec.fork {
+                    self.release_source(f).await;
+                }
+                return Err(storage_err(e));
+            }
+        };
         self.next_uid.set(uid + 1);
         let data_len = rec.data.len();
         let mut s = Stream {
@@ -503,6 +742,9 @@ impl<S: SegmentStore> Shard<S> {
             stream_seq: None,
             last_lsn: lsn,
             waiters: Vec::new(),
+            fork: rec.fork,
+            fork_refs: 0,
+            soft_deleted: false,
         };
         if data_len > 0 {
             s.chunks.push(Chunk { start: 0, len: data_len as u32, loc, data_off: (body.len() - data_len) as u32, lsn });
@@ -513,6 +755,39 @@ impl<S: SegmentStore> Shard<S> {
         self.streams.borrow_mut().insert(key, s);
         self.log.durable(lsn).await.map_err(storage_err)?;
         Ok(Outcome::Created { info, new: true })
+    }
+
+    /// PUT on a path that holds a stream: 200 for the same configuration
+    /// (F11), 409 for another (F12), 412 for a failed If-Match. For a fork,
+    /// what was not asked (content type, lifetime) is not compared, since
+    /// it was inherited.
+    fn existing_create(&self, key: &StreamKey, req: &CreateReq, asked: &CreateConfig) -> Option<Reply> {
+        let streams = self.streams.borrow();
+        let s = streams.get(key)?;
+        let v = s.visible(self.log.durable_lsn());
+        if let Some(want) = &req.if_match {
+            if !crate::protocol::headers::etag_matches(want, &s.info(&v).etag) {
+                return Some(Err(Error::PreconditionFailed));
+            }
+        }
+        let same = match (&req.fork, &s.fork) {
+            (None, None) => rules::same_config(&s.config(), asked),
+            (Some(f), Some(have)) => {
+                f.source.bucket == have.bucket
+                    && f.source.stream == have.stream
+                    && f.offset.map(|o| (o.seq, o.pos)) == have.offset
+                    && f.sub_offset == have.sub_offset
+                    && s.closed == asked.closed
+                    && (req.content_type.is_none() || rules::same_config(&s.config(), &CreateConfig { lifetime: s.lifetime.clone(), closed: s.closed, ..asked.clone() }))
+                    && (asked.lifetime == Lifetime::Forever || rules::same_config(&s.config(), &CreateConfig { content_type: s.content_type.clone(), closed: s.closed, ..asked.clone() }))
+            }
+            _ => false,
+        };
+        Some(if same {
+            Ok(Outcome::Created { info: s.info(&v), new: false })
+        } else {
+            Err(Error::Conflict("a stream with a different configuration exists at this path".into()))
+        })
     }
 
     async fn append(&self, key: StreamKey, req: AppendReq) -> Reply {

@@ -19,6 +19,11 @@ pub enum ShardRequest {
     CountBucket { bucket: String },
     /// The shard's counters, as metrics text lines.
     Stats,
+    /// To a fork source's owner: validate the fork point, count a reference,
+    /// and return the data the fork inherits.
+    ForkSnapshot { source: StreamKey, offset: Option<crate::protocol::Offset>, sub_offset: u64, content_type: Option<String> },
+    /// To a fork source's owner: one fork fewer (at boot: one more).
+    ForkRef { source: StreamKey, source_uid: u64, add: bool },
 }
 
 pub type Reply = Result<Outcome, Error>;
@@ -29,6 +34,9 @@ impl ShardRequest {
         match self {
             ShardRequest::Stream { key, .. } => Some(shard_for(key, shards)),
             ShardRequest::Bucket { bucket, .. } => Some(shard_for_bucket(bucket, shards)),
+            ShardRequest::ForkSnapshot { source, .. } | ShardRequest::ForkRef { source, .. } => {
+                Some(shard_for(source, shards))
+            }
             _ => None,
         }
     }

@@ -1,0 +1,657 @@
+//! Fault-injection tests of the segment log over the in-memory `SimStore`.
+//!
+//! Each test runs the log's writer and preparer on a single-threaded local
+//! executor next to its own client tasks. `drive` runs the pool until nothing
+//! can make progress and then requires every client task to have finished, so
+//! a lost wake-up or a deadlock fails the test instead of hanging it.
+//!
+//! The central property (test `acknowledged_prefix_survives_every_crash_point`):
+//! whatever write or sync fails, and however much of the last unsynced write
+//! reached the media, a restarted process recovers a prefix of the append
+//! order that contains every acknowledged record, byte for byte, and nothing
+//! else; and the recovered log keeps working.
+
+use futures::executor::{block_on, LocalPool, LocalSpawner};
+use futures::task::LocalSpawnExt;
+use ringstream::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES, SEGMENT_BYTES_MIN};
+use ringstream::storage::io::{SealedBytes, SegmentFile, SegmentStore};
+use ringstream::storage::sim_file::{SimFile, SimStore};
+use ringstream::storage::{Error, Log, LogConfig, RecordHeader, RecordLoc, Recovered, RecoveryReport};
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Small segments so a few hundred records cross several rollovers.
+const SEGMENT_BYTES: u64 = SEGMENT_BYTES_MIN;
+/// Large enough that no test except the backpressure one ever sees `Full`.
+const PENDING_BYTES_MAX: u64 = 4 * 1024 * 1024;
+/// Body lengths are 1..=BODY_BYTES_MAX, so records straddle 4 KiB blocks.
+const BODY_BYTES_MAX: u64 = 3000;
+
+fn config() -> LogConfig {
+    LogConfig { segment_bytes: SEGMENT_BYTES, pending_bytes_max: PENDING_BYTES_MAX }
+}
+
+// ---------------------------------------------------------------------------
+// Executor harness
+
+/// Runs `tasks` next to the log's writer and preparer until nothing can make
+/// progress, and panics unless every task finished: a stall here is a lost
+/// wake-up or a deadlock in the log.
+fn drive<S: SegmentStore + 'static>(log: &Rc<Log<S>>, tasks: Vec<Task>) {
+    let mut pool = LocalPool::new();
+    let spawner = pool.spawner();
+    spawn_background(&spawner, log);
+    let expected = tasks.len();
+    let done = Rc::new(Cell::new(0usize));
+    for task in tasks {
+        let done = done.clone();
+        spawner
+            .spawn_local(async move {
+                task.await;
+                done.set(done.get() + 1);
+            })
+            .expect("spawn");
+    }
+    pool.run_until_stalled();
+    assert_eq!(done.get(), expected, "log stalled: {} of {expected} client tasks never finished", expected - done.get());
+    // Dropping the pool drops the writer and preparer with it.
+}
+
+/// `drive` for one future with a result.
+fn drive_one<S: SegmentStore + 'static, T: 'static>(log: &Rc<Log<S>>, fut: impl Future<Output = T> + 'static) -> T {
+    let out = Rc::new(RefCell::new(None));
+    let o = out.clone();
+    drive(log, vec![Box::pin(async move { *o.borrow_mut() = Some(fut.await) })]);
+    let value = out.borrow_mut().take();
+    value.expect("drive checked that the task finished")
+}
+
+fn spawn_background<S: SegmentStore + 'static>(spawner: &LocalSpawner, log: &Rc<Log<S>>) {
+    let l = log.clone();
+    spawner.spawn_local(async move { l.run_writer().await }).expect("spawn writer");
+    let l = log.clone();
+    spawner.spawn_local(async move { l.run_preparer().await }).expect("spawn preparer");
+}
+
+fn open<S: SegmentStore>(store: S, cfg: LogConfig) -> (Rc<Log<S>>, Vec<Recovered>, RecoveryReport) {
+    let (log, recovered, report) = block_on(Log::open(store, cfg)).expect("open");
+    assert_eq!(report.records, recovered.len(), "report and recovered records disagree");
+    (Rc::new(log), recovered, report)
+}
+
+// ---------------------------------------------------------------------------
+// Deterministic workload
+
+/// Body length of the `i`-th record of `stream`: 1..=BODY_BYTES_MAX, scattered.
+fn body_len(stream: u64, i: u64) -> usize {
+    let x = (stream * 1_000_003 + i).wrapping_mul(2_654_435_761) >> 7;
+    1 + (x % BODY_BYTES_MAX) as usize
+}
+
+/// Body bytes that depend on the stream and offset, so a record read back
+/// from the wrong place never matches.
+fn body_bytes(stream: u64, offset: u64, len: usize) -> Vec<u8> {
+    let mut x = (stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ offset.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn header(stream: u64, offset: u64, len: usize) -> RecordHeader {
+    RecordHeader {
+        kind: 1 + (offset % 3) as u8,
+        stream_id: stream,
+        incarnation: (stream as u32) ^ 0x5a5a,
+        stream_offset: offset,
+        body_len: len as u32,
+    }
+}
+
+/// One record as the client appended it.
+#[derive(Clone, Debug)]
+struct Appended {
+    header: RecordHeader,
+    loc: RecordLoc,
+    body: Vec<u8>,
+}
+
+/// Everything the clients appended, in append (= lsn) order, and which
+/// appends were acknowledged as durable.
+#[derive(Default)]
+struct Journal {
+    appended: Vec<Appended>,
+    acked: Vec<bool>,
+}
+
+impl Journal {
+    /// Number of leading records that must survive: up to the last acknowledged one.
+    fn must_survive(&self) -> usize {
+        self.acked.iter().rposition(|&a| a).map_or(0, |i| i + 1)
+    }
+}
+
+/// A client of one stream: appends `count` records, each followed by waiting
+/// for it to be durable, and stops at the first error.
+async fn client<S: SegmentStore>(log: Rc<Log<S>>, journal: Rc<RefCell<Journal>>, stream: u64, count: u64) {
+    let mut offset = 0u64;
+    for i in 0..count {
+        let len = body_len(stream, i);
+        let body = body_bytes(stream, offset, len);
+        let h = header(stream, offset, len);
+        let (loc, lsn) = match log.append(h, &body) {
+            Ok(x) => x,
+            Err(Error::Full) => panic!("unexpected backpressure"),
+            Err(_) => return,
+        };
+        let idx = {
+            let mut j = journal.borrow_mut();
+            j.appended.push(Appended { header: h, loc, body });
+            j.acked.push(false);
+            j.appended.len() - 1
+        };
+        if log.durable(lsn).await.is_err() {
+            return;
+        }
+        journal.borrow_mut().acked[idx] = true;
+        offset += len as u64;
+    }
+}
+
+fn clients<S: SegmentStore + 'static>(
+    log: &Rc<Log<S>>,
+    journal: &Rc<RefCell<Journal>>,
+    streams: std::ops::Range<u64>,
+    count: u64,
+) -> Vec<Task> {
+    streams.map(|s| Box::pin(client(log.clone(), journal.clone(), s, count)) as Task).collect()
+}
+
+/// Appends `count` records per stream on a healthy log and requires all of them acknowledged.
+fn append_all<S: SegmentStore + 'static>(log: &Rc<Log<S>>, streams: std::ops::Range<u64>, count: u64) -> Vec<Appended> {
+    let journal = Rc::new(RefCell::new(Journal::default()));
+    let n = (streams.end - streams.start) * count;
+    drive(log, clients(log, &journal, streams, count));
+    let j = journal.borrow();
+    assert_eq!(j.appended.len() as u64, n);
+    assert!(j.acked.iter().all(|&a| a), "a healthy log failed an append");
+    j.appended.clone()
+}
+
+fn read_body<S: SegmentStore>(log: &Log<S>, loc: RecordLoc) -> Vec<u8> {
+    let mut out = Vec::new();
+    log.read_body(loc, 0..loc.body_len as usize, &mut out)
+        .unwrap_or_else(|e| panic!("reading {loc:?}: {e}"));
+    out
+}
+
+/// Recovery found exactly a prefix of `expected`, at least `must` long, with
+/// identical headers, locations and bodies.
+fn check_prefix<S: SegmentStore>(
+    log: &Log<S>,
+    recovered: &[Recovered],
+    expected: &[Appended],
+    must: usize,
+    ctx: &str,
+) {
+    assert!(
+        recovered.len() >= must,
+        "{ctx}: lost acknowledged records: recovered {} of {must} acknowledged",
+        recovered.len()
+    );
+    assert!(
+        recovered.len() <= expected.len(),
+        "{ctx}: recovered {} records but only {} were ever appended",
+        recovered.len(),
+        expected.len()
+    );
+    for (i, (r, e)) in recovered.iter().zip(expected).enumerate() {
+        assert_eq!(r.header, e.header, "{ctx}: record {i}: header differs (gap or foreign record)");
+        assert_eq!(r.loc, e.loc, "{ctx}: record {i}: location differs");
+        assert!(read_body(log, r.loc) == e.body, "{ctx}: record {i}: body differs");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 1. Acknowledged prefix survives any crash point
+
+/// Leading bytes of the last unsynced write that reach the media in a crash.
+/// Writes are whole 4 KiB blocks starting at the block of the durable end,
+/// so these tear inside the rewritten old bytes, inside the first block, and
+/// past it; `usize::MAX` keeps the whole write.
+const TORN: [Option<usize>; 7] = [None, Some(0), Some(1), Some(700), Some(2048), Some(4096 + 100), Some(usize::MAX)];
+
+#[test]
+fn acknowledged_prefix_survives_every_crash_point() {
+    const CLIENTS: u64 = 4;
+    const PER_CLIENT: u64 = 45;
+    // About 2 ops (write + sync) per flush of ~4 records, more at rollovers:
+    // the last crash points fall after the workload, where nothing fails.
+    const CRASH_POINTS: u64 = 110;
+    let mut crashes = 0;
+    let mut torn_cuts = 0;
+    let mut newest_acked_segment = 0;
+    for n in 1..=CRASH_POINTS {
+        let store = SimStore::new();
+        let (log, recovered, _) = open(store.clone(), config());
+        assert!(recovered.is_empty());
+        store.fail_after_ops(n);
+        let journal = Rc::new(RefCell::new(Journal::default()));
+        drive(&log, clients(&log, &journal, 0..CLIENTS, PER_CLIENT));
+        let j = journal.borrow();
+        let must = j.must_survive();
+        // Waiters are released in lsn order: an acknowledgement covers everything before it.
+        assert!(j.acked[..must].iter().all(|&a| a), "crash {n}: acknowledgements out of order");
+        if store.is_dead() {
+            crashes += 1;
+            assert!(log.is_poisoned(), "crash {n}: failed I/O did not poison the log");
+            assert!(log.append(header(99, 0, 1), b"x").is_err(), "crash {n}: poisoned log accepted an append");
+        } else {
+            assert_eq!(must as u64, CLIENTS * PER_CLIENT, "crash {n}: no fault, yet not everything acknowledged");
+        }
+        if let Some(last) = j.appended[..must].last() {
+            newest_acked_segment = newest_acked_segment.max(last.loc.segment);
+        }
+        drop(log);
+
+        for torn in TORN {
+            let ctx = format!("crash at op {n}, torn {torn:?}");
+            let image = store.crash_image(torn);
+            let (log, recovered, report) = open(image.clone(), config());
+            check_prefix(&log, &recovered, &j.appended, must, &ctx);
+            if torn.is_none() {
+                // Durable images hold only whole synced flushes.
+                assert_eq!(report.torn_tail, None, "{ctx}: a durable image had a torn tail");
+            }
+            if report.torn_tail.is_some() {
+                torn_cuts += 1;
+            }
+            let mut expected: Vec<Appended> = j.appended[..recovered.len()].to_vec();
+
+            // The recovered log takes new appends (crossing a rollover) and serves them.
+            let new = append_all(&log, 100..102, 12);
+            for a in &new {
+                assert!(read_body(&log, a.loc) == a.body, "{ctx}: new record unreadable");
+            }
+            expected.extend(new);
+            drop(log);
+
+            // A second crash and reopen sees the old prefix and the new records.
+            let (log, recovered, report) = open(image.crash_image(None), config());
+            assert_eq!(report.torn_tail, None, "{ctx}: second reopen found a torn tail");
+            assert_eq!(recovered.len(), expected.len(), "{ctx}: second reopen");
+            check_prefix(&log, &recovered, &expected, expected.len(), &format!("{ctx}, second reopen"));
+        }
+    }
+    // The sweep must have exercised what it claims to.
+    assert!(crashes >= 80, "only {crashes} crash points hit the workload");
+    assert!(crashes < CRASH_POINTS, "every crash point failed: the sweep never reached a clean run");
+    assert!(newest_acked_segment >= 3, "the workload crossed too few segments ({newest_acked_segment})");
+    assert!(torn_cuts >= 20, "only {torn_cuts} torn tails were cut");
+}
+
+// ---------------------------------------------------------------------------
+// 2. Torn tail is cut and stays cut
+
+/// A log with some durable records and one more record whose write reached
+/// the live image but whose sync failed. Returns the store, the durable
+/// records, the torn record, and where the failed write started.
+fn log_with_unsynced_record() -> (SimStore, Vec<Appended>, Appended, u64) {
+    let store = SimStore::new();
+    let (log, _, _) = open(store.clone(), config());
+    // ~8 KiB of durable records, so the durable end is inside a block.
+    let durable = append_all(&log, 0..2, 3);
+    let durable_end = durable.last().map(|a| a.loc.pos as usize + RECORD_HEADER_BYTES + a.body.len()).unwrap();
+    assert!(durable_end as u64 % DIRECT_IO_ALIGNMENT_BYTES != 0);
+    // The write succeeds, the sync after it fails.
+    store.fail_after_ops(2);
+    let body = body_bytes(7, 0, 2000);
+    let h = header(7, 0, body.len());
+    let (loc, lsn) = log.append(h, &body).unwrap();
+    let result = drive_one(&log, {
+        let log = log.clone();
+        async move { log.durable(lsn).await }
+    });
+    assert!(matches!(result, Err(Error::Io { op: "fdatasync", .. })), "{result:?}");
+    let write_start = loc.pos / DIRECT_IO_ALIGNMENT_BYTES * DIRECT_IO_ALIGNMENT_BYTES;
+    (store, durable, Appended { header: h, loc, body }, write_start)
+}
+
+#[test]
+fn torn_tail_is_cut_and_stays_cut() {
+    let (store, durable, torn_rec, write_start) = log_with_unsynced_record();
+    let into_record = (torn_rec.loc.pos - write_start) as usize;
+    // Tears that leave an invalid record: inside the header, and inside the body.
+    for extra in [3usize, 20, RECORD_HEADER_BYTES + 10, RECORD_HEADER_BYTES + 1999] {
+        let ctx = format!("tear {extra} bytes into the record");
+        let image = store.crash_image(Some(into_record + extra));
+        let (log, recovered, report) = open(image.clone(), config());
+        assert_eq!(report.torn_tail, Some((torn_rec.loc.segment, torn_rec.loc.pos)), "{ctx}");
+        assert_eq!(recovered.len(), durable.len(), "{ctx}");
+        check_prefix(&log, &recovered, &durable, durable.len(), &ctx);
+        drop(log);
+        // The cut is durable: the next boot finds a clean log with the same records.
+        let (log, recovered, report) = open(image.crash_image(None), config());
+        assert_eq!(report.torn_tail, None, "{ctx}: cut did not stay cut");
+        assert_eq!(recovered.len(), durable.len(), "{ctx}");
+        check_prefix(&log, &recovered, &durable, durable.len(), &ctx);
+        // And it keeps working after the cut.
+        let new = append_all(&log, 50..51, 4);
+        drop(log);
+        let (log, recovered, _) = open(image.crash_image(None), config());
+        let expected: Vec<Appended> = durable.iter().cloned().chain(new).collect();
+        assert_eq!(recovered.len(), expected.len(), "{ctx}");
+        check_prefix(&log, &recovered, &expected, expected.len(), &ctx);
+    }
+    // A tear that only rewrote already-durable bytes leaves no torn tail; a
+    // complete write leaves a valid (unacknowledged) record that may be kept.
+    for (torn, survives) in [(into_record, false), (usize::MAX, true)] {
+        let (log, recovered, report) = open(store.crash_image(Some(torn)), config());
+        assert_eq!(report.torn_tail, None, "torn {torn}");
+        let mut expected = durable.clone();
+        if survives {
+            expected.push(torn_rec.clone());
+        }
+        assert_eq!(recovered.len(), expected.len(), "torn {torn}");
+        check_prefix(&log, &recovered, &expected, expected.len(), "whole or no tear");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 3. Corruption: fatal when newer data follows, a torn tail otherwise
+
+#[test]
+fn corruption_before_newer_data_fails_open_but_at_the_tail_is_cut() {
+    let store = SimStore::new();
+    let (log, _, _) = open(store.clone(), config());
+    let all = append_all(&log, 0..4, 45);
+    drop(log);
+    let newest = all.last().unwrap().loc.segment;
+    assert!(newest >= 3, "too few rollovers: newest segment {newest}");
+
+    let body_byte = |a: &Appended| a.loc.pos as usize + RECORD_HEADER_BYTES + a.body.len() / 2;
+    let header_byte = |a: &Appended| a.loc.pos as usize + 9; // inside stream_id
+    let first_of = |seg: u64| all.iter().position(|a| a.loc.segment == seg).unwrap();
+
+    // A flipped byte in an older segment, in a body or a header: refuse to open.
+    let mid0 = &all[first_of(0) + 5];
+    let mid2 = &all[first_of(2) + 1];
+    let last0 = &all[first_of(1) - 1];
+    for (victim, pos) in [(mid0, body_byte(mid0)), (mid0, header_byte(mid0)), (mid2, body_byte(mid2)), (last0, body_byte(last0))] {
+        let image = store.crash_image(None);
+        image.corrupt(victim.loc.segment, pos);
+        match block_on(Log::open(image, config())) {
+            Err(Error::Corrupt { segment, position }) => {
+                assert_eq!((segment, position), (victim.loc.segment, victim.loc.pos));
+            }
+            Err(e) => panic!("corrupt {:?} at {pos}: wrong error {e}", victim.loc),
+            Ok((_, recovered, _)) => {
+                panic!("corrupt {:?} at {pos}: opened with {} records", victim.loc, recovered.len())
+            }
+        }
+    }
+
+    // A flipped byte in the newest segment's last record: a torn tail, cut.
+    let last = all.last().unwrap();
+    for pos in [body_byte(last), header_byte(last)] {
+        let image = store.crash_image(None);
+        image.corrupt(newest, pos);
+        let (log, recovered, report) = open(image.clone(), config());
+        assert_eq!(report.torn_tail, Some((newest, last.loc.pos)));
+        let kept = &all[..all.len() - 1];
+        assert_eq!(recovered.len(), kept.len());
+        check_prefix(&log, &recovered, kept, kept.len(), "corrupt last record");
+        drop(log);
+        let (_, recovered, report) = open(image.crash_image(None), config());
+        assert_eq!(report.torn_tail, None);
+        assert_eq!(recovered.len(), kept.len());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 4. Backpressure
+
+#[test]
+fn backpressure_bounds_pending_bytes_and_clears_after_flush() {
+    const PENDING_MAX: u64 = 16 * 1024;
+    let cfg = LogConfig { segment_bytes: SEGMENT_BYTES, pending_bytes_max: PENDING_MAX };
+    let store = SimStore::new();
+    let (log, _, _) = open(store.clone(), cfg);
+    let body = vec![0xabu8; 1000];
+    let framed = (RECORD_HEADER_BYTES + body.len()).next_multiple_of(8) as u64;
+    // Nothing polls the writer: appends pile up until the bound.
+    let mut accepted = Vec::new();
+    let mut offset = 0;
+    let full_at = loop {
+        match log.append(header(1, offset, body.len()), &body) {
+            Ok((loc, lsn)) => accepted.push((loc, lsn)),
+            Err(Error::Full) => break offset,
+            Err(e) => panic!("unexpected {e}"),
+        }
+        offset += body.len() as u64;
+        assert!(accepted.len() < 1000, "never pushed back");
+    };
+    assert_eq!(accepted.len() as u64, PENDING_MAX / framed, "Full came at the wrong point");
+    assert!(log.pending_bytes() <= PENDING_MAX);
+    let tail = log.tail_lsn();
+    assert!(matches!(log.append(header(1, full_at, body.len()), &body), Err(Error::Full)));
+    assert_eq!(log.tail_lsn(), tail, "a refused append changed the log");
+    assert_eq!(store.ops(), 0, "the writer ran without being polled");
+
+    // Let the writer drain; then appends are accepted again.
+    let lsn = accepted.last().unwrap().1;
+    let l = log.clone();
+    drive_one(&log, async move { l.durable(lsn).await }).expect("drain");
+    assert_eq!(log.pending_bytes(), 0);
+    let (loc, lsn) = log.append(header(1, full_at, body.len()), &body).expect("accepted after drain");
+    let l = log.clone();
+    drive_one(&log, async move { l.durable(lsn).await }).expect("durable");
+    assert_eq!(read_body(&log, loc), body);
+
+    // An empty queue admits one record bigger than the bound, so a maximal request is never refused forever.
+    let big = vec![7u8; PENDING_MAX as usize + 1];
+    let (_, lsn) = log.append(header(2, 0, big.len()), &big).expect("a lone big record is admitted");
+    assert!(matches!(log.append(header(1, 0, 1), b"x"), Err(Error::Full)));
+    let l = log.clone();
+    drive_one(&log, async move { l.durable(lsn).await }).expect("durable");
+}
+
+// ---------------------------------------------------------------------------
+// 5. Poison
+
+#[test]
+fn failed_write_or_sync_poisons_the_log() {
+    for (n, op) in [(1u64, "write"), (2, "fdatasync")] {
+        let store = SimStore::new();
+        let (log, _, _) = open(store.clone(), config());
+        let before = append_all(&log, 0..1, 5);
+        let old_lsn = log.durable_lsn();
+        store.fail_after_ops(n);
+        let journal = Rc::new(RefCell::new(Journal::default()));
+        // Three concurrent waiters land in the flush that fails.
+        let results: Rc<RefCell<Vec<Result<(), Error>>>> = Rc::default();
+        let tasks = (10..13)
+            .map(|s| {
+                let (log, results) = (log.clone(), results.clone());
+                Box::pin(async move {
+                    let body = body_bytes(s, 0, 500);
+                    let (_, lsn) = log.append(header(s, 0, body.len()), &body).expect("append before the fault");
+                    let r = log.durable(lsn).await;
+                    results.borrow_mut().push(r);
+                }) as Task
+            })
+            .collect();
+        drive(&log, tasks);
+        let results = results.borrow();
+        assert_eq!(results.len(), 3);
+        for r in results.iter() {
+            match r {
+                Err(Error::Io { op: got, .. }) => assert_eq!(*got, op),
+                other => panic!("{op} failure: waiter got {other:?}"),
+            }
+        }
+        assert!(log.is_poisoned());
+        // Nothing is ever acknowledged or accepted again.
+        for i in 0..3 {
+            match log.append(header(20, i, 1), b"y") {
+                Err(Error::Io { .. } | Error::Poisoned) => {}
+                other => panic!("{op} failure: append after poison gave {other:?}"),
+            }
+        }
+        let tail = log.tail_lsn();
+        let l = log.clone();
+        assert!(drive_one(&log, async move { l.durable(tail).await }).is_err());
+        // What was durable before the fault stays acknowledged.
+        let l = log.clone();
+        assert!(drive_one(&log, async move { l.durable(old_lsn).await }).is_ok());
+        drop(journal);
+        drop(log);
+        let (log, recovered, _) = open(store.crash_image(None), config());
+        check_prefix(&log, &recovered, &before, before.len(), op);
+    }
+}
+
+/// A store whose one chosen sync fails without killing the disk, like a
+/// transient fdatasync error: later syncs would succeed and wrongly report
+/// data durable whose dirty pages the kernel already dropped.
+#[derive(Clone)]
+struct FlakyStore {
+    inner: SimStore,
+    syncs: Rc<Cell<u64>>,
+    writes: Rc<Cell<u64>>,
+    fail_sync: u64,
+}
+
+struct FlakyFile {
+    inner: SimFile,
+    store: FlakyStore,
+}
+
+impl SegmentFile for FlakyFile {
+    type Buf = Vec<u8>;
+    fn alloc_buf(&self, len: usize) -> Vec<u8> {
+        self.inner.alloc_buf(len)
+    }
+    async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
+        self.store.writes.set(self.store.writes.get() + 1);
+        self.inner.write_at(buf, pos).await
+    }
+    async fn sync(&self) -> io::Result<()> {
+        let n = self.store.syncs.get() + 1;
+        self.store.syncs.set(n);
+        if n == self.store.fail_sync {
+            return Err(io::Error::other("transient fdatasync failure"));
+        }
+        self.inner.sync().await
+    }
+}
+
+impl SegmentStore for FlakyStore {
+    type File = FlakyFile;
+    async fn list(&self) -> io::Result<Vec<(u64, u64)>> {
+        self.inner.list().await
+    }
+    async fn create(&self, no: u64, len: u64) -> io::Result<FlakyFile> {
+        Ok(FlakyFile { inner: self.inner.create(no, len).await?, store: self.clone() })
+    }
+    fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>> {
+        self.inner.map(no)
+    }
+    async fn truncate(&self, no: u64, len: u64) -> io::Result<()> {
+        self.inner.truncate(no, len).await
+    }
+    async fn remove(&self, no: u64) -> io::Result<()> {
+        self.inner.remove(no).await
+    }
+    fn describe(&self) -> String {
+        "flaky simulator".into()
+    }
+}
+
+#[test]
+fn transient_sync_failure_is_never_retried_into_an_acknowledgement() {
+    let store = FlakyStore { inner: SimStore::new(), syncs: Rc::default(), writes: Rc::default(), fail_sync: 4 };
+    let (log, _, _) = open(store.clone(), config());
+    let journal = Rc::new(RefCell::new(Journal::default()));
+    drive(&log, clients(&log, &journal, 0..4, 30));
+    let j = journal.borrow();
+    assert_eq!(store.syncs.get(), 4, "the writer kept syncing after a failed fdatasync");
+    assert_eq!(store.writes.get(), 4, "the writer kept writing after a failed fdatasync");
+    assert!(log.is_poisoned());
+    let must = j.must_survive();
+    assert!(must > 0 && must < j.appended.len(), "the fault missed the workload");
+    // No acknowledgement after the failed sync, although the disk still works.
+    assert!(j.acked[must..].iter().all(|&a| !a));
+    let failed_lsn = log.tail_lsn();
+    let l = log.clone();
+    assert!(drive_one(&log, async move { l.durable(failed_lsn).await }).is_err());
+    assert_eq!(store.syncs.get(), 4);
+    drop(log);
+    let (log, recovered, _) = open(store.inner.crash_image(None), config());
+    check_prefix(&log, &recovered, &j.appended, must, "after transient sync failure");
+}
+
+// ---------------------------------------------------------------------------
+// 6. Group commit
+
+#[test]
+fn group_commit_batches_concurrent_appends() {
+    const CLIENTS: u64 = 16;
+    const PER_CLIENT: u64 = 20;
+    let store = SimStore::new();
+    let (log, _, _) = open(store.clone(), config());
+    let all = append_all(&log, 0..CLIENTS, PER_CLIENT);
+    let stats = log.stats();
+    let total = CLIENTS * PER_CLIENT;
+    assert_eq!(stats.records_flushed, total);
+    assert!(stats.max_records_per_flush > 1, "no flush carried more than one record: {stats:?}");
+    assert!(stats.flushes < total, "one flush per record: {stats:?}");
+    // With every client waiting on the writer, a flush should carry about one record per client.
+    assert!(stats.flushes * 4 <= total, "batches are too small: {stats:?}");
+    drop(log);
+    let (log, recovered, _) = open(store.crash_image(None), config());
+    assert_eq!(recovered.len(), all.len());
+    check_prefix(&log, &recovered, &all, all.len(), "after group commit");
+}
+
+// ---------------------------------------------------------------------------
+// 7. Rollover faster than the preparer
+
+/// More than two segments appended in one go, before the preparer task is
+/// polled even once: every segment passed over must still get its file, or
+/// the writer waits for it forever.
+#[test]
+fn appends_outrunning_the_preparer_do_not_stall_the_writer() {
+    let store = SimStore::new();
+    let (log, _, _) = open(store.clone(), config());
+    let mut expected = Vec::new();
+    let mut offset = 0;
+    let mut last_lsn = 0;
+    for i in 0.. {
+        let len = body_len(3, i);
+        let body = body_bytes(3, offset, len);
+        let h = header(3, offset, len);
+        let (loc, lsn) = log.append(h, &body).expect("append");
+        expected.push(Appended { header: h, loc, body });
+        last_lsn = lsn;
+        offset += len as u64;
+        if loc.segment == 4 {
+            break;
+        }
+    }
+    let l = log.clone();
+    drive_one(&log, async move { l.durable(last_lsn).await }).expect("durable");
+    drop(log);
+    let (log, recovered, _) = open(store.crash_image(None), config());
+    assert_eq!(recovered.len(), expected.len());
+    check_prefix(&log, &recovered, &expected, expected.len(), "after fast rollover");
+}
