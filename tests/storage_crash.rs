@@ -340,14 +340,15 @@ fn torn_tail_is_cut_and_stays_cut() {
         check_prefix(&log, &recovered, &durable, durable.len(), &ctx);
         drop(log);
         // The cut is durable: the next boot finds a clean log with the same records.
-        let (log, recovered, report) = open(image.crash_image(None), config());
+        let rebooted = image.crash_image(None);
+        let (log, recovered, report) = open(rebooted.clone(), config());
         assert_eq!(report.torn_tail, None, "{ctx}: cut did not stay cut");
         assert_eq!(recovered.len(), durable.len(), "{ctx}");
         check_prefix(&log, &recovered, &durable, durable.len(), &ctx);
         // And it keeps working after the cut.
         let new = append_all(&log, 50..51, 4);
         drop(log);
-        let (log, recovered, _) = open(image.crash_image(None), config());
+        let (log, recovered, _) = open(rebooted.crash_image(None), config());
         let expected: Vec<Appended> = durable.iter().cloned().chain(new).collect();
         assert_eq!(recovered.len(), expected.len(), "{ctx}");
         check_prefix(&log, &recovered, &expected, expected.len(), &ctx);

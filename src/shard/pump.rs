@@ -47,6 +47,8 @@ struct Stream {
     content_type: String,
     json: bool,
     lifetime: Lifetime,
+    // Reported by bucket listings (the /ds API).
+    #[allow(dead_code)]
     created_at_ms: i64,
     last_write_ms: i64,
     last_access_ms: i64,
