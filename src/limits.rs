@@ -74,9 +74,13 @@ pub const EXECUTOR_IO_MEMORY_BYTES: usize = 4 * 1024 * 1024;
 /// latency-sensitive server cannot let one task hold a core that long.
 pub const EXECUTOR_PREEMPT_TIMER_US: u64 = 500;
 
-/// Stream key lengths.
+/// Bucket IDs (snakream.md): `[a-z0-9_-]{4,64}`.
+pub const BUCKET_ID_BYTES_MIN: usize = 4;
 pub const BUCKET_ID_BYTES_MAX: usize = 64;
-pub const STREAM_ID_BYTES_MAX: usize = 1024;
+/// Stream IDs on /ds (snakream.md).
+pub const DS_STREAM_ID_BYTES_MAX: usize = 122;
+/// Stream paths on /v1 (after `/v1/stream/`).
+pub const V1_PATH_BYTES_MAX: usize = 1024;
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT % DIRECT_IO_ALIGNMENT_BYTES == 0);
 const _: () = assert!(SEGMENT_BYTES_MIN % DIRECT_IO_ALIGNMENT_BYTES == 0);

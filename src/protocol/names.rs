@@ -7,12 +7,11 @@ use super::Error;
 
 pub const DEFAULT_BUCKET: &str = "_default";
 
-const MAX_DS_STREAM_ID_BYTES: usize = 122;
-const MAX_V1_PATH_BYTES: usize = 1024;
+use crate::limits::{BUCKET_ID_BYTES_MAX, BUCKET_ID_BYTES_MIN, DS_STREAM_ID_BYTES_MAX as MAX_DS_STREAM_ID_BYTES, V1_PATH_BYTES_MAX as MAX_V1_PATH_BYTES};
 
 /// snakream.md: bucket ID `[a-z0-9_-]{4,64}`.
 pub fn validate_bucket_id(s: &str) -> Result<(), Error> {
-    if !(4..=64).contains(&s.len()) {
+    if !(BUCKET_ID_BYTES_MIN..=BUCKET_ID_BYTES_MAX).contains(&s.len()) {
         return Err(Error::BadRequest(format!(
             "bucket id {s:?}: must be 4-64 characters"
         )));

@@ -1,0 +1,101 @@
+//! The layering rules of docs/ARCHITECTURE.md, checked by reading src/.
+//! A rule broken here is a design change: update the doc with it.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Source without `//` comments, so prose may name any module.
+fn code_of(p: &Path) -> String {
+    fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn check(layer: &str, forbidden: &[&str], glommio_allowed: &[&str]) -> Vec<String> {
+    let mut errors = Vec::new();
+    for f in rust_files(&src().join(layer)) {
+        let code = code_of(&f);
+        let name = f.file_name().unwrap().to_str().unwrap();
+        for bad in forbidden {
+            if code.contains(bad) {
+                errors.push(format!("{}: uses {bad}", f.display()));
+            }
+        }
+        if code.contains("glommio") && !glommio_allowed.contains(&name) {
+            errors.push(format!("{}: uses glommio outside {glommio_allowed:?}", f.display()));
+        }
+    }
+    errors
+}
+
+#[test]
+fn layers_import_only_what_the_architecture_allows() {
+    let mut errors = Vec::new();
+    errors.extend(check("protocol", &["crate::http", "crate::shard", "crate::storage", "crate::server"], &[]));
+    errors.extend(check("storage", &["crate::http", "crate::protocol", "crate::shard", "crate::server"], &["dma_file.rs"]));
+    errors.extend(check("http", &["crate::storage", "crate::server", "crate::shard::pump", "crate::shard::mesh"], &["conn.rs"]));
+    errors.extend(check("shard", &["crate::http", "crate::server"], &["mesh.rs"]));
+    assert!(errors.is_empty(), "layering violations:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn no_locks_shared_between_cores() {
+    // Cores share nothing on the request path; a Mutex or RwLock in src/
+    // would be a lock between them.
+    let mut errors = Vec::new();
+    for f in rust_files(&src()) {
+        let code = code_of(&f);
+        for bad in ["Mutex", "RwLock"] {
+            if code.contains(bad) {
+                errors.push(format!("{}: uses {bad}", f.display()));
+            }
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn anyhow_only_at_the_edges() {
+    for f in rust_files(&src()) {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        if code_of(&f).contains("anyhow") {
+            assert!(["main.rs", "server.rs"].contains(&name), "{} uses anyhow; use a typed error", f.display());
+        }
+    }
+}
+
+#[test]
+fn every_limit_is_used() {
+    let limits = fs::read_to_string(src().join("limits.rs")).unwrap();
+    let all: String = rust_files(&src())
+        .iter()
+        .filter(|f| !f.ends_with("limits.rs"))
+        .map(|f| code_of(f))
+        .collect();
+    for line in limits.lines() {
+        if let Some(rest) = line.strip_prefix("pub const ") {
+            let name = rest.split(':').next().unwrap();
+            assert!(all.contains(name), "limit {name} is defined but never used");
+        }
+    }
+}
