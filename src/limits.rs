@@ -48,8 +48,8 @@ pub const CONN_READ_TIMEOUT_MS: u64 = 30_000;
 pub const CONN_WRITE_TIMEOUT_MS: u64 = 30_000;
 /// Open connections per shard; accepting pauses beyond it.
 pub const SHARD_CONNECTIONS_MAX: usize = 16 * 1024;
-/// Socket read buffer growth step.
-pub const CONN_READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Bytes one socket read may return (per-connection read space).
+pub const CONN_READ_CHUNK_BYTES: usize = 16 * 1024;
 
 /// Messages that may wait in one cross-shard channel (per ordered pair of
 /// shards). A full channel makes the sender wait, which is the back-pressure

@@ -37,28 +37,26 @@ enum ReadMore {
     Eof,
 }
 
+/// Reads once from the socket into `rd.scratch` and appends what came to
+/// `buf`. The scratch space is zeroed once per connection, not per read.
 /// `idle`: None = decide from the buffer (empty means between requests).
-async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>, idle: Option<bool>) -> std::io::Result<ReadMore> {
-    let idle = idle.unwrap_or(buf.is_empty());
+async fn read_more(stream: &mut TcpStream, rd: &mut Reader, idle: Option<bool>) -> std::io::Result<ReadMore> {
+    let idle = idle.unwrap_or(rd.buf.is_empty());
     let timeout = if idle { CONN_IDLE_TIMEOUT_MS } else { CONN_READ_TIMEOUT_MS };
     stream.set_read_timeout(Some(Duration::from_millis(timeout)))?;
-    let old = buf.len();
-    buf.resize(old + CONN_READ_CHUNK_BYTES, 0);
-    let r = stream.read(&mut buf[old..]).await;
-    match r {
-        Ok(0) => {
-            buf.truncate(old);
-            Ok(ReadMore::Eof)
-        }
-        Ok(n) => {
-            buf.truncate(old + n);
+    match stream.read(&mut rd.scratch).await? {
+        0 => Ok(ReadMore::Eof),
+        n => {
+            rd.buf.extend_from_slice(&rd.scratch[..n]);
             Ok(ReadMore::Got)
         }
-        Err(e) => {
-            buf.truncate(old);
-            Err(e)
-        }
     }
+}
+
+/// A connection's receive side: bytes not yet consumed, and read space.
+struct Reader {
+    buf: Vec<u8>,
+    scratch: Box<[u8]>,
 }
 
 async fn write_all(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
@@ -83,14 +81,14 @@ fn parse_error_response(e: &ParseError) -> Response {
 /// that makes the byte stream unusable.
 pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
     let _ = stream.set_nodelay(true);
-    let mut buf: Vec<u8> = Vec::with_capacity(CONN_READ_CHUNK_BYTES);
+    let mut rd = Reader { buf: Vec::with_capacity(CONN_READ_CHUNK_BYTES), scratch: vec![0; CONN_READ_CHUNK_BYTES].into() };
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     loop {
         // 1. A complete head.
         let (head, head_len) = loop {
-            match parse_head(&buf, &LIMITS) {
+            match parse_head(&rd.buf, &LIMITS) {
                 Ok(x) => break x,
-                Err(ParseError::Incomplete) => match read_more(&mut stream, &mut buf, None).await {
+                Err(ParseError::Incomplete) => match read_more(&mut stream, &mut rd, None).await {
                     Ok(ReadMore::Got) => continue,
                     Ok(ReadMore::Eof) | Err(_) => return,
                 },
@@ -108,7 +106,7 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
             }
         }
         // 2. Its body.
-        let (body, consumed) = match read_body(&mut stream, &mut buf, &head, head_len).await {
+        let (body, consumed) = match read_body(&mut stream, &mut rd, &head, head_len).await {
             Ok(x) => x,
             Err(Some(e)) => {
                 out.clear();
@@ -118,7 +116,7 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
             }
             Err(None) => return,
         };
-        buf.drain(..consumed);
+        rd.buf.drain(..consumed);
         // 3. Run it and answer.
         let keep_alive = head.keep_alive;
         if head.method == Method::Get && head.query_param("live") == Some("sse") {
@@ -133,9 +131,9 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
         if write_all(&mut stream, &out).await.is_err() || !keep_alive || resp.close {
             return;
         }
-        if buf.capacity() > 4 * CONN_READ_CHUNK_BYTES && buf.len() < CONN_READ_CHUNK_BYTES {
+        if rd.buf.capacity() > 4 * CONN_READ_CHUNK_BYTES && rd.buf.len() < CONN_READ_CHUNK_BYTES {
             // Give back the memory of one large request.
-            buf.shrink_to(CONN_READ_CHUNK_BYTES);
+            rd.buf.shrink_to(CONN_READ_CHUNK_BYTES);
         }
     }
 }
@@ -144,7 +142,7 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
 /// number of bytes of `buf` the request used. `Err(None)`: connection gone.
 async fn read_body(
     stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
+    rd: &mut Reader,
     head: &RequestHead,
     head_len: usize,
 ) -> Result<(Vec<u8>, usize), Option<ParseError>> {
@@ -152,29 +150,29 @@ async fn read_body(
         BodyKind::None => Ok((Vec::new(), head_len)),
         BodyKind::Length(n) => {
             let n = n as usize;
-            while buf.len() < head_len + n {
-                match read_more(stream, buf, Some(false)).await {
+            while rd.buf.len() < head_len + n {
+                match read_more(stream, rd, Some(false)).await {
                     Ok(ReadMore::Got) => {}
                     _ => return Err(None),
                 }
             }
-            Ok((buf[head_len..head_len + n].to_vec(), head_len + n))
+            Ok((rd.buf[head_len..head_len + n].to_vec(), head_len + n))
         }
         BodyKind::Chunked => {
             let mut dec = ChunkedDecoder::new(LIMITS.body_bytes_max);
             let mut body = Vec::new();
             let mut pos = head_len;
             loop {
-                let (used, progress) = dec.decode(&buf[pos..], &mut body).map_err(Some)?;
+                let (used, progress) = dec.decode(&rd.buf[pos..], &mut body).map_err(Some)?;
                 pos += used;
                 if progress == ChunkProgress::Done {
                     return Ok((body, pos));
                 }
                 // Decoded bytes are in `body`; drop them from the read buffer
                 // so a long chunked upload is held once, not twice.
-                buf.drain(head_len..pos);
+                rd.buf.drain(head_len..pos);
                 pos = head_len;
-                match read_more(stream, buf, Some(false)).await {
+                match read_more(stream, rd, Some(false)).await {
                     Ok(ReadMore::Got) => {}
                     _ => return Err(None),
                 }
