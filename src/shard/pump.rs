@@ -391,6 +391,10 @@ impl<S: SegmentStore> Shard<S> {
             ("ringstream_records_flushed_total{shard=\"{id}\"}", l.records_flushed),
             ("ringstream_bytes_flushed_total{shard=\"{id}\"}", l.bytes_flushed),
             ("ringstream_max_records_per_flush{shard=\"{id}\"}", l.max_records_per_flush),
+            ("ringstream_flush_records{shard=\"{id}\",quantile=\"0.5\"}", l.batch_records.value_at_quantile(0.5)),
+            ("ringstream_flush_records{shard=\"{id}\",quantile=\"0.99\"}", l.batch_records.value_at_quantile(0.99)),
+            ("ringstream_flush_io_us{shard=\"{id}\",quantile=\"0.5\"}", l.flush_io_us.value_at_quantile(0.5)),
+            ("ringstream_flush_io_us{shard=\"{id}\",quantile=\"0.99\"}", l.flush_io_us.value_at_quantile(0.99)),
             ("ringstream_pending_bytes{shard=\"{id}\"}", self.log.pending_bytes()),
             ("ringstream_streams{shard=\"{id}\"}", self.streams.borrow().len() as u64),
         ] {

@@ -56,12 +56,30 @@ pub struct RecoveryReport {
 }
 
 /// Counters for the metrics endpoint and the benchmarks.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone)]
 pub struct LogStats {
     pub flushes: u64,
     pub records_flushed: u64,
     pub bytes_flushed: u64,
     pub max_records_per_flush: u64,
+    /// Records per flush.
+    pub batch_records: hdrhistogram::Histogram<u64>,
+    /// Microseconds from the first write of a flush to the end of its sync.
+    pub flush_io_us: hdrhistogram::Histogram<u64>,
+}
+
+impl Default for LogStats {
+    fn default() -> Self {
+        let h = |max| hdrhistogram::Histogram::new_with_bounds(1, max, 2).expect("valid histogram bounds");
+        LogStats {
+            flushes: 0,
+            records_flushed: 0,
+            bytes_flushed: 0,
+            max_records_per_flush: 0,
+            batch_records: h(1 << 20),
+            flush_io_us: h(60_000_000),
+        }
+    }
 }
 
 enum SegData<F> {
@@ -283,7 +301,7 @@ impl<S: SegmentStore> Log<S> {
     }
 
     pub fn stats(&self) -> LogStats {
-        self.st.borrow().stats
+        self.st.borrow().stats.clone()
     }
 
     /// Appends bytes `range` of the record body at `loc` to `out`. Records
@@ -437,6 +455,7 @@ impl<S: SegmentStore> Log<S> {
             (jobs, bufs, st.lsn_tail, records)
         };
         let mut bytes = 0u64;
+        let io_started = std::time::Instant::now();
         for (job, data) in jobs.iter().zip(bufs) {
             if data.as_ref().is_empty() {
                 continue;
@@ -469,6 +488,8 @@ impl<S: SegmentStore> Log<S> {
             st.stats.records_flushed += records;
             st.stats.bytes_flushed += bytes;
             st.stats.max_records_per_flush = st.stats.max_records_per_flush.max(records);
+            st.stats.batch_records.saturating_record(records);
+            st.stats.flush_io_us.saturating_record(io_started.elapsed().as_micros() as u64);
         }
         while st.waiters.front().is_some_and(|(lsn, _)| *lsn <= target_lsn) {
             let (_, tx) = st.waiters.pop_front().unwrap();
