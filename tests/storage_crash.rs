@@ -3,7 +3,8 @@
 //! Each test runs the log's writer and preparer on a single-threaded local
 //! executor next to its own client tasks. `drive` runs the pool until nothing
 //! can make progress and then requires every client task to have finished, so
-//! a lost wake-up or a deadlock fails the test instead of hanging it.
+//! a lost wake-up or a deadlock fails the test instead of hanging it; and
+//! `watchdog` fails a test whose log spins (e.g. retries a failed flush forever).
 //!
 //! The central property (test `acknowledged_prefix_survives_every_crash_point`):
 //! whatever write or sync fails, and however much of the last unsynced write
@@ -22,6 +23,10 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::mpsc;
+use std::task::{Context, Poll};
+use std::thread;
+use std::time::Duration;
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -58,7 +63,12 @@ fn drive<S: SegmentStore + 'static>(log: &Rc<Log<S>>, tasks: Vec<Task>) {
             .expect("spawn");
     }
     pool.run_until_stalled();
-    assert_eq!(done.get(), expected, "log stalled: {} of {expected} client tasks never finished", expected - done.get());
+    assert_eq!(
+        done.get(),
+        expected,
+        "log stalled: {} of {expected} client tasks never finished",
+        expected - done.get()
+    );
     // Dropping the pool drops the writer and preparer with it.
 }
 
@@ -78,10 +88,120 @@ fn spawn_background<S: SegmentStore + 'static>(spawner: &LocalSpawner, log: &Rc<
     spawner.spawn_local(async move { l.run_preparer().await }).expect("spawn preparer");
 }
 
+/// The slowest test takes ~5 s in a debug build; far beyond that, the log is spinning.
+const TEST_TIME_MAX: Duration = Duration::from_secs(120);
+
+/// Runs `test` on its own thread and fails if it does not finish in time: a
+/// writer that never yields can't be caught by `drive`, only by the clock.
+fn watchdog(test: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        test();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(TEST_TIME_MAX) {
+        // Finished, or panicked (the sender dropped): join to pass on its panic.
+        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        // The thread is left behind; the test binary exits after reporting.
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("test still running after {TEST_TIME_MAX:?}: the log hangs or spins")
+        }
+    }
+}
+
 fn open<S: SegmentStore>(store: S, cfg: LogConfig) -> (Rc<Log<S>>, Vec<Recovered>, RecoveryReport) {
     let (log, recovered, report) = block_on(Log::open(store, cfg)).expect("open");
     assert_eq!(report.records, recovered.len(), "report and recovered records disagree");
     (Rc::new(log), recovered, report)
+}
+
+/// `SimStore` as the log sees it in these tests: every write and sync first
+/// yields to the executor once, like real I/O, so clients append while a flush
+/// is in flight (without it the writer's flush completes within one poll and
+/// an over-eager release of waiters could never be observed). Optionally one
+/// chosen sync fails without killing the disk, like a transient fdatasync
+/// error after which later syncs succeed although the kernel dropped the
+/// dirty pages.
+#[derive(Clone)]
+struct TestStore {
+    sim: SimStore,
+    /// The n-th sync (counting from 1) fails transiently; 0 = none.
+    fail_sync: u64,
+    syncs: Rc<Cell<u64>>,
+    writes: Rc<Cell<u64>>,
+}
+
+impl TestStore {
+    fn new(sim: SimStore) -> Self {
+        TestStore { sim, fail_sync: 0, syncs: Rc::default(), writes: Rc::default() }
+    }
+}
+
+struct TestFile {
+    sim: SimFile,
+    store: TestStore,
+}
+
+/// Returns Pending once (waking itself), then Ready.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl SegmentFile for TestFile {
+    type Buf = Vec<u8>;
+    fn alloc_buf(&self, len: usize) -> Vec<u8> {
+        self.sim.alloc_buf(len)
+    }
+    async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
+        YieldOnce(false).await;
+        self.store.writes.set(self.store.writes.get() + 1);
+        self.sim.write_at(buf, pos).await
+    }
+    async fn sync(&self) -> io::Result<()> {
+        YieldOnce(false).await;
+        let n = self.store.syncs.get() + 1;
+        self.store.syncs.set(n);
+        if n == self.store.fail_sync {
+            return Err(io::Error::other("transient fdatasync failure"));
+        }
+        self.sim.sync().await
+    }
+}
+
+impl SegmentStore for TestStore {
+    type File = TestFile;
+    async fn list(&self) -> io::Result<Vec<(u64, u64)>> {
+        self.sim.list().await
+    }
+    async fn create(&self, no: u64, len: u64) -> io::Result<TestFile> {
+        Ok(TestFile { sim: self.sim.create(no, len).await?, store: self.clone() })
+    }
+    fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>> {
+        self.sim.map(no)
+    }
+    async fn truncate(&self, no: u64, len: u64) -> io::Result<()> {
+        self.sim.truncate(no, len).await
+    }
+    async fn remove(&self, no: u64) -> io::Result<()> {
+        self.sim.remove(no).await
+    }
+    fn describe(&self) -> String {
+        "simulator with yielding I/O".into()
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -145,6 +265,11 @@ impl Journal {
 async fn client<S: SegmentStore>(log: Rc<Log<S>>, journal: Rc<RefCell<Journal>>, stream: u64, count: u64) {
     let mut offset = 0u64;
     for i in 0..count {
+        // Think time of 0-2 executor turns, so clients fall out of step and
+        // some append while a flush is in flight.
+        for _ in 0..(stream + i) % 3 {
+            YieldOnce(false).await;
+        }
         let len = body_len(stream, i);
         let body = body_bytes(stream, offset, len);
         let h = header(stream, offset, len);
@@ -189,20 +314,13 @@ fn append_all<S: SegmentStore + 'static>(log: &Rc<Log<S>>, streams: std::ops::Ra
 
 fn read_body<S: SegmentStore>(log: &Log<S>, loc: RecordLoc) -> Vec<u8> {
     let mut out = Vec::new();
-    log.read_body(loc, 0..loc.body_len as usize, &mut out)
-        .unwrap_or_else(|e| panic!("reading {loc:?}: {e}"));
+    log.read_body(loc, 0..loc.body_len as usize, &mut out).unwrap_or_else(|e| panic!("reading {loc:?}: {e}"));
     out
 }
 
 /// Recovery found exactly a prefix of `expected`, at least `must` long, with
 /// identical headers, locations and bodies.
-fn check_prefix<S: SegmentStore>(
-    log: &Log<S>,
-    recovered: &[Recovered],
-    expected: &[Appended],
-    must: usize,
-    ctx: &str,
-) {
+fn check_prefix<S: SegmentStore>(log: &Log<S>, recovered: &[Recovered], expected: &[Appended], must: usize, ctx: &str) {
     assert!(
         recovered.len() >= must,
         "{ctx}: lost acknowledged records: recovered {} of {must} acknowledged",
@@ -232,27 +350,39 @@ const TORN: [Option<usize>; 7] = [None, Some(0), Some(1), Some(700), Some(2048),
 
 #[test]
 fn acknowledged_prefix_survives_every_crash_point() {
+    watchdog(acknowledged_prefix_survives_every_crash_point_body);
+}
+
+fn acknowledged_prefix_survives_every_crash_point_body() {
     const CLIENTS: u64 = 4;
     const PER_CLIENT: u64 = 45;
-    // About 2 ops (write + sync) per flush of ~4 records, more at rollovers:
-    // the last crash points fall after the workload, where nothing fails.
-    const CRASH_POINTS: u64 = 110;
-    let mut crashes = 0;
-    let mut torn_cuts = 0;
-    let mut newest_acked_segment = 0;
-    for n in 1..=CRASH_POINTS {
-        let store = SimStore::new();
-        let (log, recovered, _) = open(store.clone(), config());
+    let workload = |store: &SimStore, fail_at: Option<u64>| {
+        let (log, recovered, _) = open(TestStore::new(store.clone()), config());
         assert!(recovered.is_empty());
-        store.fail_after_ops(n);
+        if let Some(n) = fail_at {
+            store.fail_after_ops(n);
+        }
         let journal = Rc::new(RefCell::new(Journal::default()));
         drive(&log, clients(&log, &journal, 0..CLIENTS, PER_CLIENT));
+        (log, journal)
+    };
+    // The run is deterministic up to the fault, so a clean run counts the
+    // crash points: one per write or sync it issues.
+    let clean = SimStore::new();
+    workload(&clean, None);
+    let total_ops = clean.ops();
+    let mut torn_cuts = 0;
+    let mut newest_acked_segment = 0;
+    // The last crash point falls after the workload: nothing fails.
+    for n in 1..=total_ops + 1 {
+        let store = SimStore::new();
+        let (log, journal) = workload(&store, Some(n));
         let j = journal.borrow();
         let must = j.must_survive();
         // Waiters are released in lsn order: an acknowledgement covers everything before it.
         assert!(j.acked[..must].iter().all(|&a| a), "crash {n}: acknowledgements out of order");
+        assert_eq!(store.is_dead(), n <= total_ops, "crash {n}: the run was not deterministic");
         if store.is_dead() {
-            crashes += 1;
             assert!(log.is_poisoned(), "crash {n}: failed I/O did not poison the log");
             assert!(log.append(header(99, 0, 1), b"x").is_err(), "crash {n}: poisoned log accepted an append");
         } else {
@@ -266,7 +396,7 @@ fn acknowledged_prefix_survives_every_crash_point() {
         for torn in TORN {
             let ctx = format!("crash at op {n}, torn {torn:?}");
             let image = store.crash_image(torn);
-            let (log, recovered, report) = open(image.clone(), config());
+            let (log, recovered, report) = open(TestStore::new(image.clone()), config());
             check_prefix(&log, &recovered, &j.appended, must, &ctx);
             if torn.is_none() {
                 // Durable images hold only whole synced flushes.
@@ -277,7 +407,7 @@ fn acknowledged_prefix_survives_every_crash_point() {
             }
             let mut expected: Vec<Appended> = j.appended[..recovered.len()].to_vec();
 
-            // The recovered log takes new appends (crossing a rollover) and serves them.
+            // The recovered log takes new appends and serves them.
             let new = append_all(&log, 100..102, 12);
             for a in &new {
                 assert!(read_body(&log, a.loc) == a.body, "{ctx}: new record unreadable");
@@ -293,8 +423,7 @@ fn acknowledged_prefix_survives_every_crash_point() {
         }
     }
     // The sweep must have exercised what it claims to.
-    assert!(crashes >= 80, "only {crashes} crash points hit the workload");
-    assert!(crashes < CRASH_POINTS, "every crash point failed: the sweep never reached a clean run");
+    assert!(total_ops >= 100, "only {total_ops} crash points");
     assert!(newest_acked_segment >= 3, "the workload crossed too few segments ({newest_acked_segment})");
     assert!(torn_cuts >= 20, "only {torn_cuts} torn tails were cut");
 }
@@ -311,7 +440,7 @@ fn log_with_unsynced_record() -> (SimStore, Vec<Appended>, Appended, u64) {
     // ~8 KiB of durable records, so the durable end is inside a block.
     let durable = append_all(&log, 0..2, 3);
     let durable_end = durable.last().map(|a| a.loc.pos as usize + RECORD_HEADER_BYTES + a.body.len()).unwrap();
-    assert!(durable_end as u64 % DIRECT_IO_ALIGNMENT_BYTES != 0);
+    assert!(!(durable_end as u64).is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES), "the durable end must be inside a block");
     // The write succeeds, the sync after it fails.
     store.fail_after_ops(2);
     let body = body_bytes(7, 0, 2000);
@@ -328,6 +457,10 @@ fn log_with_unsynced_record() -> (SimStore, Vec<Appended>, Appended, u64) {
 
 #[test]
 fn torn_tail_is_cut_and_stays_cut() {
+    watchdog(torn_tail_is_cut_and_stays_cut_body);
+}
+
+fn torn_tail_is_cut_and_stays_cut_body() {
     let (store, durable, torn_rec, write_start) = log_with_unsynced_record();
     let into_record = (torn_rec.loc.pos - write_start) as usize;
     // Tears that leave an invalid record: inside the header, and inside the body.
@@ -372,6 +505,10 @@ fn torn_tail_is_cut_and_stays_cut() {
 
 #[test]
 fn corruption_before_newer_data_fails_open_but_at_the_tail_is_cut() {
+    watchdog(corruption_before_newer_data_fails_open_but_at_the_tail_is_cut_body);
+}
+
+fn corruption_before_newer_data_fails_open_but_at_the_tail_is_cut_body() {
     let store = SimStore::new();
     let (log, _, _) = open(store.clone(), config());
     let all = append_all(&log, 0..4, 45);
@@ -387,7 +524,9 @@ fn corruption_before_newer_data_fails_open_but_at_the_tail_is_cut() {
     let mid0 = &all[first_of(0) + 5];
     let mid2 = &all[first_of(2) + 1];
     let last0 = &all[first_of(1) - 1];
-    for (victim, pos) in [(mid0, body_byte(mid0)), (mid0, header_byte(mid0)), (mid2, body_byte(mid2)), (last0, body_byte(last0))] {
+    for (victim, pos) in
+        [(mid0, body_byte(mid0)), (mid0, header_byte(mid0)), (mid2, body_byte(mid2)), (last0, body_byte(last0))]
+    {
         let image = store.crash_image(None);
         image.corrupt(victim.loc.segment, pos);
         match block_on(Log::open(image, config())) {
@@ -423,6 +562,10 @@ fn corruption_before_newer_data_fails_open_but_at_the_tail_is_cut() {
 
 #[test]
 fn backpressure_bounds_pending_bytes_and_clears_after_flush() {
+    watchdog(backpressure_bounds_pending_bytes_and_clears_after_flush_body);
+}
+
+fn backpressure_bounds_pending_bytes_and_clears_after_flush_body() {
     const PENDING_MAX: u64 = 16 * 1024;
     let cfg = LogConfig { segment_bytes: SEGMENT_BYTES, pending_bytes_max: PENDING_MAX };
     let store = SimStore::new();
@@ -471,13 +614,16 @@ fn backpressure_bounds_pending_bytes_and_clears_after_flush() {
 
 #[test]
 fn failed_write_or_sync_poisons_the_log() {
+    watchdog(failed_write_or_sync_poisons_the_log_body);
+}
+
+fn failed_write_or_sync_poisons_the_log_body() {
     for (n, op) in [(1u64, "write"), (2, "fdatasync")] {
         let store = SimStore::new();
         let (log, _, _) = open(store.clone(), config());
         let before = append_all(&log, 0..1, 5);
         let old_lsn = log.durable_lsn();
         store.fail_after_ops(n);
-        let journal = Rc::new(RefCell::new(Journal::default()));
         // Three concurrent waiters land in the flush that fails.
         let results: Rc<RefCell<Vec<Result<(), Error>>>> = Rc::default();
         let tasks = (10..13)
@@ -514,73 +660,19 @@ fn failed_write_or_sync_poisons_the_log() {
         // What was durable before the fault stays acknowledged.
         let l = log.clone();
         assert!(drive_one(&log, async move { l.durable(old_lsn).await }).is_ok());
-        drop(journal);
         drop(log);
         let (log, recovered, _) = open(store.crash_image(None), config());
         check_prefix(&log, &recovered, &before, before.len(), op);
     }
 }
 
-/// A store whose one chosen sync fails without killing the disk, like a
-/// transient fdatasync error: later syncs would succeed and wrongly report
-/// data durable whose dirty pages the kernel already dropped.
-#[derive(Clone)]
-struct FlakyStore {
-    inner: SimStore,
-    syncs: Rc<Cell<u64>>,
-    writes: Rc<Cell<u64>>,
-    fail_sync: u64,
-}
-
-struct FlakyFile {
-    inner: SimFile,
-    store: FlakyStore,
-}
-
-impl SegmentFile for FlakyFile {
-    type Buf = Vec<u8>;
-    fn alloc_buf(&self, len: usize) -> Vec<u8> {
-        self.inner.alloc_buf(len)
-    }
-    async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
-        self.store.writes.set(self.store.writes.get() + 1);
-        self.inner.write_at(buf, pos).await
-    }
-    async fn sync(&self) -> io::Result<()> {
-        let n = self.store.syncs.get() + 1;
-        self.store.syncs.set(n);
-        if n == self.store.fail_sync {
-            return Err(io::Error::other("transient fdatasync failure"));
-        }
-        self.inner.sync().await
-    }
-}
-
-impl SegmentStore for FlakyStore {
-    type File = FlakyFile;
-    async fn list(&self) -> io::Result<Vec<(u64, u64)>> {
-        self.inner.list().await
-    }
-    async fn create(&self, no: u64, len: u64) -> io::Result<FlakyFile> {
-        Ok(FlakyFile { inner: self.inner.create(no, len).await?, store: self.clone() })
-    }
-    fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>> {
-        self.inner.map(no)
-    }
-    async fn truncate(&self, no: u64, len: u64) -> io::Result<()> {
-        self.inner.truncate(no, len).await
-    }
-    async fn remove(&self, no: u64) -> io::Result<()> {
-        self.inner.remove(no).await
-    }
-    fn describe(&self) -> String {
-        "flaky simulator".into()
-    }
-}
-
 #[test]
 fn transient_sync_failure_is_never_retried_into_an_acknowledgement() {
-    let store = FlakyStore { inner: SimStore::new(), syncs: Rc::default(), writes: Rc::default(), fail_sync: 4 };
+    watchdog(transient_sync_failure_is_never_retried_into_an_acknowledgement_body);
+}
+
+fn transient_sync_failure_is_never_retried_into_an_acknowledgement_body() {
+    let store = TestStore { fail_sync: 4, ..TestStore::new(SimStore::new()) };
     let (log, _, _) = open(store.clone(), config());
     let journal = Rc::new(RefCell::new(Journal::default()));
     drive(&log, clients(&log, &journal, 0..4, 30));
@@ -597,7 +689,7 @@ fn transient_sync_failure_is_never_retried_into_an_acknowledgement() {
     assert!(drive_one(&log, async move { l.durable(failed_lsn).await }).is_err());
     assert_eq!(store.syncs.get(), 4);
     drop(log);
-    let (log, recovered, _) = open(store.inner.crash_image(None), config());
+    let (log, recovered, _) = open(store.sim.crash_image(None), config());
     check_prefix(&log, &recovered, &j.appended, must, "after transient sync failure");
 }
 
@@ -606,10 +698,14 @@ fn transient_sync_failure_is_never_retried_into_an_acknowledgement() {
 
 #[test]
 fn group_commit_batches_concurrent_appends() {
+    watchdog(group_commit_batches_concurrent_appends_body);
+}
+
+fn group_commit_batches_concurrent_appends_body() {
     const CLIENTS: u64 = 16;
     const PER_CLIENT: u64 = 20;
     let store = SimStore::new();
-    let (log, _, _) = open(store.clone(), config());
+    let (log, _, _) = open(TestStore::new(store.clone()), config());
     let all = append_all(&log, 0..CLIENTS, PER_CLIENT);
     let stats = log.stats();
     let total = CLIENTS * PER_CLIENT;
@@ -632,6 +728,10 @@ fn group_commit_batches_concurrent_appends() {
 /// the writer waits for it forever.
 #[test]
 fn appends_outrunning_the_preparer_do_not_stall_the_writer() {
+    watchdog(appends_outrunning_the_preparer_do_not_stall_the_writer_body);
+}
+
+fn appends_outrunning_the_preparer_do_not_stall_the_writer_body() {
     let store = SimStore::new();
     let (log, _, _) = open(store.clone(), config());
     let mut expected = Vec::new();

@@ -215,8 +215,9 @@ impl<S: SegmentStore> Log<S> {
             segment_ready: Notify::default(),
             stopped: Cell::new(false),
         };
-        // Create the active segment now so the first append does not wait for it.
-        log.prepare_missing().await?;
+        // Create the active segment now so the first append does not wait
+        // for it; the preparer task makes the next one in the background.
+        log.prepare_missing(false).await?;
         Ok((log, recovered, report))
     }
 
@@ -337,9 +338,9 @@ impl<S: SegmentStore> Log<S> {
         self.wake_preparer.notify();
     }
 
-    async fn prepare_missing(&self) -> Result<()> {
-        // Keep the active segment and the next one created, so rollover
-        // never waits for a file to be zero-filled.
+    /// Creates the active segment and, with `ahead`, the next one too, so
+    /// rollover never waits for a file to be zero-filled.
+    async fn prepare_missing(&self, ahead: bool) -> Result<()> {
         loop {
             let want = {
                 let st = self.st.borrow();
@@ -348,7 +349,16 @@ impl<S: SegmentStore> Log<S> {
                     st.prepared.contains_key(&no)
                         || matches!(st.segments.get(&no), Some(SegData::Mirror { file: Some(_), .. }))
                 };
-                [active, active + 1].into_iter().find(|&no| !has(no))
+                // A segment rolled past before this task ran (appends filled
+                // more than one segment meanwhile) has no file and is no longer
+                // `active`: create it too, or the writer waits for it forever.
+                let passed_over = st
+                    .segments
+                    .iter()
+                    .find(|(_, s)| matches!(s, SegData::Mirror { file: None, .. }))
+                    .map(|(&no, _)| no);
+                let wanted = if ahead { 2 } else { 1 };
+                passed_over.or_else(|| (active..active + wanted).find(|&no| !has(no)))
             };
             let Some(no) = want else { return Ok(()) };
             let file = self
@@ -371,7 +381,7 @@ impl<S: SegmentStore> Log<S> {
     /// Background task: creates (zero-fills) segments ahead of use.
     pub async fn run_preparer(&self) {
         while !self.stopped.get() {
-            if let Err(e) = self.prepare_missing().await {
+            if let Err(e) = self.prepare_missing(true).await {
                 self.poison(e);
                 return;
             }
@@ -388,6 +398,9 @@ impl<S: SegmentStore> Log<S> {
         for (_, tx) in st.waiters.drain(..) {
             let _ = tx.send(Err(e.clone()));
         }
+        drop(st);
+        // A writer waiting for a segment file must see the failure too.
+        self.segment_ready.notify();
     }
 
     /// Background task: the group-commit loop. One flush in flight at a time.
@@ -491,9 +504,15 @@ impl<S: SegmentStore> Log<S> {
             st.stats.batch_records.saturating_record(records);
             st.stats.flush_io_us.saturating_record(io_started.elapsed().as_micros() as u64);
         }
-        while st.waiters.front().is_some_and(|(lsn, _)| *lsn <= target_lsn) {
-            let (_, tx) = st.waiters.pop_front().unwrap();
-            let _ = tx.send(Ok(()));
+        // Waiters are mostly in lsn order, but a reader may wait for an
+        // older lsn after a newer waiter: release every covered one.
+        let waiters = std::mem::take(&mut st.waiters);
+        for (lsn, tx) in waiters {
+            if lsn <= target_lsn {
+                let _ = tx.send(Ok(()));
+            } else {
+                st.waiters.push_back((lsn, tx));
+            }
         }
         Ok(())
     }
