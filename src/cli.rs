@@ -60,7 +60,7 @@ impl Cli {
         if self.long_poll_timeout_ms == 0 || self.long_poll_timeout_ms > LONG_POLL_TIMEOUT_MS_MAX {
             return Err(format!("--long-poll-timeout-ms must be between 1 and {LONG_POLL_TIMEOUT_MS_MAX}"));
         }
-        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes) || self.segment_bytes % 4096 != 0 {
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes) || !self.segment_bytes.is_multiple_of(4096) {
             return Err(format!(
                 "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}"
             ));

@@ -82,8 +82,8 @@ pub const DS_STREAM_ID_BYTES_MAX: usize = 122;
 /// Stream paths on /v1 (after `/v1/stream/`).
 pub const V1_PATH_BYTES_MAX: usize = 1024;
 
-const _: () = assert!(SEGMENT_BYTES_DEFAULT % DIRECT_IO_ALIGNMENT_BYTES == 0);
-const _: () = assert!(SEGMENT_BYTES_MIN % DIRECT_IO_ALIGNMENT_BYTES == 0);
+const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
+const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
 // A maximal request body must fit in one record and one record in a default segment.

@@ -100,10 +100,11 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
                 }
             }
         };
-        if head.expect_continue && head.body != BodyKind::None {
-            if write_all(&mut stream, b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
-                return;
-            }
+        if head.expect_continue
+            && head.body != BodyKind::None
+            && write_all(&mut stream, b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
+        {
+            return;
         }
         // 2. Its body.
         let (body, consumed) = match read_body(&mut stream, &mut rd, &head, head_len).await {
@@ -120,9 +121,11 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
         // 3. Run it and answer.
         let keep_alive = head.keep_alive;
         if head.method == Method::Get && head.query_param("live") == Some("sse") {
-            if let Ok(Route::Shard(ShardRequest::Stream { key, surface, op: StreamOp::Read(req) })) = route(&head, Vec::new()) {
-                serve_sse(&mut stream, &*cx, key, surface, req).await;
-                return;
+            if let Ok(Route::Shard(r)) = route(&head, Vec::new()) {
+                if let ShardRequest::Stream { key, surface, op: StreamOp::Read(req) } = *r {
+                    serve_sse(&mut stream, &*cx, key, surface, req).await;
+                    return;
+                }
             }
         }
         let resp = handle(&*cx, &head, body).await;
@@ -190,7 +193,7 @@ async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u
             r.body = cx.metrics().await.into_bytes();
             r
         }
-        Ok(Route::Shard(req)) => match cx.dispatch(req).await {
+        Ok(Route::Shard(req)) => match cx.dispatch(*req).await {
             Ok(o) => respond::outcome(surface, o, || location(head)),
             Err(e) => respond::error(surface, &e),
         },

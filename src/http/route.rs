@@ -13,7 +13,7 @@ use crate::shard::router::ShardRequest;
 #[derive(Debug)]
 pub enum Route {
     /// Run on the owning shard.
-    Shard(ShardRequest),
+    Shard(Box<ShardRequest>),
     /// CORS preflight.
     Options,
     /// Server counters.
@@ -74,7 +74,7 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
                     Method::Delete => BucketOp::Delete,
                     _ => return Err(RouteError::MethodNotAllowed("PUT, GET, DELETE")),
                 };
-                Ok(Route::Shard(ShardRequest::Bucket { bucket: bucket.to_string(), op }))
+                Ok(Route::Shard(Box::new(ShardRequest::Bucket { bucket: bucket.to_string(), op })))
             }
             Some("streams") => Err(RouteError::NotImplemented("listing streams is not implemented yet")),
             Some(stream) => {
@@ -138,7 +138,7 @@ fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surf
         Method::Delete => StreamOp::Delete,
         _ => return Err(RouteError::MethodNotAllowed("GET, HEAD, PUT, POST, DELETE, OPTIONS")),
     };
-    Ok(Route::Shard(ShardRequest::Stream { key, surface, op }))
+    Ok(Route::Shard(Box::new(ShardRequest::Stream { key, surface, op })))
 }
 
 /// F97–F101: `Stream-Forked-From` names the source by its path on this

@@ -81,10 +81,7 @@ pub fn check_append(cx: &AppendContext<'_>, req: &AppendReq) -> Result<AppendVer
     if req.body.is_empty() && !req.close {
         return Err(Error::BadRequest("empty body: an append needs data, or Stream-Closed: true to close".into()));
     }
-    let producer_verdict = match &req.producer {
-        Some(p) => Some(check_producer(cx.producer.as_ref(), p.epoch, p.seq)),
-        None => None,
-    };
+    let producer_verdict = req.producer.as_ref().map(|p| check_producer(cx.producer.as_ref(), p.epoch, p.seq));
     if cx.closed {
         // F33: a retry of the very request that closed the stream is a duplicate.
         if let (Some(p), Some((id, epoch, seq))) = (&req.producer, cx.closed_by) {

@@ -522,7 +522,8 @@ impl<S: SegmentStore> Shard<S> {
             if owner == self.id {
                 self.handle(req).await
             } else {
-                match self.peers.borrow().clone() {
+                let peers = self.peers.borrow().clone();
+                match peers {
                     Some(p) => p.call(owner, req).await,
                     None => Err(Error::Unavailable("no mesh".into())),
                 }

@@ -133,7 +133,7 @@ impl<S: SegmentStore> Log<S> {
     /// log order. A torn tail of the newest segment is cut; an invalid record
     /// followed by valid newer data is corruption and fails the open.
     pub async fn open(store: S, cfg: LogConfig) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
-        assert!(cfg.segment_bytes % DIRECT_IO_ALIGNMENT_BYTES == 0);
+        assert!(cfg.segment_bytes.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
         let io = |op, segment| move |source| Error::Io { op, segment, source };
         let list = store.list().await.map_err(io("list", 0))?;
         let mut recovered = Vec::new();
