@@ -1,7 +1,10 @@
 //! Command line: flags -> [`Config`].
 
 use crate::config::{online_cpus, Config};
-use crate::limits::{LONG_POLL_TIMEOUT_MS_DEFAULT, LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SHARDS_MAX};
+use crate::limits::{
+    LONG_POLL_TIMEOUT_MS_DEFAULT, LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
+    SEGMENT_BYTES_MIN, SHARDS_MAX,
+};
 use crate::storage::dma_file::DirectIoMode;
 use clap::Parser;
 use std::net::SocketAddr;
@@ -60,7 +63,9 @@ impl Cli {
         if self.long_poll_timeout_ms == 0 || self.long_poll_timeout_ms > LONG_POLL_TIMEOUT_MS_MAX {
             return Err(format!("--long-poll-timeout-ms must be between 1 and {LONG_POLL_TIMEOUT_MS_MAX}"));
         }
-        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes) || !self.segment_bytes.is_multiple_of(4096) {
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes)
+            || !self.segment_bytes.is_multiple_of(4096)
+        {
             return Err(format!(
                 "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}"
             ));

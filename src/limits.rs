@@ -51,10 +51,6 @@ pub const SHARD_CONNECTIONS_MAX: usize = 16 * 1024;
 /// Bytes one socket read may return (per-connection read space).
 pub const CONN_READ_CHUNK_BYTES: usize = 16 * 1024;
 
-/// Messages that may wait in one cross-shard channel (per ordered pair of
-/// shards). A full channel makes the sender wait, which is the back-pressure
-/// between cores.
-pub const SHARD_MESH_CHANNEL_CAPACITY: usize = 1024;
 
 /// Long-poll timeout default and bounds (milliseconds).
 pub const LONG_POLL_TIMEOUT_MS_DEFAULT: u64 = 20_000;
@@ -63,6 +59,10 @@ pub const LONG_POLL_TIMEOUT_MS_MAX: u64 = 600_000;
 /// An SSE connection is closed after this long so clients reconnect from
 /// their last offset (F72), which lets CDNs collapse requests.
 pub const SSE_CONNECTION_MS_MAX: u64 = 60_000;
+
+/// Interval of the liveness watchdog that wakes parked executors (see
+/// `server::start_kicker`): the longest a lost io_uring wake-up can stall.
+pub const EXECUTOR_KICK_INTERVAL_MS: u64 = 5;
 
 /// Most shards (executors) one server runs.
 pub const SHARDS_MAX: usize = 256;

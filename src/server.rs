@@ -4,7 +4,9 @@
 
 use crate::config::Config;
 use crate::http::conn::{self, ConnContext};
-use crate::limits::{EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX};
+use crate::limits::{
+    EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX,
+};
 use crate::protocol::Outcome;
 use crate::shard::mesh::{self, Mesh, Peers};
 use crate::shard::router::{Dispatch, Reply, ShardRequest};
@@ -20,6 +22,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 const FORMAT_VERSION: u32 = 1;
@@ -96,7 +100,12 @@ impl ConnContext for Ctx {
                     text.push_str(&t);
                 }
             }
-            text.push_str(&format!("ringstream_mesh_hops_out_total{{shard=\"{}\"}} {}\n", self.me, self.mesh.hops_out.get()));
+            text.push_str(&format!(
+                "ringstream_mesh_hops_out_total{{shard=\"{}\"}} {}\n",
+                self.me,
+                self.mesh.hops_out.get()
+            ));
+            text.push_str(&format!("ringstream_mesh_wakeups_total{{shard=\"{}\"}} {}\n", self.me, self.mesh.wakeups()));
             text
         })
     }
@@ -128,17 +137,21 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     check_memlock();
     let (reservation, addr) = reserve(cfg.listen)?;
     let cpus: Vec<usize> = (0..crate::config::online_cpus()).collect();
-    let mesh_builder = mesh::builder(cfg.shards);
+    let mut mesh_plan = mesh::Plan::new(cfg.shards).context("creating the cross-shard mesh")?;
     let (boot_tx, boot_rx) = crossbeam_channel::bounded::<Boot>(cfg.shards);
     // Two barriers driven from here: "every shard recovered and replicated
     // its buckets" then "listen".
     let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(cfg.shards);
     let (replicated_tx, replicated_rx) = crossbeam_channel::bounded::<()>(cfg.shards);
+    let threads: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.shards).map(|_| AtomicU64::new(0)).collect());
+    install_kick_handler()?;
+    start_kicker(threads.clone());
     let mut handles = Vec::new();
     for id in 0..cfg.shards {
+        let threads = threads.clone();
         let placement = if cfg.pin { Placement::Fixed(cpus[id % cpus.len()]) } else { Placement::Unbound };
         let cfg = cfg.clone();
-        let mesh_builder = mesh_builder.clone();
+        let link = mesh_plan.link(id);
         let boot_tx = boot_tx.clone();
         let go_rx = go_rx.clone();
         let replicated_tx = replicated_tx.clone();
@@ -146,105 +159,113 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             .name(&format!("shard-{id}"))
             .io_memory(EXECUTOR_IO_MEMORY_BYTES)
             .preempt_timer(Duration::from_micros(EXECUTOR_PREEMPT_TIMER_US))
-            .spawn(move || async move {
-                let fail = |e: String| {
-                    let _ = boot_tx.send(Boot::Failed(e));
-                };
-                let dir = cfg.data_dir.join(format!("shard-{id}"));
-                let store = match DiskStore::open(&dir, direct).await {
-                    Ok(s) => s,
-                    Err(e) => return fail(format!("shard {id}: opening {}: {e}", dir.display())),
-                };
-                let storage = crate::storage::io::SegmentStore::describe(&store);
-                let log_cfg = LogConfig { segment_bytes: cfg.segment_bytes, pending_bytes_max: SHARD_PENDING_BYTES_MAX };
-                let (log, records, report) = match Log::open(store, log_cfg).await {
-                    Ok(x) => x,
-                    Err(e) => return fail(format!("shard {id}: recovery failed: {e}")),
-                };
-                let log = Rc::new(log);
-                let shard = match Shard::recover(id, cfg.shards, log.clone(), &records) {
-                    Ok(s) => Rc::new(s),
-                    Err(e) => return fail(e),
-                };
-                drop(records);
-                shard.set_live(
-                    Rc::new(|d| Box::pin(glommio::timer::sleep(d))),
-                    Duration::from_millis(cfg.long_poll_timeout_ms),
-                );
-                let l = log.clone();
-                glommio::spawn_local(async move { l.run_writer().await }).detach();
-                let l = log.clone();
-                glommio::spawn_local(async move { l.run_preparer().await }).detach();
-                let (mesh, receivers) = Mesh::join(mesh_builder).await;
-                shard.set_peers(mesh.clone());
-                for (from, rx) in receivers {
-                    let shard = shard.clone();
-                    glommio::spawn_local(mesh.clone().serve(from, rx, move |req| {
-                        let shard = shard.clone();
-                        async move {
-                            shard.stats.borrow_mut().requests_remote_in += 1;
-                            shard.handle(req).await
-                        }
-                    }))
-                    .detach();
-                }
-                for bucket in shard.owned_buckets() {
-                    for peer in (0..cfg.shards).filter(|&p| p != id) {
-                        if let Err(e) = mesh.call(peer, ShardRequest::ReplicateBucket { bucket: bucket.clone(), present: true }).await {
-                            return fail(format!("shard {id}: replicating buckets: {e}"));
-                        }
-                    }
-                }
-                // Forks tell their sources' owners they exist (references are
-                // not logged: they are rebuilt from the forks' own records).
-                for (source, source_uid) in shard.fork_sources() {
-                    let req = ShardRequest::ForkRef { source, source_uid, add: true };
-                    let owner = req.owner(cfg.shards).unwrap_or(id);
-                    let r = if owner == id { shard.handle(req).await } else { mesh.call(owner, req).await };
-                    if let Err(e) = r {
-                        return fail(format!("shard {id}: counting fork references: {e}"));
-                    }
-                }
-                let _ = replicated_tx.send(());
-                // Wait for every shard's buckets, while still serving the mesh.
-                while go_rx.try_recv().is_err() {
-                    glommio::timer::sleep(Duration::from_millis(1)).await;
-                }
-                let s = shard.clone();
-                glommio::spawn_local(async move { s.collect_unreferenced().await }).detach();
-                let listener = match TcpListener::bind(addr) {
-                    Ok(l) => l,
-                    Err(e) => return fail(format!("shard {id}: listening on {addr}: {e}")),
-                };
-                let recovery = format!(
-                    "{} segments, {} records, torn tail: {:?}, active segment {}",
-                    report.segments, report.records, report.torn_tail, report.active_segment
-                );
-                let _ = boot_tx.send(Boot::Ready { shard: id, streams: shard.stream_count(), storage, recovery });
-                let ctx = Rc::new(Ctx { me: id, shards: cfg.shards, shard, mesh });
-                let open = Rc::new(Cell::new(0usize));
-                loop {
-                    let stream = match listener.accept().await {
+            .spawn(move || {
+                // Safety: pthread_self has no preconditions.
+                threads[id].store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
+                async move {
+                    let fail = |e: String| {
+                        let _ = boot_tx.send(Boot::Failed(e));
+                    };
+                    let dir = cfg.data_dir.join(format!("shard-{id}"));
+                    let store = match DiskStore::open(&dir, direct).await {
                         Ok(s) => s,
-                        Err(e) => {
-                            log::warn!("shard {id}: accept failed: {e}");
-                            glommio::timer::sleep(Duration::from_millis(10)).await;
+                        Err(e) => return fail(format!("shard {id}: opening {}: {e}", dir.display())),
+                    };
+                    let storage = crate::storage::io::SegmentStore::describe(&store);
+                    let log_cfg =
+                        LogConfig { segment_bytes: cfg.segment_bytes, pending_bytes_max: SHARD_PENDING_BYTES_MAX };
+                    let (log, records, report) = match Log::open(store, log_cfg).await {
+                        Ok(x) => x,
+                        Err(e) => return fail(format!("shard {id}: recovery failed: {e}")),
+                    };
+                    let log = Rc::new(log);
+                    let shard = match Shard::recover(id, cfg.shards, log.clone(), &records) {
+                        Ok(s) => Rc::new(s),
+                        Err(e) => return fail(e),
+                    };
+                    drop(records);
+                    shard.set_live(
+                        Rc::new(|d| Box::pin(glommio::timer::sleep(d))),
+                        Duration::from_millis(cfg.long_poll_timeout_ms),
+                    );
+                    let l = log.clone();
+                    glommio::spawn_local(async move { l.run_writer().await }).detach();
+                    let l = log.clone();
+                    glommio::spawn_local(async move { l.run_preparer().await }).detach();
+                    let (mesh, inbox) = link.join();
+                    shard.set_peers(mesh.clone());
+                    {
+                        let shard = shard.clone();
+                        glommio::spawn_local(mesh.clone().serve(inbox, move |req| {
+                            let shard = shard.clone();
+                            async move {
+                                shard.stats.borrow_mut().requests_remote_in += 1;
+                                shard.handle(req).await
+                            }
+                        }))
+                        .detach();
+                    }
+                    for bucket in shard.owned_buckets() {
+                        for peer in (0..cfg.shards).filter(|&p| p != id) {
+                            if let Err(e) = mesh
+                                .call(peer, ShardRequest::ReplicateBucket { bucket: bucket.clone(), present: true })
+                                .await
+                            {
+                                return fail(format!("shard {id}: replicating buckets: {e}"));
+                            }
+                        }
+                    }
+                    // Forks tell their sources' owners they exist (references are
+                    // not logged: they are rebuilt from the forks' own records).
+                    for (source, source_uid) in shard.fork_sources() {
+                        let req = ShardRequest::ForkRef { source, source_uid, add: true };
+                        let owner = req.owner(cfg.shards).unwrap_or(id);
+                        let r = if owner == id { shard.handle(req).await } else { mesh.call(owner, req).await };
+                        if let Err(e) = r {
+                            return fail(format!("shard {id}: counting fork references: {e}"));
+                        }
+                    }
+                    let _ = replicated_tx.send(());
+                    // Wait for every shard's buckets, while still serving the mesh.
+                    while go_rx.try_recv().is_err() {
+                        glommio::timer::sleep(Duration::from_millis(1)).await;
+                    }
+                    let s = shard.clone();
+                    glommio::spawn_local(async move { s.collect_unreferenced().await }).detach();
+                    let listener = match TcpListener::bind(addr) {
+                        Ok(l) => l,
+                        Err(e) => return fail(format!("shard {id}: listening on {addr}: {e}")),
+                    };
+                    let recovery = format!(
+                        "{} segments, {} records, torn tail: {:?}, active segment {}",
+                        report.segments, report.records, report.torn_tail, report.active_segment
+                    );
+                    let _ = boot_tx.send(Boot::Ready { shard: id, streams: shard.stream_count(), storage, recovery });
+                    let ctx = Rc::new(Ctx { me: id, shards: cfg.shards, shard, mesh });
+                    let open = Rc::new(Cell::new(0usize));
+                    loop {
+                        let stream = match listener.accept().await {
+                            Ok(s) => s,
+                            Err(e) => {
+                                log::warn!("shard {id}: accept failed: {e}");
+                                glommio::timer::sleep(Duration::from_millis(10)).await;
+                                continue;
+                            }
+                        };
+                        if open.get() >= SHARD_CONNECTIONS_MAX {
+                            // Over the bound: close at once rather than queue unbounded work.
+                            drop(stream);
                             continue;
                         }
-                    };
-                    if open.get() >= SHARD_CONNECTIONS_MAX {
-                        // Over the bound: close at once rather than queue unbounded work.
-                        drop(stream);
-                        continue;
+                        open.set(open.get() + 1);
+                        let ctx = ctx.clone();
+                        let open = open.clone();
+                        glommio::spawn_local(async move {
+                            conn::serve(stream, ctx).await;
+                            open.set(open.get() - 1);
+                        })
+                        .detach();
                     }
-                    open.set(open.get() + 1);
-                    let ctx = ctx.clone();
-                    let open = open.clone();
-                    glommio::spawn_local(async move {
-                        conn::serve(stream, ctx).await;
-                        open.set(open.get() - 1);
-                    })
-                    .detach();
                 }
             })
             .map_err(|e| anyhow::anyhow!("starting executor for shard {id}: {e}"))?;
@@ -301,4 +322,48 @@ fn check_memlock() {
             lim.rlim_cur
         );
     }
+}
+
+extern "C" fn on_kick(_: libc::c_int) {}
+
+/// A no-op SIGUSR1 handler without SA_RESTART, so a kick makes a sleeping
+/// `io_uring_enter` return EINTR (which glommio treats as a wake-up).
+fn install_kick_handler() -> anyhow::Result<()> {
+    // Safety: sigaction with a zeroed struct, a valid handler and an empty mask.
+    let rc = unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_kick as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        bail!("installing the SIGUSR1 handler: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Liveness watchdog. glommio 0.9 on this kernel (6.x) sometimes parks an
+/// executor in `io_uring_enter` although work is ready: a completion from
+/// its blocking-syscall pool, a timer on its latency ring, or even the
+/// first poll of a new task is never noticed (we saw boot hang in about
+/// 1 of 25 starts under load, and idle servers leave a request waiting until
+/// unrelated traffic arrived). Kicking every executor thread with a signal
+/// every EXECUTOR_KICK_INTERVAL_MS bounds such a stall to that interval; a
+/// kicked executor re-checks all its rings and queues, and goes back to sleep
+/// if there is nothing to do.
+fn start_kicker(threads: Arc<Vec<AtomicU64>>) {
+    std::thread::Builder::new()
+        .name("kicker".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(crate::limits::EXECUTOR_KICK_INTERVAL_MS));
+            for t in threads.iter() {
+                let tid = t.load(Ordering::Acquire);
+                if tid != 0 {
+                    // Safety: the id is a live executor thread of this process
+                    // (executors run until the process exits).
+                    unsafe { libc::pthread_kill(tid as libc::pthread_t, libc::SIGUSR1) };
+                }
+            }
+        })
+        .expect("starting the kicker thread");
 }

@@ -12,7 +12,11 @@ use std::time::{Duration, Instant};
 const OCT: (&str, &str) = ("Content-Type", "application/octet-stream");
 
 fn remote_requests(s: &Server) -> f64 {
-    s.metrics().iter().filter(|(k, _)| k.starts_with("ringstream_requests_total") && k.contains("remote")).map(|(_, v)| v).sum()
+    s.metrics()
+        .iter()
+        .filter(|(k, _)| k.starts_with("ringstream_requests_total") && k.contains("remote"))
+        .map(|(_, v)| v)
+        .sum()
 }
 
 #[test]
@@ -110,7 +114,9 @@ fn read_sse_until(s: &mut TcpStream, pred: impl Fn(&str) -> bool) -> String {
                     break;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+                continue
+            }
             Err(e) => panic!("reading SSE: {e}"),
         }
     }
@@ -152,7 +158,8 @@ fn sse_readers_on_any_shard_receive_appends_then_closure() {
     }
     for (i, t) in readers.iter_mut().enumerate() {
         let text = read_sse_until(t, |x| x.contains("\"streamClosed\":true"));
-        let data_at = text.find(&format!("data:last {i}")).unwrap_or_else(|| panic!("reader {i} missed the final data: {text}"));
+        let data_at =
+            text.find(&format!("data:last {i}")).unwrap_or_else(|| panic!("reader {i} missed the final data: {text}"));
         let closed_at = text.find("\"streamClosed\":true").expect("closure control event");
         assert!(data_at < closed_at, "final data comes before the closure signal");
         assert!(!text[closed_at..].contains("streamCursor"), "no cursor once closed");

@@ -249,12 +249,18 @@ fn ds_stream_ids() {
     let mut c = srv.conn();
     assert_status(&c.request("PUT", "/ds/ids-bucket", &[], b""), 201, "PUT bucket");
     assert_status(&c.request("PUT", "/ds/ids-bucket/a..b", &[OCTET], b""), 400, "stream id a..b");
-    assert_status(&c.request("PUT", "/ds/ids-bucket/streams", &[OCTET], b""), 400, "reserved stream id `streams`");
-    assert_status(&c.request("POST", "/ds/ids-bucket/streams", &[OCTET], b"x"), 400, "POST to reserved stream id `streams`");
     let long = "x".repeat(123);
     assert_status(&c.request("PUT", &format!("/ds/ids-bucket/{long}"), &[OCTET], b""), 400, "123-byte stream id");
     let ok = "y".repeat(122);
     assert_status(&c.request("PUT", &format!("/ds/ids-bucket/{ok}"), &[OCTET], b""), 201, "122-byte stream id");
+    // `streams` is reserved (GET /ds/{bucket}/streams lists the bucket):
+    // it can't be created or written as a stream.
+    assert_status(&c.request("PUT", "/ds/ids-bucket/streams", &[OCTET], b""), 400, "PUT reserved stream id `streams`");
+    assert_status(
+        &c.request("POST", "/ds/ids-bucket/streams", &[OCTET], b"x"),
+        400,
+        "POST to reserved stream id `streams`",
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -345,7 +351,11 @@ fn stream_seq_and_if_match() {
     let p = "/v1/stream/rt/seq";
     assert_status(&c.request("PUT", p, &[TEXT], b""), 201, "PUT");
     assert_status(&c.request("POST", p, &[TEXT, ("Stream-Seq", "2")], b"x"), 204, "Stream-Seq 2");
-    assert_status(&c.request("POST", p, &[TEXT, ("Stream-Seq", "10")], b"y"), 409, "Stream-Seq 10 after 2 (byte order)");
+    assert_status(
+        &c.request("POST", p, &[TEXT, ("Stream-Seq", "10")], b"y"),
+        409,
+        "Stream-Seq 10 after 2 (byte order)",
+    );
     assert_status(&c.request("POST", p, &[TEXT, ("Stream-Seq", "2")], b"y"), 409, "repeated Stream-Seq");
     assert_status(&c.request("POST", p, &[TEXT, ("Stream-Seq", "3")], b"z"), 204, "Stream-Seq 3");
     assert_eq!(read_all(&mut c, p).0, b"xz");
@@ -484,7 +494,11 @@ fn http_edges() {
     let r = c.request(
         "OPTIONS",
         p,
-        &[("Origin", "http://example.com"), ("Access-Control-Request-Method", "POST"), ("Access-Control-Request-Headers", "if-none-match")],
+        &[
+            ("Origin", "http://example.com"),
+            ("Access-Control-Request-Method", "POST"),
+            ("Access-Control-Request-Headers", "if-none-match"),
+        ],
         b"",
     );
     assert_status(&r, 204, "OPTIONS");

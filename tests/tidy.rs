@@ -19,12 +19,7 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 
 /// Source without `//` comments, so prose may name any module.
 fn code_of(p: &Path) -> String {
-    fs::read_to_string(p)
-        .unwrap()
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n")
+    fs::read_to_string(p).unwrap().lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
 }
 
 fn src() -> PathBuf {
@@ -52,8 +47,16 @@ fn check(layer: &str, forbidden: &[&str], glommio_allowed: &[&str]) -> Vec<Strin
 fn layers_import_only_what_the_architecture_allows() {
     let mut errors = Vec::new();
     errors.extend(check("protocol", &["crate::http", "crate::shard", "crate::storage", "crate::server"], &[]));
-    errors.extend(check("storage", &["crate::http", "crate::protocol", "crate::shard", "crate::server"], &["dma_file.rs"]));
-    errors.extend(check("http", &["crate::storage", "crate::server", "crate::shard::pump", "crate::shard::mesh"], &["conn.rs"]));
+    errors.extend(check(
+        "storage",
+        &["crate::http", "crate::protocol", "crate::shard", "crate::server"],
+        &["dma_file.rs"],
+    ));
+    errors.extend(check(
+        "http",
+        &["crate::storage", "crate::server", "crate::shard::pump", "crate::shard::mesh"],
+        &["conn.rs"],
+    ));
     errors.extend(check("shard", &["crate::http", "crate::server"], &["mesh.rs"]));
     assert!(errors.is_empty(), "layering violations:\n{}", errors.join("\n"));
 }
@@ -87,11 +90,7 @@ fn anyhow_only_at_the_edges() {
 #[test]
 fn every_limit_is_used() {
     let limits = fs::read_to_string(src().join("limits.rs")).unwrap();
-    let all: String = rust_files(&src())
-        .iter()
-        .filter(|f| !f.ends_with("limits.rs"))
-        .map(|f| code_of(f))
-        .collect();
+    let all: String = rust_files(&src()).iter().filter(|f| !f.ends_with("limits.rs")).map(|f| code_of(f)).collect();
     for line in limits.lines() {
         if let Some(rest) = line.strip_prefix("pub const ") {
             let name = rest.split(':').next().unwrap();

@@ -1,19 +1,25 @@
-//! A tiny blocking HTTP/1.1 keep-alive client over `std::net::TcpStream`.
+//! HTTP/1.1 client pieces: the target URL, an incremental response parser,
+//! and a tiny blocking keep-alive client used for setup.
 //!
-//! It is deliberately minimal: one request at a time on one connection, no
-//! pipelining, no TLS, no redirects. It understands exactly what a load
-//! generator needs from responses: the status line, headers, and a body framed
-//! by `Content-Length`, `Transfer-Encoding: chunked`, or connection close.
+//! The parser ([`ResponseParser`]) is push-based: the event loops feed it
+//! whatever bytes a non-blocking read returned, in pieces of any size, and it
+//! says when a response is complete. It understands exactly what a load
+//! generator needs: the status line, headers, interim 1xx responses, and a
+//! body framed by `Content-Length`, `Transfer-Encoding: chunked`, connection
+//! close, or absent (HEAD, 204, 304). It keeps its buffers between responses,
+//! so a steady stream of small responses allocates nothing.
 //!
-//! A failed request (any I/O or protocol error) drops the connection; the next
-//! request transparently reconnects.
+//! The blocking [`Client`] (one request at a time, no pipelining, no TLS, no
+//! redirects) drives the same parser over a `BufReader<TcpStream>`. A failed
+//! request drops its connection; the next request transparently reconnects.
 
 use std::fmt;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-/// Longest status/header line we accept before declaring the peer broken.
+/// Longest response head (status line + headers), and longest chunk-size or
+/// trailer line, we accept before declaring the peer broken.
 const MAX_LINE: usize = 64 * 1024;
 /// Most header lines we accept in one response.
 const MAX_HEADERS: usize = 256;
@@ -42,9 +48,7 @@ impl Target {
         }
         let (host, port) = if let Some(after) = authority.strip_prefix('[') {
             // IPv6 literal: [addr]:port
-            let end = after
-                .find(']')
-                .ok_or_else(|| anyhow::anyhow!("unterminated IPv6 literal in {url:?}"))?;
+            let end = after.find(']').ok_or_else(|| anyhow::anyhow!("unterminated IPv6 literal in {url:?}"))?;
             let host = &authority[..end + 2];
             let tail = &after[end + 1..];
             let port = match tail.strip_prefix(':') {
@@ -55,19 +59,13 @@ impl Target {
             (host.to_string(), port)
         } else {
             match authority.rsplit_once(':') {
-                Some((h, p)) => (
-                    h.to_string(),
-                    p.parse()
-                        .map_err(|e| anyhow::anyhow!("bad port {p:?} in {url:?}: {e}"))?,
-                ),
+                Some((h, p)) => {
+                    (h.to_string(), p.parse().map_err(|e| anyhow::anyhow!("bad port {p:?} in {url:?}: {e}"))?)
+                }
                 None => (authority.to_string(), 80),
             }
         };
-        Ok(Target {
-            host,
-            port,
-            base_path: path.trim_end_matches('/').to_string(),
-        })
+        Ok(Target { host, port, base_path: path.trim_end_matches('/').to_string() })
     }
 
     /// Value for the `Host:` request header.
@@ -84,10 +82,7 @@ impl Target {
         let host = self.host.trim_start_matches('[').trim_end_matches(']');
         let addrs: Vec<SocketAddr> = (host, self.port).to_socket_addrs()?.collect();
         if addrs.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} resolved to no addresses", self.host),
-            ));
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} resolved to no addresses", self.host)));
         }
         Ok(addrs)
     }
@@ -104,27 +99,419 @@ impl fmt::Display for Target {
     }
 }
 
-/// A complete HTTP response.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A complete HTTP response. Headers are kept as received (one string plus
+/// spans), so parsing one allocates nothing once the buffers have grown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Response {
     pub status: u16,
-    /// Header names are lower-cased; values are trimmed.
-    pub headers: Vec<(String, String)>,
+    /// Header lines after the status line, as received.
+    head: String,
+    /// (name start, name end, value start, value end) in `head`; names and
+    /// values trimmed.
+    spans: Vec<[u32; 4]>,
     pub body: Vec<u8>,
 }
 
 impl Response {
-    /// First header named `name` (case-insensitive).
+    /// First header named `name` (case-insensitive); the value is trimmed.
     pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
+        self.headers().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v)
+    }
+
+    /// All headers in order, names as received.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.spans.iter().map(|s| (&self.head[s[0] as usize..s[1] as usize], &self.head[s[2] as usize..s[3] as usize]))
+    }
+
+    fn clear(&mut self) {
+        self.status = 0;
+        self.head.clear();
+        self.spans.clear();
+        self.body.clear();
     }
 }
 
-/// One keep-alive connection to a target, reconnecting on demand.
+fn proto_err(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+/// Where the parser is within one response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Collecting the status line and headers.
+    Head,
+    /// Body with this many bytes still to come.
+    Length(u64),
+    /// Waiting for a chunk-size line.
+    ChunkSize,
+    /// Inside a chunk with this many bytes still to come.
+    ChunkData(u64),
+    /// The CRLF after chunk data.
+    ChunkEnd,
+    /// Trailer lines after the last chunk, up to an empty line.
+    Trailer,
+    /// Body delimited by connection close.
+    UntilEof,
+    /// A response is complete.
+    Done,
+}
+
+/// Incremental (push) parser for one HTTP/1.x response at a time.
+#[derive(Debug)]
+pub struct ResponseParser {
+    stage: Stage,
+    /// The request was HEAD: no body whatever the headers say.
+    head_request: bool,
+    /// Stop after the head of a final response (the caller streams the body).
+    head_only: bool,
+    /// Bytes of the head received so far.
+    raw: Vec<u8>,
+    /// Index in `raw` where the current (unfinished) head line starts.
+    line_start: usize,
+    /// Chunk-size and trailer line accumulator.
+    line: Vec<u8>,
+    resp: Response,
+    keep_alive: bool,
+}
+
+impl Default for ResponseParser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ResponseParser {
+    pub fn new() -> Self {
+        ResponseParser {
+            stage: Stage::Head,
+            head_request: false,
+            head_only: false,
+            raw: Vec::with_capacity(512),
+            line_start: 0,
+            line: Vec::new(),
+            resp: Response::default(),
+            keep_alive: true,
+        }
+    }
+
+    /// Prepare for the response to the next request (`head_request`: it was
+    /// a HEAD). Buffers keep their capacity.
+    pub fn reset(&mut self, head_request: bool) {
+        self.stage = Stage::Head;
+        self.head_request = head_request;
+        self.head_only = false;
+        self.raw.clear();
+        self.line_start = 0;
+        self.line.clear();
+        self.resp.clear();
+        self.keep_alive = true;
+    }
+
+    /// Like [`reset`](Self::reset), but the parser stops right after the
+    /// head of the final (non-1xx) response; the bytes after it are left
+    /// unconsumed for the caller (used for streamed SSE bodies).
+    pub fn reset_head_only(&mut self) {
+        self.reset(false);
+        self.head_only = true;
+    }
+
+    /// Whether a response (or, in head-only mode, a head) is complete.
+    pub fn is_done(&self) -> bool {
+        self.stage == Stage::Done
+    }
+
+    /// Whether the parser is between responses: nothing of the next one
+    /// has arrived yet.
+    pub fn is_idle(&self) -> bool {
+        self.stage == Stage::Head && self.raw.is_empty()
+    }
+
+    /// The response parsed so far (complete once [`is_done`](Self::is_done)).
+    pub fn response(&self) -> &Response {
+        &self.resp
+    }
+
+    /// Move the completed response out (the parser's body buffer goes with it).
+    pub fn take_response(&mut self) -> Response {
+        std::mem::take(&mut self.resp)
+    }
+
+    /// Whether the connection may carry another request after this response.
+    pub fn keep_alive(&self) -> bool {
+        self.keep_alive
+    }
+
+    /// Feed received bytes. Returns how many were used: all of them unless a
+    /// response completed, in which case the rest belongs to whatever follows.
+    pub fn feed(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut pos = 0;
+        loop {
+            match self.stage {
+                Stage::Done => return Ok(pos),
+                Stage::Head => {
+                    let used = self.feed_head(&buf[pos..])?;
+                    pos += used;
+                    if self.stage == Stage::Head {
+                        return Ok(pos);
+                    }
+                }
+                Stage::Length(left) => {
+                    let take = left.min((buf.len() - pos) as u64) as usize;
+                    self.resp.body.extend_from_slice(&buf[pos..pos + take]);
+                    pos += take;
+                    let left = left - take as u64;
+                    if left == 0 {
+                        self.stage = Stage::Done;
+                    } else {
+                        self.stage = Stage::Length(left);
+                        return Ok(pos);
+                    }
+                }
+                Stage::ChunkSize => {
+                    if !self.take_line(buf, &mut pos)? {
+                        return Ok(pos);
+                    }
+                    let text = std::str::from_utf8(&self.line).map_err(|_| proto_err("non-UTF-8 chunk size"))?;
+                    let size_str = text.split(';').next().unwrap_or("").trim();
+                    let size =
+                        u64::from_str_radix(size_str, 16).map_err(|_| proto_err(format!("bad chunk size {text:?}")))?;
+                    self.line.clear();
+                    self.stage = if size == 0 { Stage::Trailer } else { Stage::ChunkData(size) };
+                }
+                Stage::ChunkData(left) => {
+                    let take = left.min((buf.len() - pos) as u64) as usize;
+                    self.resp.body.extend_from_slice(&buf[pos..pos + take]);
+                    pos += take;
+                    let left = left - take as u64;
+                    if left == 0 {
+                        self.stage = Stage::ChunkEnd;
+                    } else {
+                        self.stage = Stage::ChunkData(left);
+                        return Ok(pos);
+                    }
+                }
+                Stage::ChunkEnd => {
+                    if !self.take_line(buf, &mut pos)? {
+                        return Ok(pos);
+                    }
+                    if !self.line.is_empty() {
+                        return Err(proto_err("missing CRLF after chunk data"));
+                    }
+                    self.stage = Stage::ChunkSize;
+                }
+                Stage::Trailer => {
+                    if !self.take_line(buf, &mut pos)? {
+                        return Ok(pos);
+                    }
+                    if self.line.is_empty() {
+                        self.stage = Stage::Done;
+                    }
+                    self.line.clear();
+                }
+                Stage::UntilEof => {
+                    self.resp.body.extend_from_slice(&buf[pos..]);
+                    return Ok(buf.len());
+                }
+            }
+        }
+    }
+
+    /// The peer closed the connection. Completes a close-delimited body;
+    /// anywhere else inside a response it is an error.
+    pub fn eof(&mut self) -> io::Result<()> {
+        match self.stage {
+            Stage::Done => Ok(()),
+            Stage::UntilEof => {
+                self.stage = Stage::Done;
+                Ok(())
+            }
+            Stage::Head if self.raw.is_empty() => {
+                Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed by peer"))
+            }
+            _ => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed mid-response")),
+        }
+    }
+
+    /// Append up to and including the next '\n' of `buf[*pos..]` to
+    /// `self.line`. Returns true when a whole line (terminator stripped) is
+    /// in `self.line`.
+    fn take_line(&mut self, buf: &[u8], pos: &mut usize) -> io::Result<bool> {
+        let rest = &buf[*pos..];
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                self.line.extend_from_slice(&rest[..i]);
+                *pos += i + 1;
+                if self.line.last() == Some(&b'\r') {
+                    self.line.pop();
+                }
+                if self.line.len() > MAX_LINE {
+                    return Err(proto_err("response line too long"));
+                }
+                Ok(true)
+            }
+            None => {
+                self.line.extend_from_slice(rest);
+                *pos = buf.len();
+                if self.line.len() > MAX_LINE {
+                    return Err(proto_err("response line too long"));
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// Collect head bytes from `rest`; on the empty line that ends the head,
+    /// parse it and move to the body stage. Returns the bytes used.
+    fn feed_head(&mut self, rest: &[u8]) -> io::Result<usize> {
+        let old = self.raw.len();
+        // Length of the current line already in `raw`.
+        let mut cur_len = old - self.line_start;
+        let mut j = 0;
+        let mut end = None;
+        while let Some(off) = rest[j..].iter().position(|&b| b == b'\n') {
+            let nl = j + off;
+            let len = cur_len + (nl - j);
+            let prev = if nl > j {
+                Some(rest[nl - 1])
+            } else if cur_len > 0 {
+                self.raw.last().copied()
+            } else {
+                None
+            };
+            let empty = len == 0 || (len == 1 && prev == Some(b'\r'));
+            // An empty first line is a (bad) status line, not the head's end.
+            if empty && !(j == 0 && self.line_start == 0) {
+                end = Some(nl + 1);
+                break;
+            }
+            cur_len = 0;
+            j = nl + 1;
+        }
+        let take = end.unwrap_or(rest.len());
+        self.raw.extend_from_slice(&rest[..take]);
+        if end.is_none() {
+            if j > 0 {
+                self.line_start = old + j;
+            }
+            if self.raw.len() > MAX_LINE {
+                return Err(proto_err("response head too long"));
+            }
+            return Ok(take);
+        }
+        self.parse_head()?;
+        self.raw.clear();
+        self.line_start = 0;
+        Ok(take)
+    }
+
+    /// Parse the complete head in `raw` and choose how the body is framed.
+    fn parse_head(&mut self) -> io::Result<()> {
+        let text = std::str::from_utf8(&self.raw).map_err(|_| proto_err("non-UTF-8 response head"))?;
+        let (status_line, rest) = text.split_once('\n').unwrap_or((text, ""));
+        let status_line = status_line.strip_suffix('\r').unwrap_or(status_line);
+        // Status line: HTTP/1.x SP 3DIGIT [SP reason]
+        let mut parts = status_line.splitn(3, ' ');
+        let http10 = match parts.next().unwrap_or("") {
+            "HTTP/1.1" => false,
+            "HTTP/1.0" => true,
+            _ => return Err(proto_err(format!("bad status line {status_line:?}"))),
+        };
+        let status: u16 = parts
+            .next()
+            .and_then(|s| (s.len() == 3 && s.bytes().all(|b| b.is_ascii_digit())).then_some(s))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| proto_err(format!("bad status code in {status_line:?}")))?;
+
+        // Interim 1xx responses (e.g. 100 Continue) are skipped, except 101
+        // which we do not support (it ends the response without a body).
+        if (100..200).contains(&status) && status != 101 {
+            return Ok(());
+        }
+
+        let resp = &mut self.resp;
+        resp.clear();
+        resp.status = status;
+        resp.head.push_str(rest);
+        let head = resp.head.as_str();
+        let mut at = 0usize;
+        for raw_line in head.split('\n') {
+            let line_at = at;
+            at += raw_line.len() + 1;
+            let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
+            if line.is_empty() {
+                break;
+            }
+            if resp.spans.len() >= MAX_HEADERS {
+                return Err(proto_err("too many response headers"));
+            }
+            let colon = line.find(':').ok_or_else(|| proto_err(format!("bad header line {line:?}")))?;
+            let span = |s: &str, from: usize| -> [u32; 2] {
+                let lead = s.len() - s.trim_start().len();
+                let t = s.trim();
+                let start = from + lead;
+                [start as u32, (start + t.len()) as u32]
+            };
+            let [ks, ke] = span(&line[..colon], line_at);
+            let [vs, ve] = span(&line[colon + 1..], line_at + colon + 1);
+            resp.spans.push([ks, ke, vs, ve]);
+        }
+
+        let has_token = |v: &str, tok: &str| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(tok));
+        self.keep_alive = match resp.header("connection") {
+            Some(v) if has_token(v, "close") => false,
+            Some(v) if has_token(v, "keep-alive") => true,
+            _ => !http10,
+        };
+        if self.head_only {
+            self.stage = Stage::Done;
+            return Ok(());
+        }
+        let no_body = self.head_request || matches!(status, 101 | 204 | 304);
+        self.stage = if no_body {
+            Stage::Done
+        } else if resp
+            .header("transfer-encoding")
+            .is_some_and(|v| v.rsplit(',').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked")))
+        {
+            Stage::ChunkSize
+        } else if let Some(cl) = resp.header("content-length") {
+            let n: u64 = cl.parse().map_err(|_| proto_err(format!("bad Content-Length {cl:?}")))?;
+            if n == 0 {
+                Stage::Done
+            } else {
+                Stage::Length(n)
+            }
+        } else {
+            // Body delimited by connection close.
+            self.keep_alive = false;
+            Stage::UntilEof
+        };
+        Ok(())
+    }
+}
+
+/// Read one response from a blocking reader. Returns the response and
+/// whether the connection may be reused.
+pub fn read_response<R: BufRead>(r: &mut R, head_request: bool) -> io::Result<(Response, bool)> {
+    let mut p = ResponseParser::new();
+    p.reset(head_request);
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            p.eof()?;
+        } else {
+            let n = p.feed(buf)?;
+            r.consume(n);
+        }
+        if p.is_done() {
+            let keep = p.keep_alive();
+            return Ok((p.take_response(), keep));
+        }
+    }
+}
+
+/// One blocking keep-alive connection to a target, reconnecting on demand
+/// (used for setup; the load itself runs on the event loops).
 pub struct Client {
     addrs: Vec<SocketAddr>,
     host_header: String,
@@ -132,8 +519,6 @@ pub struct Client {
     conn: Option<BufReader<TcpStream>>,
     /// Reused request buffer (head + body written with one syscall).
     req: Vec<u8>,
-    /// Reused line buffer for parsing.
-    line: Vec<u8>,
     /// Number of TCP connections opened so far (for diagnostics/tests).
     pub connects: u64,
 }
@@ -146,7 +531,6 @@ impl Client {
             timeout,
             conn: None,
             req: Vec::with_capacity(4096),
-            line: Vec::with_capacity(256),
             connects: 0,
         })
     }
@@ -199,11 +583,7 @@ impl Client {
         self.ensure_connected()?;
 
         self.req.clear();
-        write!(
-            self.req,
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\n",
-            self.host_header
-        )?;
+        write!(self.req, "{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host_header)?;
         if let Some(ct) = content_type {
             write!(self.req, "Content-Type: {ct}\r\n")?;
         }
@@ -217,7 +597,7 @@ impl Client {
         let conn = self.conn.as_mut().expect("connected above");
         conn.get_mut().write_all(&self.req)?;
 
-        let (resp, keep_alive) = read_response(conn, &mut self.line, method == "HEAD")?;
+        let (resp, keep_alive) = read_response(conn, method == "HEAD")?;
         if !keep_alive {
             self.conn = None;
         }
@@ -225,151 +605,10 @@ impl Client {
     }
 }
 
-fn proto_err(msg: impl Into<String>) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg.into())
-}
-
-/// Read one CRLF (or LF) terminated line into `buf`, without the terminator.
-fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<()> {
-    buf.clear();
-    let n = r.by_ref().take(MAX_LINE as u64).read_until(b'\n', buf)?;
-    if n == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed by peer",
-        ));
-    }
-    if buf.last() != Some(&b'\n') {
-        if n >= MAX_LINE {
-            return Err(proto_err("response line too long"));
-        }
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed mid-line",
-        ));
-    }
-    buf.pop();
-    if buf.last() == Some(&b'\r') {
-        buf.pop();
-    }
-    Ok(())
-}
-
-/// Read one response. Returns the response and whether the connection may be
-/// reused.
-pub fn read_response<R: BufRead>(
-    r: &mut R,
-    line: &mut Vec<u8>,
-    head_request: bool,
-) -> io::Result<(Response, bool)> {
-    loop {
-        // Status line: HTTP/1.x SP 3DIGIT [SP reason]
-        read_line(r, line)?;
-        let text = std::str::from_utf8(line).map_err(|_| proto_err("non-UTF-8 status line"))?;
-        let mut parts = text.splitn(3, ' ');
-        let version = parts.next().unwrap_or("");
-        let http10 = match version {
-            "HTTP/1.1" => false,
-            "HTTP/1.0" => true,
-            _ => return Err(proto_err(format!("bad status line {text:?}"))),
-        };
-        let status: u16 = parts
-            .next()
-            .and_then(|s| (s.len() == 3).then_some(s))
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| proto_err(format!("bad status code in {text:?}")))?;
-
-        let mut headers = Vec::new();
-        loop {
-            read_line(r, line)?;
-            if line.is_empty() {
-                break;
-            }
-            if headers.len() >= MAX_HEADERS {
-                return Err(proto_err("too many response headers"));
-            }
-            let text = std::str::from_utf8(line).map_err(|_| proto_err("non-UTF-8 header"))?;
-            let (k, v) = text
-                .split_once(':')
-                .ok_or_else(|| proto_err(format!("bad header line {text:?}")))?;
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
-
-        // Interim 1xx responses (e.g. 100 Continue) are skipped, except 101
-        // which we do not support.
-        if (100..200).contains(&status) && status != 101 {
-            continue;
-        }
-
-        let mut resp = Response {
-            status,
-            headers,
-            body: Vec::new(),
-        };
-        let conn_hdr = resp.header("connection").map(|v| v.to_ascii_lowercase());
-        let mut keep_alive = match conn_hdr.as_deref() {
-            Some(v) if v.split(',').any(|t| t.trim() == "close") => false,
-            Some(v) if v.split(',').any(|t| t.trim() == "keep-alive") => true,
-            _ => !http10,
-        };
-
-        let no_body = head_request || status == 204 || status == 304 || status == 101;
-        if !no_body {
-            let chunked = resp
-                .header("transfer-encoding")
-                .map(|v| {
-                    v.rsplit(',')
-                        .next()
-                        .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"))
-                })
-                .unwrap_or(false);
-            if chunked {
-                read_chunked(r, line, &mut resp.body)?;
-            } else if let Some(cl) = resp.header("content-length") {
-                let n: usize = cl
-                    .parse()
-                    .map_err(|_| proto_err(format!("bad Content-Length {cl:?}")))?;
-                resp.body.resize(n, 0);
-                r.read_exact(&mut resp.body)?;
-            } else {
-                // Body delimited by connection close.
-                r.read_to_end(&mut resp.body)?;
-                keep_alive = false;
-            }
-        }
-        return Ok((resp, keep_alive));
-    }
-}
-
-fn read_chunked<R: BufRead>(r: &mut R, line: &mut Vec<u8>, body: &mut Vec<u8>) -> io::Result<()> {
-    loop {
-        read_line(r, line)?;
-        let text = std::str::from_utf8(line).map_err(|_| proto_err("non-UTF-8 chunk size"))?;
-        let size_str = text.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(size_str, 16)
-            .map_err(|_| proto_err(format!("bad chunk size {text:?}")))?;
-        if size == 0 {
-            // Trailer section, terminated by an empty line.
-            loop {
-                read_line(r, line)?;
-                if line.is_empty() {
-                    return Ok(());
-                }
-            }
-        }
-        let start = body.len();
-        body.resize(start + size, 0);
-        r.read_exact(&mut body[start..])?;
-        read_line(r, line)?;
-        if !line.is_empty() {
-            return Err(proto_err("missing CRLF after chunk data"));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
     use std::net::TcpListener;
     use std::sync::mpsc;
     use std::thread;
@@ -391,8 +630,7 @@ mod tests {
             .lines()
             .find_map(|l| {
                 let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse::<usize>().ok())?
+                k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
             })
             .unwrap_or(0);
         let mut body = vec![0; cl];
@@ -429,15 +667,9 @@ mod tests {
     #[test]
     fn parses_target_urls() {
         let t = Target::parse("http://127.0.0.1:4437").unwrap();
-        assert_eq!(
-            (t.host.as_str(), t.port, t.base_path.as_str()),
-            ("127.0.0.1", 4437, "")
-        );
+        assert_eq!((t.host.as_str(), t.port, t.base_path.as_str()), ("127.0.0.1", 4437, ""));
         let t = Target::parse("http://example.com/api/").unwrap();
-        assert_eq!(
-            (t.host.as_str(), t.port, t.base_path.as_str()),
-            ("example.com", 80, "/api")
-        );
+        assert_eq!((t.host.as_str(), t.port, t.base_path.as_str()), ("example.com", 80, "/api"));
         assert_eq!(t.path("/v1/stream/x"), "/api/v1/stream/x");
         assert_eq!(t.host_header(), "example.com");
         let t = Target::parse("http://[::1]:8080/").unwrap();
@@ -464,18 +696,13 @@ mod tests {
         assert_eq!(r.header("X-FOO"), Some("bar"));
         let (head, _) = rx.recv().unwrap();
         assert!(head.starts_with("GET /a HTTP/1.1\r\n"), "{head}");
-        assert!(
-            head.contains(&format!("Host: 127.0.0.1:{}\r\n", t.port)),
-            "{head}"
-        );
+        assert!(head.contains(&format!("Host: 127.0.0.1:{}\r\n", t.port)), "{head}");
 
         let r = c.request("GET", "/b", None, b"").unwrap();
         assert_eq!(r.status, 200);
         assert_eq!(r.body, b"Wikipedia");
 
-        let r = c
-            .request("POST", "/c", Some("application/octet-stream"), b"payload")
-            .unwrap();
+        let r = c.request("POST", "/c", Some("application/octet-stream"), b"payload").unwrap();
         assert_eq!(r.status, 204);
         assert!(r.body.is_empty());
         assert_eq!(r.header("stream-next-offset"), Some("42"));
@@ -515,7 +742,7 @@ mod tests {
     fn parses_close_delimited_body_and_skips_100_continue() {
         let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\n\r\nuntil eof";
         let mut r = BufReader::new(&raw[..]);
-        let (resp, keep) = read_response(&mut r, &mut Vec::new(), false).unwrap();
+        let (resp, keep) = read_response(&mut r, false).unwrap();
         assert_eq!(resp.status, 200);
         assert_eq!(resp.body, b"until eof");
         assert!(!keep);
@@ -532,11 +759,7 @@ mod tests {
             b"",
         ] {
             let mut r = BufReader::new(raw);
-            assert!(
-                read_response(&mut r, &mut Vec::new(), false).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(raw)
-            );
+            assert!(read_response(&mut r, false).is_err(), "{:?}", String::from_utf8_lossy(raw));
         }
     }
 
@@ -562,5 +785,137 @@ mod tests {
         assert!(c.request("POST", "/x", None, b"a").is_err());
         assert_eq!(c.request("POST", "/x", None, b"a").unwrap().status, 204);
         assert_eq!(c.connects, 2);
+    }
+
+    /// Feed `raw` in the given piece sizes (cycled) and collect every
+    /// complete response, then EOF. Returns responses (with keep-alive) and
+    /// whether EOF was clean.
+    fn parse_pieces(raw: &[u8], sizes: &[usize]) -> (Vec<(Response, bool)>, io::Result<()>) {
+        let mut p = ResponseParser::new();
+        p.reset(false);
+        let mut out = Vec::new();
+        let mut at = 0;
+        let mut si = 0;
+        while at < raw.len() {
+            let n = sizes[si % sizes.len()].max(1).min(raw.len() - at);
+            si += 1;
+            let piece = &raw[at..at + n];
+            at += n;
+            let mut used = 0;
+            while used < piece.len() {
+                match p.feed(&piece[used..]) {
+                    Ok(k) => used += k,
+                    Err(e) => return (out, Err(e)),
+                }
+                if p.is_done() {
+                    out.push((p.take_response(), p.keep_alive()));
+                    p.reset(false);
+                }
+            }
+        }
+        let end = p.eof();
+        if end.is_ok() && p.is_done() {
+            out.push((p.take_response(), p.keep_alive()));
+        }
+        (out, end)
+    }
+
+    const STREAM: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Foo:  bar \r\n\r\nhello\
+HTTP/1.1 100 Continue\r\n\r\n\
+HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n4;ext=1\r\nWiki\r\n5\r\npedia\r\n0\r\nX-Trailer: t\r\n\r\n\
+HTTP/1.1 204 No Content\r\nStream-Next-Offset: 42\r\n\r\n\
+HTTP/1.1 304 Not Modified\nETag: x\n\n\
+HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: keep-alive, close\r\n\r\nbusy\
+HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil eof\r\n\r\nstill body";
+
+    fn check_stream(rs: &[(Response, bool)]) {
+        let got: Vec<(u16, &[u8], bool)> = rs.iter().map(|(r, k)| (r.status, r.body.as_slice(), *k)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (200, &b"hello"[..], true),
+                (200, b"Wikipedia", true),
+                (204, b"", true),
+                (304, b"", true),
+                (503, b"busy", false),
+                (200, b"until eof\r\n\r\nstill body", false),
+            ]
+        );
+        assert_eq!(rs[0].0.header("x-FOO"), Some("bar"));
+        assert_eq!(rs[2].0.header("stream-next-offset"), Some("42"));
+        assert_eq!(rs[3].0.header("etag"), Some("x"));
+        assert_eq!(rs[5].0.header("content-type"), Some("text/plain"));
+        let names: Vec<&str> = rs[0].0.headers().map(|(k, _)| k).collect();
+        assert_eq!(names, ["Content-Length", "X-Foo"]);
+    }
+
+    #[test]
+    fn incremental_parse_at_every_split_point() {
+        // One shot.
+        let (rs, end) = parse_pieces(STREAM, &[STREAM.len()]);
+        end.unwrap();
+        check_stream(&rs);
+        // Every two-piece split, and every three-piece split with a gap of
+        // up to 40 bytes between the cuts.
+        for cut in 1..STREAM.len() {
+            let (rs, end) = parse_pieces(STREAM, &[cut, STREAM.len()]);
+            end.unwrap();
+            check_stream(&rs);
+            for gap in 1..40 {
+                let (rs, end) = parse_pieces(STREAM, &[cut, gap, STREAM.len()]);
+                end.unwrap();
+                check_stream(&rs);
+            }
+        }
+        // Byte by byte, and assorted piece sizes.
+        for sizes in [&[1][..], &[2], &[3, 1, 7], &[13, 2], &[64, 5, 1]] {
+            let (rs, end) = parse_pieces(STREAM, sizes);
+            end.unwrap();
+            check_stream(&rs);
+        }
+    }
+
+    #[test]
+    fn incremental_parse_errors_at_every_split_point() {
+        for raw in [
+            &b"HTTP/1.1 2x0 OK\r\n\r\n"[..],
+            b"\r\nHTTP/1.1 200 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+            b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+        ] {
+            for cut in 1..raw.len() {
+                let (rs, end) = parse_pieces(raw, &[cut, raw.len()]);
+                assert!(end.is_err() && rs.is_empty(), "{:?} cut at {cut}", String::from_utf8_lossy(raw));
+            }
+        }
+    }
+
+    #[test]
+    fn head_only_mode_leaves_the_body() {
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\nevent: data\n";
+        for cut in 1..raw.len() {
+            let mut p = ResponseParser::new();
+            p.reset_head_only();
+            let mut used = p.feed(&raw[..cut]).unwrap();
+            assert_eq!(used, cut.min(raw.len() - 12));
+            if !p.is_done() {
+                used += p.feed(&raw[cut..]).unwrap();
+            }
+            assert!(p.is_done());
+            assert_eq!(&raw[used..], b"event: data\n");
+            assert_eq!(p.response().status, 200);
+            assert_eq!(p.response().header("content-type"), Some("text/event-stream"));
+            assert!(!p.keep_alive());
+        }
+    }
+
+    #[test]
+    fn head_too_long_is_an_error() {
+        let mut p = ResponseParser::new();
+        p.reset(false);
+        let mut raw = b"HTTP/1.1 200 OK\r\nX: ".to_vec();
+        raw.resize(MAX_LINE + 100, b'a');
+        assert!(p.feed(&raw).is_err());
     }
 }

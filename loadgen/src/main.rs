@@ -126,11 +126,7 @@ fn secs(name: &str, v: f64, allow_zero: bool) -> anyhow::Result<Duration> {
     if !v.is_finite() || v < 0.0 || (!allow_zero && v == 0.0) {
         bail!(
             "--{name} must be a {} number of seconds (got {v})",
-            if allow_zero {
-                "non-negative"
-            } else {
-                "positive"
-            }
+            if allow_zero { "non-negative" } else { "positive" }
         );
     }
     Ok(Duration::from_secs_f64(v))
@@ -177,8 +173,7 @@ fn real_main() -> anyhow::Result<u8> {
     // Read the baseline before spending time on a run.
     let baseline: Option<serde_json::Value> = match &args.baseline {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading baseline {path}"))?;
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading baseline {path}"))?;
             Some(serde_json::from_str(&text).with_context(|| format!("parsing baseline {path}"))?)
         }
         None => None,
@@ -204,10 +199,7 @@ fn real_main() -> anyhow::Result<u8> {
 
     let mut code = 0u8;
     if let Some(b) = &baseline {
-        println!(
-            "baseline comparison (max regression {}%):",
-            args.max_regression
-        );
+        println!("baseline comparison (max regression {}%):", args.max_regression);
         let comps = report::compare(b, &rep, args.max_regression)?;
         for c in &comps {
             println!("  {}", c.line());
@@ -224,11 +216,7 @@ fn real_main() -> anyhow::Result<u8> {
             total_errors,
             rep.errors,
             rep.warmup_errors,
-            if args.allow_errors {
-                "; allowed by --allow-errors"
-            } else {
-                ""
-            }
+            if args.allow_errors { "; allowed by --allow-errors" } else { "" }
         );
         if !args.allow_errors {
             code = EXIT_ERRORS;
@@ -260,25 +248,13 @@ mod tests {
         assert_eq!(a.surface, Surface::V1);
         assert_eq!(a.bucket, "loadgen");
         assert_eq!((a.streams, a.connections, a.payload), (64, 16, 1024));
-        assert_eq!(
-            (a.duration, a.warmup, a.rate, a.max_regression),
-            (10.0, 1.0, 0.0, 10.0)
-        );
+        assert_eq!((a.duration, a.warmup, a.rate, a.max_regression), (10.0, 1.0, 0.0, 10.0));
         assert!(!a.quiet && !a.allow_errors);
         let cfg = config_from(&a).unwrap();
         assert!(!cfg.open_loop());
 
-        let a = Args::try_parse_from([
-            "loadgen",
-            "--surface",
-            "ds",
-            "--duration",
-            "0.5",
-            "--rate",
-            "2500",
-            "--quiet",
-        ])
-        .unwrap();
+        let a = Args::try_parse_from(["loadgen", "--surface", "ds", "--duration", "0.5", "--rate", "2500", "--quiet"])
+            .unwrap();
         let cfg = config_from(&a).unwrap();
         assert_eq!(cfg.surface, Surface::Ds);
         assert_eq!(cfg.duration, Duration::from_millis(500));

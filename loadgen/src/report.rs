@@ -29,17 +29,7 @@ pub struct Latency {
 impl Latency {
     pub fn from_histogram(h: &Histogram<u64>) -> Latency {
         if h.is_empty() {
-            return Latency {
-                p50: 0,
-                p90: 0,
-                p99: 0,
-                p999: 0,
-                p9999: 0,
-                max: 0,
-                mean: 0.0,
-                min: 0,
-                stdev: 0.0,
-            };
+            return Latency { p50: 0, p90: 0, p99: 0, p999: 0, p9999: 0, max: 0, mean: 0.0, min: 0, stdev: 0.0 };
         }
         Latency {
             p50: h.value_at_quantile(0.50),
@@ -95,9 +85,7 @@ pub struct Report {
 
 pub fn histogram_base64(h: &Histogram<u64>) -> String {
     let mut buf = Vec::new();
-    V2DeflateSerializer::new()
-        .serialize(h, &mut buf)
-        .expect("serializing into a Vec cannot fail");
+    V2DeflateSerializer::new().serialize(h, &mut buf).expect("serializing into a Vec cannot fail");
     base64::engine::general_purpose::STANDARD.encode(buf)
 }
 
@@ -105,9 +93,8 @@ pub fn histogram_base64(h: &Histogram<u64>) -> String {
 #[cfg(test)]
 pub fn histogram_from_base64(s: &str) -> anyhow::Result<Histogram<u64>> {
     use anyhow::Context as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .context("histogram_v2_base64 is not valid base64")?;
+    let bytes =
+        base64::engine::general_purpose::STANDARD.decode(s).context("histogram_v2_base64 is not valid base64")?;
     hdrhistogram::serialization::Deserializer::new()
         .deserialize(&mut &bytes[..])
         .map_err(|e| anyhow::anyhow!("bad histogram encoding: {e:?}"))
@@ -156,11 +143,7 @@ impl Report {
         let _ = writeln!(s, "connections   {}", self.connections);
         let _ = writeln!(s, "payload       {} bytes", self.payload_bytes);
         let _ = writeln!(s, "target rate   {rate}");
-        let _ = writeln!(
-            s,
-            "window        {:.2} s measured after {:.2} s warmup",
-            self.duration_s, self.warmup_s
-        );
+        let _ = writeln!(s, "window        {:.2} s measured after {:.2} s warmup", self.duration_s, self.warmup_s);
         let _ = writeln!(s, "requests      {} ok", self.requests);
         let _ = writeln!(s, "achieved      {:.1} req/s", self.achieved_rate);
         let _ = writeln!(
@@ -182,26 +165,10 @@ impl Report {
         ] {
             let _ = writeln!(s, "  {name:<8}{v:>12} µs  {:>10.3} ms", v as f64 / 1000.0);
         }
-        let _ = writeln!(
-            s,
-            "  {:<8}{:>12.1} µs  {:>10.3} ms",
-            "mean",
-            l.mean,
-            l.mean / 1000.0
-        );
-        let _ = writeln!(
-            s,
-            "errors        {}{}",
-            self.errors,
-            fmt_map(&self.errors_by_status)
-        );
+        let _ = writeln!(s, "  {:<8}{:>12.1} µs  {:>10.3} ms", "mean", l.mean, l.mean / 1000.0);
+        let _ = writeln!(s, "errors        {}{}", self.errors, fmt_map(&self.errors_by_status));
         if self.warmup_errors > 0 {
-            let _ = writeln!(
-                s,
-                "warmup errors {}{}",
-                self.warmup_errors,
-                fmt_map(&self.warmup_errors_by_status)
-            );
+            let _ = writeln!(s, "warmup errors {}{}", self.warmup_errors, fmt_map(&self.warmup_errors_by_status));
         }
         if self.unsent > 0 {
             let _ = writeln!(
@@ -231,11 +198,7 @@ fn fmt_map(m: &BTreeMap<String, u64>) -> String {
 /// Write the percentile distribution in the classic HdrHistogram `.hgrm`
 /// text format (values in µs), suitable for the HdrHistogram plotter.
 pub fn write_hgrm<W: Write>(h: &Histogram<u64>, mut w: W) -> io::Result<()> {
-    writeln!(
-        w,
-        "{:>12} {:>14} {:>10} {:>14}\n",
-        "Value(us)", "Percentile", "TotalCount", "1/(1-Percentile)"
-    )?;
+    writeln!(w, "{:>12} {:>14} {:>10} {:>14}\n", "Value(us)", "Percentile", "TotalCount", "1/(1-Percentile)")?;
     let mut total = 0u64;
     if !h.is_empty() {
         for v in h.iter_quantiles(5) {
@@ -251,32 +214,13 @@ pub fn write_hgrm<W: Write>(h: &Histogram<u64>, mut w: W) -> io::Result<()> {
                     1.0 / (1.0 - q)
                 )?;
             } else {
-                writeln!(
-                    w,
-                    "{:>12.3} {:>14.12} {:>10}",
-                    v.value_iterated_to() as f64,
-                    q,
-                    total
-                )?;
+                writeln!(w, "{:>12.3} {:>14.12} {:>10}", v.value_iterated_to() as f64, q, total)?;
             }
         }
     }
-    let (mean, stdev) = if h.is_empty() {
-        (0.0, 0.0)
-    } else {
-        (h.mean(), h.stdev())
-    };
-    writeln!(
-        w,
-        "#[Mean    = {:>12.3}, StdDeviation   = {:>12.3}]",
-        mean, stdev
-    )?;
-    writeln!(
-        w,
-        "#[Max     = {:>12.3}, Total count    = {:>12}]",
-        h.max() as f64,
-        h.len()
-    )?;
+    let (mean, stdev) = if h.is_empty() { (0.0, 0.0) } else { (h.mean(), h.stdev()) };
+    writeln!(w, "#[Mean    = {:>12.3}, StdDeviation   = {:>12.3}]", mean, stdev)?;
+    writeln!(w, "#[Max     = {:>12.3}, Total count    = {:>12}]", h.max() as f64, h.len())?;
     writeln!(
         w,
         "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
@@ -316,11 +260,7 @@ impl Comparison {
             self.current,
             self.ratio,
             verdict,
-            if self.higher_is_better {
-                "higher is better"
-            } else {
-                "lower is better"
-            }
+            if self.higher_is_better { "higher is better" } else { "lower is better" }
         )
     }
 }
@@ -328,12 +268,9 @@ impl Comparison {
 fn json_f64(v: &serde_json::Value, path: &[&str]) -> anyhow::Result<f64> {
     let mut cur = v;
     for p in path {
-        cur = cur
-            .get(p)
-            .ok_or_else(|| anyhow::anyhow!("baseline has no field {}", path.join(".")))?;
+        cur = cur.get(p).ok_or_else(|| anyhow::anyhow!("baseline has no field {}", path.join(".")))?;
     }
-    cur.as_f64()
-        .ok_or_else(|| anyhow::anyhow!("baseline field {} is not a number", path.join(".")))
+    cur.as_f64().ok_or_else(|| anyhow::anyhow!("baseline field {} is not a number", path.join(".")))
 }
 
 /// Compare `current` against a baseline report (parsed leniently, so older
@@ -347,24 +284,9 @@ pub fn compare(
 ) -> anyhow::Result<Vec<Comparison>> {
     let tol = max_regression_pct / 100.0;
     let metrics: [(&'static str, &[&str], f64, bool); 3] = [
-        (
-            "achieved_rate",
-            &["achieved_rate"],
-            current.achieved_rate,
-            true,
-        ),
-        (
-            "latency_us.p50",
-            &["latency_us", "p50"],
-            current.latency_us.p50 as f64,
-            false,
-        ),
-        (
-            "latency_us.p99",
-            &["latency_us", "p99"],
-            current.latency_us.p99 as f64,
-            false,
-        ),
+        ("achieved_rate", &["achieved_rate"], current.achieved_rate, true),
+        ("latency_us.p50", &["latency_us", "p50"], current.latency_us.p50 as f64, false),
+        ("latency_us.p99", &["latency_us", "p99"], current.latency_us.p99 as f64, false),
     ];
     metrics
         .into_iter()
@@ -378,14 +300,7 @@ pub fn compare(
             } else {
                 cur > base * (1.0 + tol)
             };
-            Ok(Comparison {
-                metric,
-                baseline: base,
-                current: cur,
-                ratio,
-                higher_is_better,
-                regressed,
-            })
+            Ok(Comparison { metric, baseline: base, current: cur, ratio, higher_is_better, regressed })
         })
         .collect()
 }
@@ -492,13 +407,7 @@ mod tests {
     #[test]
     fn summary_mentions_key_numbers() {
         let s = sample_report().summary();
-        for needle in [
-            "http://127.0.0.1:4437",
-            "closed loop",
-            "1000.1 req/s",
-            "p99.99",
-            "503: 3",
-        ] {
+        for needle in ["http://127.0.0.1:4437", "closed loop", "1000.1 req/s", "p99.99", "503: 3"] {
             assert!(s.contains(needle), "summary lacks {needle:?}:\n{s}");
         }
     }
@@ -541,12 +450,7 @@ mod tests {
         cur.latency_us.p50 = 100;
         cur.latency_us.p99 = 1000;
         let regressed = |b: serde_json::Value, pct: f64| -> Vec<&'static str> {
-            compare(&b, &cur, pct)
-                .unwrap()
-                .into_iter()
-                .filter(|c| c.regressed)
-                .map(|c| c.metric)
-                .collect()
+            compare(&b, &cur, pct).unwrap().into_iter().filter(|c| c.regressed).map(|c| c.metric).collect()
         };
         // Identical: nothing regressed.
         assert!(regressed(baseline(1000.0, 100, 1000), 10.0).is_empty());
@@ -555,20 +459,11 @@ mod tests {
         // Improvements are never regressions.
         assert!(regressed(baseline(500.0, 1000, 10_000), 0.0).is_empty());
         // Throughput dropped more than 10%.
-        assert_eq!(
-            regressed(baseline(1200.0, 100, 1000), 10.0),
-            ["achieved_rate"]
-        );
+        assert_eq!(regressed(baseline(1200.0, 100, 1000), 10.0), ["achieved_rate"]);
         // p50 and p99 rose more than 10%.
-        assert_eq!(
-            regressed(baseline(1000.0, 90, 900), 10.0),
-            ["latency_us.p50", "latency_us.p99"]
-        );
+        assert_eq!(regressed(baseline(1000.0, 90, 900), 10.0), ["latency_us.p50", "latency_us.p99"]);
         // Tighter tolerance catches a smaller change.
-        assert_eq!(
-            regressed(baseline(1000.0, 100, 950), 1.0),
-            ["latency_us.p99"]
-        );
+        assert_eq!(regressed(baseline(1000.0, 100, 950), 1.0), ["latency_us.p99"]);
 
         let c = compare(&baseline(2000.0, 50, 500), &cur, 10.0).unwrap();
         assert_eq!(c[0].ratio, 0.5);
@@ -584,9 +479,6 @@ mod tests {
 
         // A full report works as a baseline for itself.
         let me: serde_json::Value = serde_json::from_str(&cur.to_json()).unwrap();
-        assert!(compare(&me, &cur, 0.0)
-            .unwrap()
-            .iter()
-            .all(|c| !c.regressed));
+        assert!(compare(&me, &cur, 0.0).unwrap().iter().all(|c| !c.regressed));
     }
 }

@@ -1,36 +1,33 @@
-//! Workload setup and the per-connection run loops.
+//! Workload configuration, setup (bucket and streams), and the run: worker
+//! threads with the append event loops ([`crate::engine`]), an optional
+//! thread of live readers ([`crate::reader`]), the progress line, and the
+//! merge of their results.
 //!
-//! One thread per connection, each with its own keep-alive [`Client`] and its
-//! own histogram (no locks on the hot path; only relaxed atomic counters for
-//! the progress line). Histograms are merged after the threads finish.
-//!
-//! Open loop (`rate > 0`): connection `k` of `C` sends request `n` at the
-//! intended time `t0 + (n*C + k) / R`. Latency is measured from the *intended*
-//! send time, so a server stall (or a client that fell behind) shows up in the
-//! histogram instead of being hidden by coordinated omission. A connection
-//! that falls behind sends immediately and never skips a request; requests
-//! whose intended time fell inside the run but that could not be sent before
-//! it ended are reported as `unsent`.
-//!
-//! Closed loop (`rate == 0`): each connection sends the next request as soon
-//! as the previous one completes; latency is measured from the actual send.
+//! Connection `k` of `C` belongs to worker `k mod T`. Each worker keeps its
+//! own histogram and counters (no locks on the hot path; only relaxed atomic
+//! counters for the progress line); they are merged when the run ends.
 
 use std::collections::BTreeMap;
-use std::io;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
 
 use crate::client::{Client, Target};
+use crate::engine::{self, Shared, WorkerResult, IO_ERROR};
+use crate::payload::{PayloadDist, BIN_HEADER};
+use crate::reader::{self, ReaderResult};
 
 /// Highest latency the histograms track (µs); larger values saturate.
 pub const HIST_MAX_US: u64 = 60_000_000;
 /// Significant figures kept by the histograms.
 pub const HIST_SIGFIG: u8 = 3;
+/// After the writers finish, readers keep collecting deliveries this long.
+pub const READER_GRACE: Duration = Duration::from_millis(500);
 
 /// Which HTTP surface of the server to drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -50,6 +47,33 @@ impl Surface {
     }
 }
 
+/// How live readers follow their stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReadMode {
+    /// `GET ?offset=…&live=long-poll` in a loop.
+    LongPoll,
+    /// `GET ?offset=…&live=sse`, reconnecting when the server ends it.
+    Sse,
+}
+
+impl ReadMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadMode::LongPoll => "long-poll",
+            ReadMode::Sse => "sse",
+        }
+    }
+}
+
+/// How an append response counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOutcome {
+    Ok,
+    /// Producer mode: the server already had this (id, epoch, seq).
+    Duplicate,
+    Error,
+}
+
 /// Everything a run needs; built from the CLI (or directly by tests).
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -59,13 +83,30 @@ pub struct Config {
     pub prefix: String,
     pub streams: usize,
     pub connections: usize,
+    /// Worker threads for the connections (at most `connections`).
+    pub threads: usize,
     pub duration: Duration,
     pub warmup: Duration,
+    /// Nominal body size (`--payload`; the fixed distribution's size).
     pub payload: usize,
+    pub payload_dist: PayloadDist,
+    /// Seed of the body-size generators.
+    pub seed: u64,
+    /// Stream and append content type.
+    pub content_type: String,
+    /// Bodies are JSON messages.
+    pub json: bool,
+    /// Send idempotent-producer headers.
+    pub producer: bool,
+    /// Run id used in producer ids (`lg-<run>-<k>`).
+    pub run_id: String,
     /// Total intended requests/second across all connections; 0 = closed loop.
     pub rate: f64,
     /// Connect/read/write timeout per request.
     pub timeout: Duration,
+    /// Live readers (0 = none).
+    pub readers: usize,
+    pub read_mode: ReadMode,
     /// Print a progress line to stderr every second.
     pub progress: bool,
 }
@@ -95,8 +136,35 @@ impl Config {
         }
     }
 
+    /// How an append answered with `status` counts. With producer headers
+    /// on the v1 surface, 200 is a new append and 204 a duplicate (the ds
+    /// surface answers 200 to both).
+    pub fn append_outcome(&self, status: u16) -> AppendOutcome {
+        if self.producer && self.surface == Surface::V1 {
+            match status {
+                200 => AppendOutcome::Ok,
+                204 => AppendOutcome::Duplicate,
+                _ => AppendOutcome::Error,
+            }
+        } else if self.append_ok(status) {
+            AppendOutcome::Ok
+        } else {
+            AppendOutcome::Error
+        }
+    }
+
     pub fn open_loop(&self) -> bool {
         self.rate > 0.0
+    }
+
+    /// Smallest body: binary bodies need room for the timestamp header when
+    /// readers decode them.
+    pub fn min_payload(&self) -> usize {
+        if self.readers > 0 && !self.json {
+            BIN_HEADER
+        } else {
+            0
+        }
     }
 }
 
@@ -115,6 +183,17 @@ pub fn stream_index(n: u64, k: usize, connections: usize, streams: usize) -> usi
     ((n as u128 * connections as u128 + k as u128) % streams as u128) as usize
 }
 
+/// The run's schedule, shared by every thread.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub t0: Instant,
+    pub warm_end: Instant,
+    pub end: Instant,
+    /// The measured window in wall-clock µs (for send timestamps).
+    pub wall_warm_end_us: u64,
+    pub wall_end_us: u64,
+}
+
 /// Result of a run, aggregated over all connections.
 #[derive(Debug)]
 pub struct RunResult {
@@ -122,6 +201,11 @@ pub struct RunResult {
     pub hist: Histogram<u64>,
     /// Successful appends in the measured window.
     pub ok: u64,
+    /// Body bytes of those appends.
+    pub ok_bytes: u64,
+    /// Producer mode: appends the server reported as duplicates (measured
+    /// window; neither ok nor errors).
+    pub duplicates: u64,
     /// Failed appends in the measured window, by status code or "io".
     pub errors_by_status: BTreeMap<String, u64>,
     /// Requests (successful or not) during warmup.
@@ -133,6 +217,16 @@ pub struct RunResult {
     pub unsent: u64,
     /// Length of the measured window.
     pub measured: Duration,
+    /// Worker threads used.
+    pub threads: usize,
+    /// TCP connections opened by the writers.
+    pub connects: u64,
+    /// Live readers' append→delivery latency (µs), messages sent in the
+    /// measured window.
+    pub delivery_hist: Histogram<u64>,
+    pub deliveries: u64,
+    pub reader_errors_by_status: BTreeMap<String, u64>,
+    pub delivery_parse_errors: u64,
 }
 
 impl RunResult {
@@ -141,6 +235,30 @@ impl RunResult {
     }
     pub fn warmup_errors(&self) -> u64 {
         self.warmup_errors_by_status.values().sum()
+    }
+    pub fn reader_errors(&self) -> u64 {
+        self.reader_errors_by_status.values().sum()
+    }
+
+    /// An empty result (for tests and reports).
+    pub fn empty(measured: Duration) -> RunResult {
+        RunResult {
+            hist: new_histogram(),
+            ok: 0,
+            ok_bytes: 0,
+            duplicates: 0,
+            errors_by_status: BTreeMap::new(),
+            warmup_requests: 0,
+            warmup_errors_by_status: BTreeMap::new(),
+            unsent: 0,
+            measured,
+            threads: 1,
+            connects: 0,
+            delivery_hist: new_histogram(),
+            deliveries: 0,
+            reader_errors_by_status: BTreeMap::new(),
+            delivery_parse_errors: 0,
+        }
     }
 }
 
@@ -152,24 +270,25 @@ fn send_with_retry(
     client: &mut Client,
     method: &str,
     path: &str,
-    body: &[u8],
-) -> io::Result<crate::client::Response> {
+    content_type: &str,
+) -> std::io::Result<crate::client::Response> {
     // Setup requests are idempotent PUTs, so one retry on a fresh connection
     // is safe (e.g. the server closed an idle keep-alive connection).
-    match client.request(method, path, Some("application/octet-stream"), body) {
+    match client.request(method, path, Some(content_type), b"") {
         Ok(r) => Ok(r),
-        Err(_) => client.request(method, path, Some("application/octet-stream"), body),
+        Err(_) => client.request(method, path, Some(content_type), b""),
     }
 }
 
-/// Create the bucket (ds surface) and all streams. Streams are created in
-/// parallel over up to `connections` connections.
+/// Create the bucket (ds surface) and all streams (with the run's content
+/// type). Streams are created in parallel over up to `connections`
+/// connections.
 pub fn setup(cfg: &Config) -> anyhow::Result<()> {
     let mut client = Client::new(&cfg.target, cfg.timeout)
         .with_context(|| format!("resolving {}", cfg.target))?;
     if cfg.surface == Surface::Ds {
         let path = cfg.bucket_path();
-        let r = send_with_retry(&mut client, "PUT", &path, b"")
+        let r = send_with_retry(&mut client, "PUT", &path, "application/octet-stream")
             .with_context(|| format!("PUT {path}"))?;
         if !matches!(r.status, 200 | 201 | 204 | 409) {
             bail!(
@@ -180,7 +299,7 @@ pub fn setup(cfg: &Config) -> anyhow::Result<()> {
         }
     }
 
-    let workers = cfg.connections.min(cfg.streams).max(1);
+    let workers = cfg.connections.min(cfg.streams).clamp(1, 16);
     let next = AtomicUsize::new(0);
     thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
@@ -193,7 +312,7 @@ pub fn setup(cfg: &Config) -> anyhow::Result<()> {
                             return Ok(());
                         }
                         let path = cfg.stream_path(i);
-                        let r = send_with_retry(&mut client, "PUT", &path, b"")
+                        let r = send_with_retry(&mut client, "PUT", &path, &cfg.content_type)
                             .with_context(|| format!("PUT {path}"))?;
                         // 201 created, 200/204 already exists with the same
                         // config; 409 tolerated so reruns against existing
@@ -218,139 +337,28 @@ pub fn setup(cfg: &Config) -> anyhow::Result<()> {
 
 /// Shared progress counters (relaxed atomics; read once a second).
 #[derive(Default)]
-struct Progress {
-    done: AtomicU64,
-    errors: AtomicU64,
+pub struct Progress {
+    pub done: AtomicU64,
+    pub errors: AtomicU64,
+    pub deliveries: AtomicU64,
 }
 
-/// Per-connection outcome, merged into a [`RunResult`].
-struct ConnResult {
-    hist: Histogram<u64>,
-    ok: u64,
-    errors: BTreeMap<String, u64>,
-    warmup_requests: u64,
-    warmup_errors: BTreeMap<String, u64>,
-    unsent: u64,
-}
-
-/// Sleep until `t`: coarse sleep, then yield for the last stretch so wakeup
-/// lateness (which would count as latency in open loop) stays small.
-fn sleep_until(t: Instant) {
-    const SPIN: Duration = Duration::from_micros(200);
-    loop {
-        let now = Instant::now();
-        if now >= t {
-            return;
-        }
-        let left = t - now;
-        if left > SPIN {
-            thread::sleep(left - SPIN);
-        } else {
-            thread::yield_now();
-        }
+fn key_name(k: u16) -> String {
+    if k == IO_ERROR {
+        "io".to_string()
+    } else {
+        k.to_string()
     }
 }
 
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-struct Timing {
-    t0: Instant,
-    warm_end: Instant,
-    end: Instant,
-}
-
-fn connection_loop(
-    cfg: &Config,
-    k: usize,
-    mut client: Client,
-    paths: &[String],
-    payload: &[u8],
-    timing: &Timing,
-    progress: &Progress,
-) -> ConnResult {
-    let mut res = ConnResult {
-        hist: new_histogram(),
-        ok: 0,
-        errors: BTreeMap::new(),
-        warmup_requests: 0,
-        warmup_errors: BTreeMap::new(),
-        unsent: 0,
-    };
-    let c = cfg.connections;
-    let mut n: u64 = 0;
-    loop {
-        // Decide when this request is (or was) due.
-        let (start_ref, measured) = if cfg.open_loop() {
-            let intended = timing.t0 + intended_offset(n, k, c, cfg.rate);
-            if intended >= timing.end {
-                break;
-            }
-            sleep_until(intended);
-            if Instant::now() >= timing.end {
-                // Fell behind and ran out of time: account for everything
-                // that was due in the measured window but never sent.
-                let mut m = n;
-                loop {
-                    let due = timing.t0 + intended_offset(m, k, c, cfg.rate);
-                    if due >= timing.end {
-                        break;
-                    }
-                    if due >= timing.warm_end {
-                        res.unsent += 1;
-                    }
-                    m += 1;
-                }
-                break;
-            }
-            (intended, intended >= timing.warm_end)
-        } else {
-            let now = Instant::now();
-            if now >= timing.end {
-                break;
-            }
-            (now, now >= timing.warm_end)
-        };
-
-        let path = &paths[stream_index(n, k, c, paths.len())];
-        let outcome = client.request("POST", path, Some("application/octet-stream"), payload);
-        let done_at = Instant::now();
-        n += 1;
-
-        let err_key = match outcome {
-            Ok(r) if cfg.append_ok(r.status) => None,
-            Ok(r) => Some(r.status.to_string()),
-            Err(_) => Some("io".to_string()),
-        };
-        progress.done.fetch_add(1, Ordering::Relaxed);
-        match err_key {
-            None => {
-                if measured {
-                    res.hist
-                        .saturating_record(micros(done_at.saturating_duration_since(start_ref)));
-                    res.ok += 1;
-                } else {
-                    res.warmup_requests += 1;
-                }
-            }
-            Some(key) => {
-                progress.errors.fetch_add(1, Ordering::Relaxed);
-                let is_io = key == "io";
-                if measured {
-                    *res.errors.entry(key).or_insert(0) += 1;
-                } else {
-                    res.warmup_requests += 1;
-                    *res.warmup_errors.entry(key).or_insert(0) += 1;
-                }
-                if is_io && !cfg.open_loop() {
-                    // Avoid a hot reconnect loop against a dead server.
-                    thread::sleep(Duration::from_millis(1));
-                }
-            }
-        }
+fn merge_errors(into: &mut BTreeMap<String, u64>, from: BTreeMap<u16, u64>) {
+    for (k, v) in from {
+        *into.entry(key_name(k)).or_insert(0) += v;
     }
-    res
+}
+
+fn wall_of(t: Instant, base_i: Instant, base_wall_us: u64) -> u64 {
+    base_wall_us + u64::try_from(t.saturating_duration_since(base_i).as_micros()).unwrap_or(0)
 }
 
 /// Run the append workload (streams must already exist; see [`setup`]).
@@ -361,107 +369,153 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
     if !(cfg.rate >= 0.0 && cfg.rate.is_finite()) {
         bail!("rate must be a finite number >= 0");
     }
-    let paths: Vec<String> = (0..cfg.streams).map(|i| cfg.stream_path(i)).collect();
-    let payload: Vec<u8> = (0..cfg.payload).map(|i| b'a' + (i % 26) as u8).collect();
+    let addrs: Vec<SocketAddr> = cfg
+        .target
+        .resolve()
+        .with_context(|| format!("resolving {}", cfg.target))?;
+    let threads = cfg.threads.clamp(1, cfg.connections);
     let progress = Progress::default();
+    let shared = Shared::new(cfg, addrs.clone(), &progress);
+    let stop_readers = AtomicBool::new(false);
 
-    let results: Vec<ConnResult> = thread::scope(|s| -> anyhow::Result<Vec<ConnResult>> {
-        let (ready_tx, ready_rx) = mpsc::channel::<()>();
-        let mut starts = Vec::with_capacity(cfg.connections);
-        let mut handles = Vec::with_capacity(cfg.connections);
-        for k in 0..cfg.connections {
-            let (start_tx, start_rx) = mpsc::channel::<Timing>();
-            starts.push(start_tx);
-            let ready_tx = ready_tx.clone();
-            let (paths, payload, progress) = (&paths, &payload, &progress);
-            let handle = thread::Builder::new()
-                .name(format!("loadgen-conn-{k}"))
-                .spawn_scoped(s, move || -> anyhow::Result<ConnResult> {
-                    let client = Client::new(&cfg.target, cfg.timeout);
-                    let mut client = match client {
-                        Ok(c) => c,
-                        Err(e) => {
-                            let _ = ready_tx.send(());
-                            return Err(e.into());
-                        }
-                    };
-                    // Pre-connect so connection setup is not in the first
-                    // latency sample; a failure here is retried by the loop.
-                    let _ = client.ensure_connected();
-                    let _ = ready_tx.send(());
-                    let timing = start_rx.recv().context("start signal lost")?;
-                    Ok(connection_loop(
-                        cfg, k, client, paths, payload, &timing, progress,
-                    ))
-                })
-                .context("spawning connection thread")?;
-            handles.push(handle);
-        }
-        drop(ready_tx);
-        for _ in 0..cfg.connections {
-            // A closed channel means a thread exited early; join reports why.
-            if ready_rx.recv().is_err() {
-                break;
+    let (results, readers) = thread::scope(
+        |s| -> anyhow::Result<(Vec<WorkerResult>, Option<ReaderResult>)> {
+            let (ready_tx, ready_rx) = mpsc::channel::<()>();
+            let mut starts = Vec::new();
+
+            // Readers first, so they are following their streams before the
+            // first append.
+            let reader_handle = if cfg.readers > 0 {
+                let (start_tx, start_rx) = mpsc::channel::<Timing>();
+                starts.push(start_tx);
+                let (rready_tx, rready_rx) = mpsc::channel::<()>();
+                let (addrs, progress, stop) = (&addrs, &progress, &stop_readers);
+                let h = thread::Builder::new()
+                    .name("loadgen-readers".into())
+                    .spawn_scoped(s, move || {
+                        reader::run_readers(cfg, addrs, progress, rready_tx, start_rx, stop)
+                    })
+                    .context("spawning reader thread")?;
+                // An error means the thread exited early; join reports why.
+                let _ = rready_rx.recv();
+                Some(h)
+            } else {
+                None
+            };
+
+            let mut handles = Vec::with_capacity(threads);
+            for w in 0..threads {
+                let ks: Vec<usize> = (w..cfg.connections).step_by(threads).collect();
+                let (start_tx, start_rx) = mpsc::channel::<Timing>();
+                starts.push(start_tx);
+                let ready_tx = ready_tx.clone();
+                let shared = &shared;
+                let handle = thread::Builder::new()
+                    .name(format!("loadgen-worker-{w}"))
+                    .spawn_scoped(s, move || engine::run_worker(shared, ks, ready_tx, start_rx))
+                    .context("spawning worker thread")?;
+                handles.push(handle);
             }
-        }
-
-        let t0 = Instant::now() + Duration::from_millis(5);
-        let warm_end = t0 + cfg.warmup;
-        let end = warm_end + cfg.duration;
-        for tx in &starts {
-            let _ = tx.send(Timing { t0, warm_end, end });
-        }
-        drop(starts);
-
-        if cfg.progress {
-            progress_loop(&progress, t0, warm_end, end, &handles);
-        }
-
-        let mut out = Vec::with_capacity(handles.len());
-        let mut first_err = None;
-        for h in handles {
-            match h.join() {
-                Ok(Ok(r)) => out.push(r),
-                Ok(Err(e)) => first_err = first_err.or(Some(e)),
-                Err(_) => {
-                    first_err = first_err.or(Some(anyhow::anyhow!("connection thread panicked")))
+            drop(ready_tx);
+            for _ in 0..threads {
+                // A closed channel means a thread exited early; join reports why.
+                if ready_rx.recv().is_err() {
+                    break;
                 }
             }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
-    })?;
 
-    let mut total = RunResult {
-        hist: new_histogram(),
-        ok: 0,
-        errors_by_status: BTreeMap::new(),
-        warmup_requests: 0,
-        warmup_errors_by_status: BTreeMap::new(),
-        unsent: 0,
-        measured: cfg.duration,
-    };
+            let now_i = Instant::now();
+            let now_wall = crate::payload::wall_us();
+            let t0 = now_i + Duration::from_millis(5);
+            let warm_end = t0 + cfg.warmup;
+            let end = warm_end + cfg.duration;
+            let timing = Timing {
+                t0,
+                warm_end,
+                end,
+                wall_warm_end_us: wall_of(warm_end, now_i, now_wall),
+                wall_end_us: wall_of(end, now_i, now_wall),
+            };
+            for tx in &starts {
+                let _ = tx.send(timing);
+            }
+            drop(starts);
+
+            if cfg.progress {
+                progress_loop(&progress, cfg.readers > 0, t0, warm_end, end, &handles);
+            }
+
+            let mut out = Vec::with_capacity(handles.len());
+            let mut first_err = None;
+            for h in handles {
+                match h.join() {
+                    Ok(Ok(r)) => out.push(r),
+                    Ok(Err(e)) => first_err = first_err.or(Some(e)),
+                    Err(_) => first_err = first_err.or(Some(anyhow::anyhow!("worker panicked"))),
+                }
+            }
+            let readers = match reader_handle {
+                Some(h) => {
+                    if !h.is_finished() {
+                        thread::sleep(READER_GRACE);
+                    }
+                    stop_readers.store(true, Ordering::Relaxed);
+                    match h.join() {
+                        Ok(Ok(r)) => Some(r),
+                        Ok(Err(e)) => {
+                            first_err = first_err.or(Some(e.context("live readers")));
+                            None
+                        }
+                        Err(_) => {
+                            first_err = first_err.or(Some(anyhow::anyhow!("reader panicked")));
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            match first_err {
+                Some(e) => Err(e),
+                None => Ok((out, readers)),
+            }
+        },
+    )?;
+
+    let mut total = RunResult::empty(cfg.duration);
+    total.threads = threads;
     for r in results {
         total.hist.add(&r.hist).expect("histograms share bounds");
         total.ok += r.ok;
+        total.ok_bytes += r.ok_bytes;
+        total.duplicates += r.duplicates;
         total.warmup_requests += r.warmup_requests;
         total.unsent += r.unsent;
-        for (k, v) in r.errors {
-            *total.errors_by_status.entry(k).or_insert(0) += v;
-        }
-        for (k, v) in r.warmup_errors {
-            *total.warmup_errors_by_status.entry(k).or_insert(0) += v;
-        }
+        total.connects += r.connects;
+        merge_errors(&mut total.errors_by_status, r.errors);
+        merge_errors(&mut total.warmup_errors_by_status, r.warmup_errors);
+    }
+    if let Some(r) = readers {
+        total.delivery_hist = r.hist;
+        total.deliveries = r.deliveries;
+        total.delivery_parse_errors = r.parse_errors;
+        merge_errors(&mut total.reader_errors_by_status, r.errors);
     }
     Ok(total)
 }
 
+/// A per-run id for producer ids: hex of the wall clock and process id.
+pub fn new_run_id() -> String {
+    let us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    format!("{:x}{:x}", us & 0xffff_ffff_ffff, std::process::id())
+}
+
 /// Print one line per second to stderr until the run ends (or every
-/// connection thread has exited).
+/// worker thread has exited).
 fn progress_loop<T>(
     progress: &Progress,
+    readers: bool,
     t0: Instant,
     warm_end: Instant,
     end: Instant,
@@ -493,12 +547,21 @@ fn progress_loop<T>(
         } else {
             ""
         };
+        let deliveries = if readers {
+            format!(
+                "  deliveries: {}",
+                progress.deliveries.load(Ordering::Relaxed)
+            )
+        } else {
+            String::new()
+        };
         if span > 0.0 {
             eprintln!(
-                "[{:7.1}s] {:>10.0} req/s  errors so far: {}{}",
+                "[{:7.1}s] {:>10.0} req/s  errors so far: {}{}{}",
                 now.saturating_duration_since(t0).as_secs_f64(),
                 (done - last_done) as f64 / span,
                 errors,
+                deliveries,
                 phase
             );
         }
@@ -584,11 +647,20 @@ pub mod tests {
             prefix: "lg".into(),
             streams: 8,
             connections: 4,
+            threads: 1,
             duration: Duration::from_millis(1000),
             warmup: Duration::from_millis(200),
             payload: 100,
+            payload_dist: PayloadDist::Fixed(100),
+            seed: 1,
+            content_type: "application/octet-stream".into(),
+            json: false,
+            producer: false,
+            run_id: "test".into(),
             rate: 0.0,
             timeout: Duration::from_secs(5),
+            readers: 0,
+            read_mode: ReadMode::LongPoll,
             progress: false,
         }
     }

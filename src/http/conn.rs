@@ -5,12 +5,12 @@
 use super::parse::{parse_head, BodyKind, ChunkProgress, ChunkedDecoder, Method, ParseError, ParseLimits, RequestHead};
 use super::respond::{self, Response};
 use super::route::{route, surface_of, Route, RouteError};
-use crate::limits::{
-    CONN_IDLE_TIMEOUT_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS, CONN_WRITE_TIMEOUT_MS,
-    REQUEST_BODY_BYTES_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
-};
 use super::sse;
 use crate::limits::SSE_CONNECTION_MS_MAX;
+use crate::limits::{
+    CONN_IDLE_TIMEOUT_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS, CONN_WRITE_TIMEOUT_MS, REQUEST_BODY_BYTES_MAX,
+    REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
+};
 use crate::protocol::headers::sse_is_text;
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::{Live, Outcome, ReadReq, StreamKey, StreamOp, Surface};
@@ -81,7 +81,8 @@ fn parse_error_response(e: &ParseError) -> Response {
 /// that makes the byte stream unusable.
 pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
     let _ = stream.set_nodelay(true);
-    let mut rd = Reader { buf: Vec::with_capacity(CONN_READ_CHUNK_BYTES), scratch: vec![0; CONN_READ_CHUNK_BYTES].into() };
+    let mut rd =
+        Reader { buf: Vec::with_capacity(CONN_READ_CHUNK_BYTES), scratch: vec![0; CONN_READ_CHUNK_BYTES].into() };
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     loop {
         // 1. A complete head.
@@ -214,7 +215,13 @@ fn location(head: &RequestHead) -> String {
 /// a data event followed by a control event. Ends after the stream closes,
 /// on a write error, or after SSE_CONNECTION_MS_MAX so that clients
 /// reconnect (and CDNs can collapse requests).
-async fn serve_sse<C: ConnContext + ?Sized>(stream: &mut TcpStream, cx: &C, key: StreamKey, surface: Surface, req: ReadReq) {
+async fn serve_sse<C: ConnContext + ?Sized>(
+    stream: &mut TcpStream,
+    cx: &C,
+    key: StreamKey,
+    surface: Surface,
+    req: ReadReq,
+) {
     let started = std::time::Instant::now();
     let client_cursor = req.cursor.clone();
     let read = |from: ReadFrom, live: Live| ShardRequest::Stream {

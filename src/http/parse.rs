@@ -77,25 +77,16 @@ pub struct RequestHead {
 impl RequestHead {
     /// First header with this (lower-case) name.
     pub fn header(&self, name_lowercase: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name_lowercase)
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n == name_lowercase).map(|(_, v)| v.as_str())
     }
 
     pub fn header_count(&self, name_lowercase: &str) -> usize {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n == name_lowercase)
-            .count()
+        self.headers.iter().filter(|(n, _)| n == name_lowercase).count()
     }
 
     /// First query value for this key.
     pub fn query_param(&self, key: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
     pub fn query_count(&self, key: &str) -> usize {
@@ -169,9 +160,7 @@ pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<(RequestHead, usiz
     let mut req = httparse::Request::new(slots);
     let used = match req.parse(window) {
         Ok(Status::Complete(n)) => n,
-        Ok(Status::Partial) if buf.len() > limits.header_bytes_max => {
-            return Err(ParseError::HeadersTooLarge)
-        }
+        Ok(Status::Partial) if buf.len() > limits.header_bytes_max => return Err(ParseError::HeadersTooLarge),
         Ok(Status::Partial) => return Err(ParseError::Incomplete),
         Err(e) => return Err(map_httparse_error(e)),
     };
@@ -199,12 +188,8 @@ pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<(RequestHead, usiz
 
     let mut headers = Vec::with_capacity(req.headers.len());
     for h in req.headers.iter() {
-        let value = std::str::from_utf8(h.value)
-            .map_err(|_| ParseError::Bad("header value is not valid UTF-8"))?;
-        headers.push((
-            h.name.to_ascii_lowercase(),
-            value.trim_matches([' ', '\t']).to_owned(),
-        ));
+        let value = std::str::from_utf8(h.value).map_err(|_| ParseError::Bad("header value is not valid UTF-8"))?;
+        headers.push((h.name.to_ascii_lowercase(), value.trim_matches([' ', '\t']).to_owned()));
     }
 
     let mut content_length: Option<u64> = None;
@@ -219,9 +204,7 @@ pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<(RequestHead, usiz
                 let n = parse_content_length(value)?;
                 match content_length {
                     // Differing lengths are the classic request-smuggling vector.
-                    Some(prev) if prev != n => {
-                        return Err(ParseError::Bad("conflicting Content-Length headers"))
-                    }
+                    Some(prev) if prev != n => return Err(ParseError::Bad("conflicting Content-Length headers")),
                     _ => content_length = Some(n),
                 }
             }
@@ -245,9 +228,7 @@ pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<(RequestHead, usiz
 
     let body = if te_headers > 0 {
         if content_length.is_some() {
-            return Err(ParseError::Bad(
-                "both Content-Length and Transfer-Encoding present",
-            ));
+            return Err(ParseError::Bad("both Content-Length and Transfer-Encoding present"));
         }
         // Several TE headers form a list of codings (e.g. "gzip" then "chunked"); only a
         // lone "chunked" is something we can decode.
@@ -311,9 +292,7 @@ fn origin_part(target: &str) -> Result<&str, ParseError> {
     // proxies are expected to receive it; the authority is ignored.
     let rest = strip_prefix_ignore_case(target, "http://")
         .or_else(|| strip_prefix_ignore_case(target, "https://"))
-        .ok_or(ParseError::Bad(
-            "request-target must be origin-form or absolute-form",
-        ))?;
+        .ok_or(ParseError::Bad("request-target must be origin-form or absolute-form"))?;
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     if authority_end == 0 {
         return Err(ParseError::Bad("absolute-form target without authority"));
@@ -363,10 +342,7 @@ fn hex_val(b: u8) -> Option<u8> {
 /// Percent-decode (used for path and query); `plus_as_space` for query strings.
 pub fn percent_decode(s: &str, plus_as_space: bool) -> Result<String, ParseError> {
     let bytes = s.as_bytes();
-    if !bytes
-        .iter()
-        .any(|&b| b == b'%' || (plus_as_space && b == b'+'))
-    {
+    if !bytes.iter().any(|&b| b == b'%' || (plus_as_space && b == b'+')) {
         return Ok(s.to_owned());
     }
     let mut out = Vec::with_capacity(bytes.len());
@@ -471,11 +447,7 @@ impl ChunkedDecoder {
     ///
     /// `Done` means the terminating 0-size chunk, trailers (ignored) and the final CRLF
     /// were consumed; bytes after `consumed` belong to the next pipelined request.
-    pub fn decode(
-        &mut self,
-        input: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<(usize, ChunkProgress), ParseError> {
+    pub fn decode(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(usize, ChunkProgress), ParseError> {
         let mut i = 0;
         while i < input.len() {
             match self.state {
@@ -541,9 +513,7 @@ impl ChunkedDecoder {
                     b'\r' => self.state = ChunkState::SizeLf,
                     b'\t' => {}
                     // Bare LF and other controls are where lenient parsers disagree.
-                    0..=0x1f | 0x7f => {
-                        return Err(ParseError::Bad("invalid byte in chunk extension"))
-                    }
+                    0..=0x1f | 0x7f => return Err(ParseError::Bad("invalid byte in chunk extension")),
                     _ => {}
                 }
             }
@@ -561,19 +531,11 @@ impl ChunkedDecoder {
                 }
             }
             ChunkState::DataCr | ChunkState::DataLf => {
-                let expected = if self.state == ChunkState::DataCr {
-                    b'\r'
-                } else {
-                    b'\n'
-                };
+                let expected = if self.state == ChunkState::DataCr { b'\r' } else { b'\n' };
                 if b != expected {
                     return Err(ParseError::Bad("missing CRLF after chunk data"));
                 }
-                self.state = if b == b'\r' {
-                    ChunkState::DataLf
-                } else {
-                    ChunkState::Size
-                };
+                self.state = if b == b'\r' { ChunkState::DataLf } else { ChunkState::Size };
             }
             ChunkState::TrailerStart => {
                 self.count_trailer_byte()?;
@@ -633,11 +595,7 @@ mod tests {
     use super::*;
 
     fn limits() -> ParseLimits {
-        ParseLimits {
-            header_bytes_max: 8 * 1024,
-            header_count_max: 32,
-            body_bytes_max: 1024 * 1024,
-        }
+        ParseLimits { header_bytes_max: 8 * 1024, header_count_max: 32, body_bytes_max: 1024 * 1024 }
     }
 
     fn parse(s: &str) -> Result<(RequestHead, usize), ParseError> {
@@ -680,9 +638,8 @@ mod tests {
 
     #[test]
     fn header_names_lowercased_values_trimmed() {
-        let h = head(
-            "PUT /s HTTP/1.1\r\nX-Thing:   spaced value \t\r\nx-thing: second\r\nContent-Type:text/plain\r\n\r\n",
-        );
+        let h =
+            head("PUT /s HTTP/1.1\r\nX-Thing:   spaced value \t\r\nx-thing: second\r\nContent-Type:text/plain\r\n\r\n");
         assert_eq!(h.method, Method::Put);
         assert_eq!(h.header("x-thing"), Some("spaced value"));
         assert_eq!(h.header_count("x-thing"), 2);
@@ -696,15 +653,9 @@ mod tests {
         assert_eq!(head("HEAD / HTTP/1.1\r\n\r\n").method, Method::Head);
         assert_eq!(head("DELETE / HTTP/1.1\r\n\r\n").method, Method::Delete);
         assert_eq!(head("OPTIONS / HTTP/1.1\r\n\r\n").method, Method::Options);
-        assert_eq!(
-            head("PATCH / HTTP/1.1\r\n\r\n").method,
-            Method::Other("PATCH".into())
-        );
+        assert_eq!(head("PATCH / HTTP/1.1\r\n\r\n").method, Method::Other("PATCH".into()));
         // Case-sensitive: lower-case "get" is a different (unknown) method.
-        assert_eq!(
-            head("get / HTTP/1.1\r\n\r\n").method,
-            Method::Other("get".into())
-        );
+        assert_eq!(head("get / HTTP/1.1\r\n\r\n").method, Method::Other("get".into()));
         assert_eq!(Method::Other("PATCH".into()).as_str(), "PATCH");
         assert_eq!(Method::Delete.as_str(), "DELETE");
     }
@@ -722,21 +673,14 @@ mod tests {
         assert_eq!(second.path, "/b");
         assert_eq!(second.query_param("x"), Some("1"));
         assert_eq!(&rest[used2..], b"GET");
-        assert_eq!(
-            parse_head(&rest[used2..], &limits()).unwrap_err(),
-            ParseError::Incomplete
-        );
+        assert_eq!(parse_head(&rest[used2..], &limits()).unwrap_err(), ParseError::Incomplete);
     }
 
     #[test]
     fn every_prefix_is_incomplete() {
         let full = b"POST /v1/stream/a%20b?offset=-1 HTTP/1.1\r\nHost: example\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n";
         for n in 0..full.len() {
-            assert_eq!(
-                parse_head(&full[..n], &limits()).unwrap_err(),
-                ParseError::Incomplete,
-                "prefix of {n} bytes"
-            );
+            assert_eq!(parse_head(&full[..n], &limits()).unwrap_err(), ParseError::Incomplete, "prefix of {n} bytes");
         }
         let (h, used) = parse_head(full, &limits()).unwrap();
         assert_eq!(used, full.len());
@@ -754,28 +698,16 @@ mod tests {
 
     #[test]
     fn header_bytes_limit() {
-        let lim = ParseLimits {
-            header_bytes_max: 64,
-            ..limits()
-        };
+        let lim = ParseLimits { header_bytes_max: 64, ..limits() };
         // Incomplete and already longer than the limit: stop buffering now.
         let long_incomplete = format!("GET / HTTP/1.1\r\nX-Long: {}", "a".repeat(100));
-        assert_eq!(
-            parse_head(long_incomplete.as_bytes(), &lim).unwrap_err(),
-            ParseError::HeadersTooLarge
-        );
+        assert_eq!(parse_head(long_incomplete.as_bytes(), &lim).unwrap_err(), ParseError::HeadersTooLarge);
         // Incomplete but exactly at the limit: still allowed to grow by one more read.
         let at_limit = &long_incomplete.as_bytes()[..64];
-        assert_eq!(
-            parse_head(at_limit, &lim).unwrap_err(),
-            ParseError::Incomplete
-        );
+        assert_eq!(parse_head(at_limit, &lim).unwrap_err(), ParseError::Incomplete);
         // Complete, but the head itself is longer than the limit.
         let long_complete = format!("GET / HTTP/1.1\r\nX-Long: {}\r\n\r\n", "a".repeat(100));
-        assert_eq!(
-            parse_head(long_complete.as_bytes(), &lim).unwrap_err(),
-            ParseError::HeadersTooLarge
-        );
+        assert_eq!(parse_head(long_complete.as_bytes(), &lim).unwrap_err(), ParseError::HeadersTooLarge);
         // A head of exactly the limit is fine.
         let pad = 64 - "GET / HTTP/1.1\r\nX: \r\n\r\n".len();
         let exact = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "b".repeat(pad));
@@ -783,10 +715,7 @@ mod tests {
         let (_, used) = parse_head(exact.as_bytes(), &lim).unwrap();
         assert_eq!(used, 64);
         // A short head followed by lots of body bytes is not "too large".
-        let with_body = format!(
-            "POST / HTTP/1.1\r\nContent-Length: 200\r\n\r\n{}",
-            "z".repeat(200)
-        );
+        let with_body = format!("POST / HTTP/1.1\r\nContent-Length: 200\r\n\r\n{}", "z".repeat(200));
         let (h, used) = parse_head(with_body.as_bytes(), &lim).unwrap();
         assert_eq!(h.body, BodyKind::Length(200));
         assert_eq!(with_body.len() - used, 200);
@@ -794,42 +723,24 @@ mod tests {
 
     #[test]
     fn header_count_limit() {
-        let lim = ParseLimits {
-            header_count_max: 3,
-            ..limits()
-        };
+        let lim = ParseLimits { header_count_max: 3, ..limits() };
         let three = b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n";
         assert_eq!(parse_head(three, &lim).unwrap().0.headers.len(), 3);
         let four = b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n";
-        assert_eq!(
-            parse_head(four, &lim).unwrap_err(),
-            ParseError::TooManyHeaders
-        );
+        assert_eq!(parse_head(four, &lim).unwrap_err(), ParseError::TooManyHeaders);
         // Exactly at the limit but the terminating blank line has not arrived yet.
-        assert_eq!(
-            parse_head(&three[..three.len() - 2], &lim).unwrap_err(),
-            ParseError::Incomplete
-        );
+        assert_eq!(parse_head(&three[..three.len() - 2], &lim).unwrap_err(), ParseError::Incomplete);
 
         // Past the stack-allocated slot count.
-        let big = ParseLimits {
-            header_count_max: 100,
-            ..limits()
-        };
+        let big = ParseLimits { header_count_max: 100, ..limits() };
         let mut s = String::from("GET / HTTP/1.1\r\n");
         for i in 0..100 {
             s.push_str(&format!("H{i}: v\r\n"));
         }
         let ok = format!("{s}\r\n");
-        assert_eq!(
-            parse_head(ok.as_bytes(), &big).unwrap().0.headers.len(),
-            100
-        );
+        assert_eq!(parse_head(ok.as_bytes(), &big).unwrap().0.headers.len(), 100);
         let too_many = format!("{s}H100: v\r\n\r\n");
-        assert_eq!(
-            parse_head(too_many.as_bytes(), &big).unwrap_err(),
-            ParseError::TooManyHeaders
-        );
+        assert_eq!(parse_head(too_many.as_bytes(), &big).unwrap_err(), ParseError::TooManyHeaders);
     }
 
     #[test]
@@ -846,10 +757,7 @@ mod tests {
 
     #[test]
     fn duplicate_content_length() {
-        assert!(matches!(
-            err("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
-            ParseError::Bad(_)
-        ));
+        assert!(matches!(err("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"), ParseError::Bad(_)));
         let h = head("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n");
         assert_eq!(h.body, BodyKind::Length(5));
     }
@@ -858,15 +766,9 @@ mod tests {
     fn invalid_content_length() {
         for v in ["abc", "5a", "+5", "-1", "5, 5", "0x10", "1 2"] {
             let req = format!("POST / HTTP/1.1\r\nContent-Length: {v}\r\n\r\n");
-            assert!(
-                matches!(err(&req), ParseError::Bad(_)),
-                "Content-Length {v:?} accepted"
-            );
+            assert!(matches!(err(&req), ParseError::Bad(_)), "Content-Length {v:?} accepted");
         }
-        assert!(matches!(
-            err("POST / HTTP/1.1\r\nContent-Length:\r\n\r\n"),
-            ParseError::Bad(_)
-        ));
+        assert!(matches!(err("POST / HTTP/1.1\r\nContent-Length:\r\n\r\n"), ParseError::Bad(_)));
     }
 
     #[test]
@@ -876,29 +778,16 @@ mod tests {
         assert_eq!(head(&at).body, BodyKind::Length(max));
         let over = format!("PUT / HTTP/1.1\r\nContent-Length: {}\r\n\r\n", max + 1);
         assert_eq!(err(&over), ParseError::BodyTooLarge);
-        assert_eq!(
-            err("PUT / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n"),
-            ParseError::BodyTooLarge
-        );
+        assert_eq!(err("PUT / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n"), ParseError::BodyTooLarge);
     }
 
     #[test]
     fn transfer_encoding_variants() {
-        assert_eq!(
-            head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").body,
-            BodyKind::Chunked
-        );
-        assert_eq!(
-            head("POST / HTTP/1.1\r\nTransfer-Encoding: CHUNKED\r\n\r\n").body,
-            BodyKind::Chunked
-        );
+        assert_eq!(head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").body, BodyKind::Chunked);
+        assert_eq!(head("POST / HTTP/1.1\r\nTransfer-Encoding: CHUNKED\r\n\r\n").body, BodyKind::Chunked);
         for te in ["gzip", "gzip, chunked", "chunked, gzip", "identity", ""] {
             let req = format!("POST / HTTP/1.1\r\nTransfer-Encoding: {te}\r\n\r\n");
-            assert_eq!(
-                err(&req),
-                ParseError::UnsupportedTransferEncoding,
-                "TE {te:?}"
-            );
+            assert_eq!(err(&req), ParseError::UnsupportedTransferEncoding, "TE {te:?}");
         }
         assert_eq!(
             err("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"),
@@ -926,18 +815,14 @@ mod tests {
         assert!(head("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
         assert!(!head("GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n").keep_alive);
         // HTTP/1.0 with Transfer-Encoding: framing is suspect, never reuse.
-        let te10 =
-            head("POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let te10 = head("POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n");
         assert_eq!(te10.body, BodyKind::Chunked);
         assert!(!te10.keep_alive);
     }
 
     #[test]
     fn expect_continue() {
-        assert!(
-            head("PUT / HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n")
-                .expect_continue
-        );
+        assert!(head("PUT / HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n").expect_continue);
         assert!(!head("PUT / HTTP/1.1\r\nExpect: something\r\n\r\n").expect_continue);
         assert!(!head("PUT / HTTP/1.0\r\nExpect: 100-continue\r\n\r\n").expect_continue);
     }
@@ -947,23 +832,14 @@ mod tests {
         assert!(matches!(err("GET / HTTP/2.0\r\n\r\n"), ParseError::Bad(_)));
         assert!(matches!(err("GET / FOO/1.1\r\n\r\n"), ParseError::Bad(_)));
         assert!(matches!(err("GET  / HTTP/1.1\r\n\r\n"), ParseError::Bad(_)));
-        assert!(matches!(
-            err("GET /a b HTTP/1.1\r\n\r\n"),
-            ParseError::Bad(_)
-        ));
-        assert!(matches!(
-            err("GET / HTTP/1.1\r\nBad Name: x\r\n\r\n"),
-            ParseError::Bad(_)
-        ));
+        assert!(matches!(err("GET /a b HTTP/1.1\r\n\r\n"), ParseError::Bad(_)));
+        assert!(matches!(err("GET / HTTP/1.1\r\nBad Name: x\r\n\r\n"), ParseError::Bad(_)));
     }
 
     #[test]
     fn non_utf8_header_value_is_bad() {
         let buf = b"GET / HTTP/1.1\r\nX-Bin: caf\xe9\r\n\r\n";
-        assert!(matches!(
-            parse_head(buf, &limits()).unwrap_err(),
-            ParseError::Bad(_)
-        ));
+        assert!(matches!(parse_head(buf, &limits()).unwrap_err(), ParseError::Bad(_)));
         let ok = "GET / HTTP/1.1\r\nX-Utf8: café\r\n\r\n";
         assert_eq!(head(ok).header("x-utf8"), Some("café"));
     }
@@ -996,10 +872,7 @@ mod tests {
         let h = head("GET /s? HTTP/1.1\r\n\r\n");
         assert!(h.query.is_empty());
         assert_eq!(h.path, "/s");
-        assert!(matches!(
-            err("GET /s?a=%zz HTTP/1.1\r\n\r\n"),
-            ParseError::Bad(_)
-        ));
+        assert!(matches!(err("GET /s?a=%zz HTTP/1.1\r\n\r\n"), ParseError::Bad(_)));
     }
 
     #[test]
@@ -1050,10 +923,7 @@ mod tests {
 
     // ---- chunked ----
 
-    fn decode_all(
-        dec: &mut ChunkedDecoder,
-        input: &[u8],
-    ) -> Result<(usize, ChunkProgress, Vec<u8>), ParseError> {
+    fn decode_all(dec: &mut ChunkedDecoder, input: &[u8]) -> Result<(usize, ChunkProgress, Vec<u8>), ParseError> {
         let mut out = Vec::new();
         let (n, p) = dec.decode(input, &mut out)?;
         Ok((n, p, out))
@@ -1097,10 +967,7 @@ mod tests {
         }
         assert_eq!(out, CHUNKED_DECODED);
         // After Done nothing more is consumed.
-        assert_eq!(
-            dec.decode(b"GET", &mut out).unwrap(),
-            (0, ChunkProgress::Done)
-        );
+        assert_eq!(dec.decode(b"GET", &mut out).unwrap(), (0, ChunkProgress::Done));
     }
 
     #[test]
@@ -1142,16 +1009,10 @@ mod tests {
     fn chunked_over_limit() {
         // A single chunk announcing more than the limit is refused before its data.
         let mut dec = ChunkedDecoder::new(10);
-        assert_eq!(
-            decode_all(&mut dec, b"b\r\n").unwrap_err(),
-            ParseError::BodyTooLarge
-        );
+        assert_eq!(decode_all(&mut dec, b"b\r\n").unwrap_err(), ParseError::BodyTooLarge);
         // The total across chunks counts.
         let mut dec = ChunkedDecoder::new(10);
-        assert_eq!(
-            decode_all(&mut dec, b"6\r\nabcdef\r\n5\r\nghijk\r\n").unwrap_err(),
-            ParseError::BodyTooLarge
-        );
+        assert_eq!(decode_all(&mut dec, b"6\r\nabcdef\r\n5\r\nghijk\r\n").unwrap_err(), ParseError::BodyTooLarge);
         // Exactly at the limit is fine.
         let mut dec = ChunkedDecoder::new(10);
         let (_, p, out) = decode_all(&mut dec, b"6\r\nabcdef\r\n4\r\nghij\r\n0\r\n\r\n").unwrap();
@@ -1180,11 +1041,7 @@ mod tests {
         for case in cases {
             let mut dec = ChunkedDecoder::new(u64::MAX);
             let r = decode_all(&mut dec, case);
-            assert!(
-                matches!(r, Err(ParseError::Bad(_))),
-                "{:?} gave {r:?}",
-                String::from_utf8_lossy(case)
-            );
+            assert!(matches!(r, Err(ParseError::Bad(_))), "{:?} gave {r:?}", String::from_utf8_lossy(case));
             // A failed decoder stays failed.
             assert!(decode_all(&mut dec, b"0\r\n\r\n").is_err());
         }
@@ -1195,17 +1052,11 @@ mod tests {
         let mut dec = ChunkedDecoder::new(1024);
         let mut line = b"1;".to_vec();
         line.extend_from_slice(&[b'x'; CHUNK_LINE_MAX]);
-        assert!(matches!(
-            decode_all(&mut dec, &line),
-            Err(ParseError::Bad(_))
-        ));
+        assert!(matches!(decode_all(&mut dec, &line), Err(ParseError::Bad(_))));
         // Leading zeros do not overflow but still count toward the line bound.
         let mut dec = ChunkedDecoder::new(1024);
         let zeros = vec![b'0'; CHUNK_LINE_MAX + 1];
-        assert!(matches!(
-            decode_all(&mut dec, &zeros),
-            Err(ParseError::Bad(_))
-        ));
+        assert!(matches!(decode_all(&mut dec, &zeros), Err(ParseError::Bad(_))));
         // Under the bound is accepted.
         let mut dec = ChunkedDecoder::new(1024);
         let mut ok = b"0000000003;".to_vec();
@@ -1224,10 +1075,7 @@ mod tests {
             body.extend_from_slice(format!("X-T{i}: some trailer value\r\n").as_bytes());
         }
         body.extend_from_slice(b"\r\n");
-        assert!(matches!(
-            decode_all(&mut dec, &body),
-            Err(ParseError::Bad(_))
-        ));
+        assert!(matches!(decode_all(&mut dec, &body), Err(ParseError::Bad(_))));
     }
 
     #[test]

@@ -161,8 +161,11 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
                 }
                 return r;
             }
-            let at_tail_open_ds =
-                surface == Surface::Ds && rd.up_to_date && !rd.closed_at_end && rd.next_offset == rd.info.next_offset && is_empty_read(&rd.body);
+            let at_tail_open_ds = surface == Surface::Ds
+                && rd.up_to_date
+                && !rd.closed_at_end
+                && rd.next_offset == rd.info.next_offset
+                && is_empty_read(&rd.body);
             let mut r = Response::new(if at_tail_open_ds { 204 } else { 200 })
                 .header("Content-Type", rd.info.content_type.clone())
                 .header("Stream-Next-Offset", rd.next_offset.to_string());
@@ -210,7 +213,9 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             r.body = format!("{{\"bucket_id\":\"{bucket}\",\"streams\":{streams}}}").into_bytes();
             r
         }
-        Outcome::Ack | Outcome::Count(_) | Outcome::Stats(_) | Outcome::ForkData { .. } => Response::new(500).text("internal message reached the HTTP edge"),
+        Outcome::Ack | Outcome::Count(_) | Outcome::Stats(_) | Outcome::ForkData { .. } => {
+            Response::new(500).text("internal message reached the HTTP edge")
+        }
     }
 }
 
@@ -229,11 +234,9 @@ pub fn error(surface: Surface, e: &Error) -> Response {
             .header("Stream-Closed", "true")
             .header("Stream-Next-Offset", next_offset.to_string())
             .text("stream is closed"),
-        Error::StaleEpoch { current } => {
-            Response::new(if surface == Surface::Ds { 409 } else { 403 })
-                .header("Producer-Epoch", current.to_string())
-                .text(&e.to_string())
-        }
+        Error::StaleEpoch { current } => Response::new(if surface == Surface::Ds { 409 } else { 403 })
+            .header("Producer-Epoch", current.to_string())
+            .text(&e.to_string()),
         Error::SeqGap { expected, received } => Response::new(409)
             .header("Producer-Expected-Seq", expected.to_string())
             .header("Producer-Received-Seq", received.to_string())

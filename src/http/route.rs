@@ -2,9 +2,9 @@
 //! + headers -> (stream key, operation). No I/O, and no storage.
 
 use super::parse::{Method, RequestHead};
+use crate::protocol::headers::parse_sub_offset;
 use crate::protocol::headers::{parse_lifetime, parse_producer, stream_closed_requested};
 use crate::protocol::names::{split_v1_path, validate_bucket_id, validate_ds_stream_id};
-use crate::protocol::headers::parse_sub_offset;
 use crate::protocol::offset::{parse_offset, parse_read_from, ReadFrom};
 use crate::protocol::ForkReq;
 use crate::protocol::{AppendReq, BucketOp, CreateReq, Error, Live, ReadReq, StreamKey, StreamOp, Surface};
@@ -76,7 +76,11 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
                 };
                 Ok(Route::Shard(Box::new(ShardRequest::Bucket { bucket: bucket.to_string(), op })))
             }
-            Some("streams") => Err(RouteError::NotImplemented("listing streams is not implemented yet")),
+            // `streams` is reserved: GET lists the bucket, anything else is a bad stream ID.
+            Some("streams") if head.method == Method::Get => {
+                Err(RouteError::NotImplemented("listing streams is not implemented yet"))
+            }
+            Some("streams") => Err(bad("\"streams\" is reserved and cannot be a stream ID")),
             Some(stream) => {
                 if stream.contains('/') {
                     return Err(RouteError::NotImplemented("snapshots and bootstrap are not implemented yet"));
@@ -109,7 +113,11 @@ fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surf
             body,
             close: stream_closed_requested(head.header("stream-closed")),
             stream_seq: h("stream-seq"),
-            producer: parse_producer(head.header("producer-id"), head.header("producer-epoch"), head.header("producer-seq"))?,
+            producer: parse_producer(
+                head.header("producer-id"),
+                head.header("producer-epoch"),
+                head.header("producer-seq"),
+            )?,
             if_match: h("if-match"),
         }),
         Method::Get => {

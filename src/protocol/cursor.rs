@@ -25,10 +25,7 @@ fn parse_client_cursor(s: &str) -> Option<u64> {
 pub fn next_cursor(now_ms: i64, client: Option<&str>, jitter_secs: u64) -> u64 {
     // A clock before the epoch is a misconfiguration, not a reason to emit a
     // non-digit cursor; clamp to interval 0.
-    let current = now_ms
-        .saturating_sub(CURSOR_EPOCH_MS)
-        .div_euclid(CURSOR_INTERVAL_MS)
-        .max(0) as u64;
+    let current = now_ms.saturating_sub(CURSOR_EPOCH_MS).div_euclid(CURSOR_INTERVAL_MS).max(0) as u64;
     match client.and_then(parse_client_cursor) {
         Some(c) if c >= current => {
             let jitter_ms = jitter_secs.min(MAX_JITTER_SECS) * 1000;
@@ -73,15 +70,7 @@ mod tests {
         let now = T0 + 20_000 * 500;
         assert_eq!(next_cursor(now, Some("499"), 3600), 500);
         assert_eq!(next_cursor(now, Some("0"), 3600), 500);
-        for junk in [
-            "",
-            "abc",
-            "-1",
-            "+600",
-            "1.5",
-            "600 ",
-            "99999999999999999999999",
-        ] {
+        for junk in ["", "abc", "-1", "+600", "1.5", "600 ", "99999999999999999999999"] {
             assert_eq!(next_cursor(now, Some(junk), 3600), 500, "{junk:?}");
         }
     }
@@ -108,10 +97,7 @@ mod tests {
             for client in [0u64, 1, 12_344, 12_345, 12_346, 1_000_000] {
                 for jitter in [1u64, 20, 1234, 3600] {
                     let got = next_cursor(now, Some(&client.to_string()), jitter);
-                    assert!(
-                        got > client,
-                        "now={now} client={client} jitter={jitter} got={got}"
-                    );
+                    assert!(got > client, "now={now} client={client} jitter={jitter} got={got}");
                 }
             }
         }

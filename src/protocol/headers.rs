@@ -33,8 +33,7 @@ fn parse_canonical_uint(v: &str, what: &str) -> Result<u64, Error> {
             "{what} {v:?}: expected a non-negative integer without sign or leading zeros"
         )));
     }
-    v.parse::<u64>()
-        .map_err(|_| Error::BadRequest(format!("{what} {v:?}: value too large")))
+    v.parse::<u64>().map_err(|_| Error::BadRequest(format!("{what} {v:?}: value too large")))
 }
 
 /// `Stream-Closed` request header: only the exact value "true" in any case counts (F15); anything else is ignored (false).
@@ -79,14 +78,11 @@ pub enum Lifetime {
 /// From the two optional headers; both present -> BadRequest (F92).
 pub fn parse_lifetime(ttl: Option<&str>, expires_at: Option<&str>) -> Result<Lifetime, Error> {
     match (ttl, expires_at) {
-        (Some(_), Some(_)) => Err(Error::BadRequest(
-            "Stream-TTL and Stream-Expires-At are mutually exclusive".to_string(),
-        )),
+        (Some(_), Some(_)) => {
+            Err(Error::BadRequest("Stream-TTL and Stream-Expires-At are mutually exclusive".to_string()))
+        }
         (Some(t), None) => parse_ttl(t).map(|secs| Lifetime::Ttl { secs }),
-        (None, Some(e)) => parse_expires_at(e).map(|at_ms| Lifetime::ExpiresAt {
-            at_ms,
-            raw: ows_trim(e).to_string(),
-        }),
+        (None, Some(e)) => parse_expires_at(e).map(|at_ms| Lifetime::ExpiresAt { at_ms, raw: ows_trim(e).to_string() }),
         (None, None) => Ok(Lifetime::Forever),
     }
 }
@@ -94,11 +90,7 @@ pub fn parse_lifetime(ttl: Option<&str>, expires_at: Option<&str>) -> Result<Lif
 /// Media type for comparisons: "Application/JSON; charset=utf-8" -> "application/json" (lower-cased, params and whitespace stripped).
 pub fn media_type(ct: &str) -> String {
     let essence = ct.split(';').next().unwrap_or("");
-    essence
-        .chars()
-        .filter(|c| !c.is_ascii_whitespace())
-        .collect::<String>()
-        .to_ascii_lowercase()
+    essence.chars().filter(|c| !c.is_ascii_whitespace()).collect::<String>().to_ascii_lowercase()
 }
 
 pub fn content_types_match(a: &str, b: &str) -> bool {
@@ -120,9 +112,7 @@ pub fn stream_content_type(v: Option<&str>) -> String {
         return DEFAULT_CONTENT_TYPE.to_string();
     };
     let essence = ows_trim(v.split(';').next().unwrap_or(""));
-    let well_formed = essence
-        .split_once('/')
-        .is_some_and(|(t, s)| is_token(t) && is_token(s));
+    let well_formed = essence.split_once('/').is_some_and(|(t, s)| is_token(t) && is_token(s));
     // The stored value is echoed verbatim in response headers, so anything
     // that could not legally appear in a header value falls back too.
     let printable = v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
@@ -155,9 +145,7 @@ pub struct ProducerHeaders {
 fn parse_producer_number(v: &str, what: &str) -> Result<u64, Error> {
     let v = ows_trim(v);
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Error::BadRequest(format!(
-            "{what} {v:?}: expected decimal digits only"
-        )));
+        return Err(Error::BadRequest(format!("{what} {v:?}: expected decimal digits only")));
     }
     match v.parse::<u64>() {
         Ok(n) if n <= MAX_SAFE_INTEGER => Ok(n),
@@ -176,9 +164,7 @@ pub fn parse_producer(
         (Some(id), Some(epoch), Some(seq)) => {
             let id = ows_trim(id);
             if id.is_empty() {
-                return Err(Error::BadRequest(
-                    "Producer-Id must not be empty".to_string(),
-                ));
+                return Err(Error::BadRequest("Producer-Id must not be empty".to_string()));
             }
             Ok(Some(ProducerHeaders {
                 id: id.to_string(),
@@ -186,9 +172,7 @@ pub fn parse_producer(
                 seq: parse_producer_number(seq, "Producer-Seq")?,
             }))
         }
-        _ => Err(Error::BadRequest(
-            "Producer-Id, Producer-Epoch and Producer-Seq must be sent together".to_string(),
-        )),
+        _ => Err(Error::BadRequest("Producer-Id, Producer-Epoch and Producer-Seq must be sent together".to_string())),
     }
 }
 
@@ -230,10 +214,7 @@ fn entity_tags(header: &str) -> Vec<&str> {
 /// `If-Match` / `If-None-Match` value comparison: compares an entity-tag list ("a", "b" or *) against the current etag string (which includes its quotes); weak prefix W/ ignored.
 pub fn etag_matches(header: &str, current: &str) -> bool {
     let current = strip_weak(ows_trim(current));
-    let current_unquoted = current
-        .strip_prefix('"')
-        .and_then(|c| c.strip_suffix('"'))
-        .unwrap_or(current);
+    let current_unquoted = current.strip_prefix('"').and_then(|c| c.strip_suffix('"')).unwrap_or(current);
     entity_tags(header).into_iter().any(|tag| {
         if tag == "*" {
             return true;
@@ -273,40 +254,17 @@ mod tests {
 
     #[test]
     fn ttl_rejects_f90_examples() {
-        for bad in [
-            "abc",
-            "-1",
-            "00060",
-            "+60",
-            "60.5",
-            "1e3",
-            "",
-            "00",
-            "6 0",
-            "18446744073709551616",
-        ] {
+        for bad in ["abc", "-1", "00060", "+60", "60.5", "1e3", "", "00", "6 0", "18446744073709551616"] {
             assert!(is_bad(parse_ttl(bad)), "{bad:?} should be rejected");
         }
     }
 
     #[test]
     fn expires_at_accepts_z_and_numeric_offsets() {
-        assert_eq!(
-            parse_expires_at("2024-10-09T00:00:00Z"),
-            Ok(1_728_432_000_000)
-        );
-        assert_eq!(
-            parse_expires_at("2024-10-09T02:00:00+02:00"),
-            Ok(1_728_432_000_000)
-        );
-        assert_eq!(
-            parse_expires_at("2024-10-08T19:00:00-05:00"),
-            Ok(1_728_432_000_000)
-        );
-        assert_eq!(
-            parse_expires_at("2024-10-09T00:00:00.250Z"),
-            Ok(1_728_432_000_250)
-        );
+        assert_eq!(parse_expires_at("2024-10-09T00:00:00Z"), Ok(1_728_432_000_000));
+        assert_eq!(parse_expires_at("2024-10-09T02:00:00+02:00"), Ok(1_728_432_000_000));
+        assert_eq!(parse_expires_at("2024-10-08T19:00:00-05:00"), Ok(1_728_432_000_000));
+        assert_eq!(parse_expires_at("2024-10-09T00:00:00.250Z"), Ok(1_728_432_000_250));
         assert_eq!(parse_expires_at("1970-01-01T00:00:00Z"), Ok(0));
         assert_eq!(parse_expires_at("1969-12-31T23:59:59Z"), Ok(-1000));
     }
@@ -335,41 +293,23 @@ mod tests {
     #[test]
     fn lifetime_combinations() {
         assert_eq!(parse_lifetime(None, None), Ok(Lifetime::Forever));
-        assert_eq!(
-            parse_lifetime(Some("3600"), None),
-            Ok(Lifetime::Ttl { secs: 3600 })
-        );
+        assert_eq!(parse_lifetime(Some("3600"), None), Ok(Lifetime::Ttl { secs: 3600 }));
         assert_eq!(
             parse_lifetime(None, Some("2030-01-01T00:00:00+01:00")),
-            Ok(Lifetime::ExpiresAt {
-                at_ms: 1_893_452_400_000,
-                raw: "2030-01-01T00:00:00+01:00".to_string()
-            })
+            Ok(Lifetime::ExpiresAt { at_ms: 1_893_452_400_000, raw: "2030-01-01T00:00:00+01:00".to_string() })
         );
-        assert!(is_bad(parse_lifetime(
-            Some("60"),
-            Some("2030-01-01T00:00:00Z")
-        )));
+        assert!(is_bad(parse_lifetime(Some("60"), Some("2030-01-01T00:00:00Z"))));
         assert!(is_bad(parse_lifetime(Some("abc"), None)));
         assert!(is_bad(parse_lifetime(None, Some("invalid"))));
     }
 
     #[test]
     fn media_type_normalisation() {
-        assert_eq!(
-            media_type("Application/JSON; charset=utf-8"),
-            "application/json"
-        );
+        assert_eq!(media_type("Application/JSON; charset=utf-8"), "application/json");
         assert_eq!(media_type(" text/plain ;charset=x"), "text/plain");
         assert_eq!(media_type("TEXT/PLAIN"), "text/plain");
-        assert!(content_types_match(
-            "application/json",
-            "APPLICATION/JSON; charset=utf-8"
-        ));
-        assert!(content_types_match(
-            "text/plain",
-            "text/plain; charset=utf-8"
-        ));
+        assert!(content_types_match("application/json", "APPLICATION/JSON; charset=utf-8"));
+        assert!(content_types_match("text/plain", "text/plain; charset=utf-8"));
         assert!(!content_types_match("text/plain", "application/json"));
         assert!(!content_types_match("text/plain", "text/html"));
     }
@@ -378,39 +318,15 @@ mod tests {
     fn stored_content_type_defaults() {
         assert_eq!(stream_content_type(None), "application/octet-stream");
         assert_eq!(stream_content_type(Some("")), "application/octet-stream");
-        assert_eq!(
-            stream_content_type(Some("text")),
-            "application/octet-stream"
-        );
-        assert_eq!(
-            stream_content_type(Some("text/")),
-            "application/octet-stream"
-        );
-        assert_eq!(
-            stream_content_type(Some("/plain")),
-            "application/octet-stream"
-        );
-        assert_eq!(
-            stream_content_type(Some("a/b/c")),
-            "application/octet-stream"
-        );
-        assert_eq!(
-            stream_content_type(Some("text/pl ain")),
-            "application/octet-stream"
-        );
-        assert_eq!(
-            stream_content_type(Some("text/plain\r\nX: y")),
-            "application/octet-stream"
-        );
+        assert_eq!(stream_content_type(Some("text")), "application/octet-stream");
+        assert_eq!(stream_content_type(Some("text/")), "application/octet-stream");
+        assert_eq!(stream_content_type(Some("/plain")), "application/octet-stream");
+        assert_eq!(stream_content_type(Some("a/b/c")), "application/octet-stream");
+        assert_eq!(stream_content_type(Some("text/pl ain")), "application/octet-stream");
+        assert_eq!(stream_content_type(Some("text/plain\r\nX: y")), "application/octet-stream");
         assert_eq!(stream_content_type(Some("text/plain")), "text/plain");
-        assert_eq!(
-            stream_content_type(Some("  Application/JSON; charset=utf-8 ")),
-            "Application/JSON; charset=utf-8"
-        );
-        assert_eq!(
-            stream_content_type(Some("application/vnd.api+json")),
-            "application/vnd.api+json"
-        );
+        assert_eq!(stream_content_type(Some("  Application/JSON; charset=utf-8 ")), "Application/JSON; charset=utf-8");
+        assert_eq!(stream_content_type(Some("application/vnd.api+json")), "application/vnd.api+json");
     }
 
     #[test]
@@ -436,19 +352,11 @@ mod tests {
         assert_eq!(parse_producer(None, None, None), Ok(None));
         assert_eq!(
             parse_producer(Some("p1"), Some("0"), Some("0")),
-            Ok(Some(ProducerHeaders {
-                id: "p1".to_string(),
-                epoch: 0,
-                seq: 0
-            }))
+            Ok(Some(ProducerHeaders { id: "p1".to_string(), epoch: 0, seq: 0 }))
         );
         assert_eq!(
             parse_producer(Some("p"), Some("007"), Some("9007199254740991")),
-            Ok(Some(ProducerHeaders {
-                id: "p".to_string(),
-                epoch: 7,
-                seq: MAX_SAFE_INTEGER
-            }))
+            Ok(Some(ProducerHeaders { id: "p".to_string(), epoch: 7, seq: MAX_SAFE_INTEGER }))
         );
         assert!(is_bad(parse_producer(Some("p"), None, None)));
         assert!(is_bad(parse_producer(Some("p"), Some("0"), None)));
@@ -459,25 +367,9 @@ mod tests {
 
     #[test]
     fn producer_rejects_f30_numbers() {
-        for bad in [
-            "1abc",
-            "0xyz",
-            "1e3",
-            "-1",
-            "",
-            "+1",
-            "1.0",
-            "9007199254740992",
-            "99999999999999999999999",
-        ] {
-            assert!(
-                is_bad(parse_producer(Some("p"), Some(bad), Some("0"))),
-                "epoch {bad:?}"
-            );
-            assert!(
-                is_bad(parse_producer(Some("p"), Some("0"), Some(bad))),
-                "seq {bad:?}"
-            );
+        for bad in ["1abc", "0xyz", "1e3", "-1", "", "+1", "1.0", "9007199254740992", "99999999999999999999999"] {
+            assert!(is_bad(parse_producer(Some("p"), Some(bad), Some("0"))), "epoch {bad:?}");
+            assert!(is_bad(parse_producer(Some("p"), Some("0"), Some(bad))), "seq {bad:?}");
         }
     }
 

@@ -80,10 +80,7 @@ fn is_json_number(tok: &[u8]) -> bool {
         t = &frac[n..];
     }
     if let Some(exp) = t.strip_prefix(b"e").or_else(|| t.strip_prefix(b"E")) {
-        let exp = exp
-            .strip_prefix(b"+")
-            .or_else(|| exp.strip_prefix(b"-"))
-            .unwrap_or(exp);
+        let exp = exp.strip_prefix(b"+").or_else(|| exp.strip_prefix(b"-")).unwrap_or(exp);
         let n = digits(exp);
         if n == 0 {
             return false;
@@ -209,9 +206,7 @@ pub fn normalize(body: &[u8], allow_empty: bool) -> Result<(Vec<u8>, usize), Err
         1
     };
     if count == 0 && !allow_empty {
-        return Err(Error::BadRequest(
-            "empty JSON array: nothing to append".to_string(),
-        ));
+        return Err(Error::BadRequest("empty JSON array: nothing to append".to_string()));
     }
     Ok((out, count))
 }
@@ -237,12 +232,7 @@ struct MessageEnds<'a> {
 
 impl<'a> MessageEnds<'a> {
     fn new(bytes: &'a [u8]) -> Self {
-        MessageEnds {
-            bytes,
-            pos: 0,
-            depth: 0,
-            strings: StringState::default(),
-        }
+        MessageEnds { bytes, pos: 0, depth: 0, strings: StringState::default() }
     }
 }
 
@@ -315,10 +305,7 @@ mod tests {
     #[test]
     fn flattens_exactly_one_level() {
         assert_eq!(norm("[1, 2]"), ("1,2,".to_string(), 2));
-        assert_eq!(
-            norm("[{\"a\": 1}, {\"b\": 2}]"),
-            ("{\"a\":1},{\"b\":2},".to_string(), 2)
-        );
+        assert_eq!(norm("[{\"a\": 1}, {\"b\": 2}]"), ("{\"a\":1},{\"b\":2},".to_string(), 2));
         assert_eq!(norm("[[1,2],[3,4]]"), ("[1,2],[3,4],".to_string(), 2));
         assert_eq!(norm("[[[1,2,3]]]"), ("[[1,2,3]],".to_string(), 1));
         assert_eq!(norm("[[]]"), ("[],".to_string(), 1));
@@ -333,10 +320,7 @@ mod tests {
         assert_eq!(norm("\"hi\""), ("\"hi\",".to_string(), 1));
         assert_eq!(norm("null"), ("null,".to_string(), 1));
         assert_eq!(norm("true"), ("true,".to_string(), 1));
-        assert_eq!(
-            norm(" \n\t{ \"test\" : true }\r\n "),
-            ("{\"test\":true},".to_string(), 1)
-        );
+        assert_eq!(norm(" \n\t{ \"test\" : true }\r\n "), ("{\"test\":true},".to_string(), 1));
     }
 
     #[test]
@@ -384,14 +368,8 @@ mod tests {
             "\"raw \n newline\"",
             "undefined",
         ] {
-            assert!(
-                is_bad(normalize(bad.as_bytes(), false)),
-                "{bad:?} should be rejected"
-            );
-            assert!(
-                is_bad(normalize(bad.as_bytes(), true)),
-                "{bad:?} should be rejected"
-            );
+            assert!(is_bad(normalize(bad.as_bytes(), false)), "{bad:?} should be rejected");
+            assert!(is_bad(normalize(bad.as_bytes(), true)), "{bad:?} should be rejected");
         }
         assert!(is_bad(normalize(b"\"\xff\xfe\"", false)), "invalid UTF-8");
         assert!(is_bad(normalize(b"[\"\xc3\"]", false)), "truncated UTF-8");
@@ -415,15 +393,7 @@ mod tests {
 
         let text = String::from_utf8(stored).unwrap();
         // Spelling is preserved, not re-rendered.
-        for kept in [
-            "1.50,",
-            "-0,",
-            "1e300,",
-            "-2.5E-7,",
-            "\\u00e9",
-            "\\ud83d\\ude00",
-            "\\/",
-        ] {
+        for kept in ["1.50,", "-0,", "1e300,", "-2.5E-7,", "\\u00e9", "\\ud83d\\ude00", "\\/"] {
             assert!(text.contains(kept), "{kept:?} missing from {text}");
         }
     }
@@ -433,10 +403,7 @@ mod tests {
         let body = br#"{ "z": 1, "a": { "k": [1.25, "s,t", {"deep": [[[]]]}] }, "m": -7 }"#;
         let (stored, n) = normalize(body, false).unwrap();
         assert_eq!(n, 1);
-        assert_eq!(
-            std::str::from_utf8(&stored).unwrap(),
-            r#"{"z":1,"a":{"k":[1.25,"s,t",{"deep":[[[]]]}]},"m":-7},"#
-        );
+        assert_eq!(std::str::from_utf8(&stored).unwrap(), r#"{"z":1,"a":{"k":[1.25,"s,t",{"deep":[[[]]]}]},"m":-7},"#);
         let wrapped = wrap_array(&stored);
         let expected = parse(format!("[{}]", std::str::from_utf8(body).unwrap()).as_bytes());
         assert_eq!(parse(&wrapped), expected);
@@ -447,10 +414,7 @@ mod tests {
         let body = b"[123456789012345678901234567890, -98765432109876543210987, 1e400, -1E-400]";
         let (stored, n) = normalize(body, false).unwrap();
         assert_eq!(n, 4);
-        assert_eq!(
-            stored,
-            b"123456789012345678901234567890,-98765432109876543210987,1e400,-1E-400,".to_vec()
-        );
+        assert_eq!(stored, b"123456789012345678901234567890,-98765432109876543210987,1e400,-1E-400,".to_vec());
         assert_eq!(
             normalize(b"{\"big\": 99999999999999999999}", false),
             Ok((b"{\"big\":99999999999999999999},".to_vec(), 1))
@@ -500,10 +464,7 @@ mod tests {
         ] {
             assert!(!is_json_number(bad.as_bytes()), "{bad:?}");
             assert!(is_bad(normalize(bad.as_bytes(), false)), "{bad:?}");
-            assert!(
-                is_bad(normalize(format!("[{bad}]").as_bytes(), false)),
-                "[{bad}]"
-            );
+            assert!(is_bad(normalize(format!("[{bad}]").as_bytes(), false)), "[{bad}]");
         }
     }
 
@@ -530,10 +491,7 @@ mod tests {
     fn wrap_array_forms() {
         assert_eq!(wrap_array(b""), b"[]".to_vec());
         assert_eq!(wrap_array(b"1,"), b"[1]".to_vec());
-        assert_eq!(
-            wrap_array(b"{\"a\":1},[1,2],"),
-            b"[{\"a\":1},[1,2]]".to_vec()
-        );
+        assert_eq!(wrap_array(b"{\"a\":1},[1,2],"), b"[{\"a\":1},[1,2]]".to_vec());
         // Chunks from separate appends concatenate into one array.
         let (a, _) = normalize(b"[1,2]", false).unwrap();
         let (b, _) = normalize(b"{\"x\":\"y\"}", false).unwrap();
@@ -561,27 +519,18 @@ mod tests {
         assert_eq!(prefix_len_of_messages(b"", 1), None);
 
         // A prefix is a valid stored chunk in its own right.
-        assert_eq!(
-            parse(&wrap_array(&stored[..second])),
-            parse(br#"[{"a":"x,y","b":[1,2]},[3,{"c":"]},\"["}]]"#)
-        );
+        assert_eq!(parse(&wrap_array(&stored[..second])), parse(br#"[{"a":"x,y","b":[1,2]},[3,{"c":"]},\"["}]]"#));
 
         let parts: Vec<&[u8]> = split_messages(stored).collect();
         assert_eq!(
             parts,
-            vec![
-                &br#"{"a":"x,y","b":[1,2]}"#[..],
-                &br#"[3,{"c":"]},\"["}]"#[..],
-                &br#""q\\""#[..],
-                &b"7"[..],
-            ]
+            vec![&br#"{"a":"x,y","b":[1,2]}"#[..], &br#"[3,{"c":"]},\"["}]"#[..], &br#""q\\""#[..], &b"7"[..],]
         );
     }
 
     #[test]
     fn normalize_output_is_scannable() {
-        let (stored, n) =
-            normalize(br#"["a,b", {"k": "[{"}, [",", "]"], "\\", 0]"#, false).unwrap();
+        let (stored, n) = normalize(br#"["a,b", {"k": "[{"}, [",", "]"], "\\", 0]"#, false).unwrap();
         assert_eq!(n, 5);
         assert_eq!(count_messages(&stored), n);
         assert_eq!(prefix_len_of_messages(&stored, n), Some(stored.len()));

@@ -36,27 +36,19 @@ impl fmt::Display for Offset {
 
 fn parse_field(field: &str, whole: &str) -> Result<u64, Error> {
     if field.is_empty() || field.len() > FIELD_DIGITS {
-        return Err(Error::BadRequest(format!(
-            "offset {whole:?}: each side of '_' must be 1-{FIELD_DIGITS} digits"
-        )));
+        return Err(Error::BadRequest(format!("offset {whole:?}: each side of '_' must be 1-{FIELD_DIGITS} digits")));
     }
     // `u64::from_str` would also take a leading '+', which the grammar forbids.
     if !field.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Error::BadRequest(format!(
-            "offset {whole:?}: only decimal digits are allowed around '_'"
-        )));
+        return Err(Error::BadRequest(format!("offset {whole:?}: only decimal digits are allowed around '_'")));
     }
-    field
-        .parse::<u64>()
-        .map_err(|e| Error::BadRequest(format!("offset {whole:?}: {e}")))
+    field.parse::<u64>().map_err(|e| Error::BadRequest(format!("offset {whole:?}: {e}")))
 }
 
 /// Accepts exactly `^\d{1,16}_\d{1,16}$`.
 pub fn parse_offset(s: &str) -> Result<Offset, Error> {
     let Some((seq, pos)) = s.split_once('_') else {
-        return Err(Error::BadRequest(format!(
-            "offset {s:?}: expected <seq>_<pos>"
-        )));
+        return Err(Error::BadRequest(format!("offset {s:?}: expected <seq>_<pos>")));
     };
     Ok(Offset::new(parse_field(seq, s)?, parse_field(pos, s)?))
 }
@@ -89,26 +81,14 @@ mod tests {
 
     #[test]
     fn renders_zero_padded() {
-        assert_eq!(
-            Offset::ZERO.to_string(),
-            "0000000000000000_0000000000000000"
-        );
-        assert_eq!(
-            Offset::new(0, 1024).to_string(),
-            "0000000000000000_0000000000001024"
-        );
-        assert_eq!(
-            Offset::new(12, 34).to_string(),
-            "0000000000000012_0000000000000034"
-        );
+        assert_eq!(Offset::ZERO.to_string(), "0000000000000000_0000000000000000");
+        assert_eq!(Offset::new(0, 1024).to_string(), "0000000000000000_0000000000001024");
+        assert_eq!(Offset::new(12, 34).to_string(), "0000000000000012_0000000000000034");
     }
 
     #[test]
     fn parses_suite_literals() {
-        assert_eq!(
-            parse_offset("0000000000000000_0000000000000000"),
-            Ok(Offset::ZERO)
-        );
+        assert_eq!(parse_offset("0000000000000000_0000000000000000"), Ok(Offset::ZERO));
         assert_eq!(
             parse_offset("9999999999999999_9999999999999999"),
             Ok(Offset::new(9_999_999_999_999_999, 9_999_999_999_999_999))
@@ -162,21 +142,15 @@ mod tests {
     fn read_from_sentinels() {
         assert_eq!(parse_read_from("-1"), Ok(ReadFrom::Start));
         assert_eq!(parse_read_from("now"), Ok(ReadFrom::Now));
-        assert_eq!(
-            parse_read_from("0000000000000000_0000000000000000"),
-            Ok(ReadFrom::At(Offset::ZERO))
-        );
-        assert_eq!(
-            parse_read_from("0000000000000003_0000000000000010"),
-            Ok(ReadFrom::At(Offset::new(3, 10)))
-        );
+        assert_eq!(parse_read_from("0000000000000000_0000000000000000"), Ok(ReadFrom::At(Offset::ZERO)));
+        assert_eq!(parse_read_from("0000000000000003_0000000000000010"), Ok(ReadFrom::At(Offset::new(3, 10))));
     }
 
     #[test]
     fn read_from_rejects_f49_examples() {
         for bad in [
-            "", ",", "0_0,1_1", " ", "0_0 ", "/", "0_0/1", "..", "../0_0", "\0", "0_0\0", "\r\n",
-            "0_0\n", "NOW", "Now", "-2", "-1 ", "abc", "latest",
+            "", ",", "0_0,1_1", " ", "0_0 ", "/", "0_0/1", "..", "../0_0", "\0", "0_0\0", "\r\n", "0_0\n", "NOW",
+            "Now", "-2", "-1 ", "abc", "latest",
         ] {
             assert!(is_bad(parse_read_from(bad)), "{bad:?} should be rejected");
         }

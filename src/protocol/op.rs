@@ -122,14 +122,25 @@ pub struct ReadOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// PUT: `new` = 201, else 200 (identical config existed).
-    Created { info: StreamInfo, new: bool },
+    Created {
+        info: StreamInfo,
+        new: bool,
+    },
     /// POST. `duplicate`: an idempotent-producer retry, nothing written.
-    Appended { info: StreamInfo, producer: Option<ProducerAck>, duplicate: bool, close_only: bool },
+    Appended {
+        info: StreamInfo,
+        producer: Option<ProducerAck>,
+        duplicate: bool,
+        close_only: bool,
+    },
     Read(ReadOutcome),
     Head(StreamInfo),
     Deleted,
     BucketCreated,
-    BucketInfo { bucket: String, streams: u64 },
+    BucketInfo {
+        bucket: String,
+        streams: u64,
+    },
     BucketDeleted,
     /// Internal acknowledgement between shards.
     Ack,
@@ -138,5 +149,10 @@ pub enum Outcome {
     /// Internal: a shard's counters as metrics text.
     Stats(String),
     /// Internal: what a new fork inherits from its source.
-    ForkData { data: Vec<u8>, content_type: String, lifetime: super::headers::Lifetime, source_uid: u64 },
+    ForkData {
+        data: Vec<u8>,
+        content_type: String,
+        lifetime: super::headers::Lifetime,
+        source_uid: u64,
+    },
 }

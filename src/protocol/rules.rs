@@ -182,10 +182,7 @@ mod tests {
         assert_eq!(check_producer(Some(&ps(2, 4)), 1, 5), Err(Error::StaleEpoch { current: 2 }));
         assert_eq!(check_producer(Some(&ps(2, 4)), 3, 0), Ok(ProducerVerdict::Accept));
         assert!(matches!(check_producer(Some(&ps(2, 4)), 3, 1), Err(Error::BadRequest(_))));
-        assert_eq!(
-            check_producer(Some(&ps(2, 4)), 2, 1),
-            Ok(ProducerVerdict::Duplicate { epoch: 2, highest_seq: 4 })
-        );
+        assert_eq!(check_producer(Some(&ps(2, 4)), 2, 1), Ok(ProducerVerdict::Duplicate { epoch: 2, highest_seq: 4 }));
         assert_eq!(check_producer(Some(&ps(2, 4)), 2, 5), Ok(ProducerVerdict::Accept));
         assert_eq!(check_producer(Some(&ps(2, 4)), 2, 7), Err(Error::SeqGap { expected: 5, received: 7 }));
     }

@@ -15,8 +15,8 @@ use crate::protocol::offset::ReadFrom;
 use crate::protocol::persist::{self, AppendRecord, CreateRecord, ForkRecord};
 use crate::protocol::rules::{self, AppendContext, AppendVerdict, CreateConfig, ProducerState};
 use crate::protocol::{
-    json, AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ProducerAck, ReadOutcome, ReadReq,
-    StreamInfo, StreamKey, StreamOp, Surface,
+    json, AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ProducerAck, ReadOutcome, ReadReq, StreamInfo,
+    StreamKey, StreamOp, Surface,
 };
 use crate::storage::io::SegmentStore;
 use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
@@ -193,7 +193,9 @@ impl<S: SegmentStore> Shard<S> {
                 .log
                 .read_body(r.loc, 0..h.body_len as usize, &mut body)
                 .map_err(|e| format!("reading recovered record: {e}"))?;
-            let bad = |what: &str| format!("shard {id}: malformed {what} record in segment {} at {}", r.loc.segment, r.loc.pos);
+            let bad = |what: &str| {
+                format!("shard {id}: malformed {what} record in segment {} at {}", r.loc.segment, r.loc.pos)
+            };
             shard.next_uid.set(shard.next_uid.get().max(h.stream_id + 1));
             match h.kind {
                 persist::KIND_CREATE => {
@@ -238,9 +240,13 @@ impl<S: SegmentStore> Shard<S> {
                 }
                 persist::KIND_APPEND => {
                     let (a, data_off) = AppendRecord::decode_meta(&body).map_err(|_| bad("append"))?;
-                    let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else { continue };
+                    let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else {
+                        continue;
+                    };
                     let mut streams = shard.streams.borrow_mut();
-                    let Some(s) = streams.get_mut(&key) else { continue };
+                    let Some(s) = streams.get_mut(&key) else {
+                        continue;
+                    };
                     if s.incarnation != h.incarnation {
                         continue;
                     }
@@ -253,7 +259,13 @@ impl<S: SegmentStore> Shard<S> {
                     }
                     let len = body.len() - data_off;
                     if len > 0 {
-                        s.chunks.push(Chunk { start: s.tail, len: len as u32, loc: r.loc, data_off: data_off as u32, lsn: 0 });
+                        s.chunks.push(Chunk {
+                            start: s.tail,
+                            len: len as u32,
+                            loc: r.loc,
+                            data_off: data_off as u32,
+                            lsn: 0,
+                        });
                         s.tail += len as u64;
                     }
                     if let Some(seq) = a.stream_seq {
@@ -270,7 +282,9 @@ impl<S: SegmentStore> Shard<S> {
                 }
                 persist::KIND_DELETE => {
                     let soft = persist::decode_delete(&body).map_err(|_| bad("delete"))?;
-                    let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else { continue };
+                    let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else {
+                        continue;
+                    };
                     if soft {
                         if let Some(s) = shard.streams.borrow_mut().get_mut(&key) {
                             s.soft_deleted = true;
@@ -465,7 +479,13 @@ impl<S: SegmentStore> Shard<S> {
             let s = streams.get(key).ok_or(Error::NotFound)?;
             (s.uid, s.incarnation, s.tail)
         };
-        let h = RecordHeader { kind: persist::KIND_DELETE, stream_id: uid, incarnation: inc, stream_offset: tail, body_len: 0 };
+        let h = RecordHeader {
+            kind: persist::KIND_DELETE,
+            stream_id: uid,
+            incarnation: inc,
+            stream_offset: tail,
+            body_len: 0,
+        };
         let (_, lsn) = self.log.append(h, &[]).map_err(storage_err)?;
         self.streams.borrow_mut().remove(key);
         self.by_uid.borrow_mut().remove(&uid);
@@ -485,7 +505,13 @@ impl<S: SegmentStore> Shard<S> {
             let fork = self.streams.borrow().get(key).and_then(|s| s.fork.clone());
             return Ok((self.remove_stream(key)?, fork));
         }
-        let h = RecordHeader { kind: persist::KIND_DELETE, stream_id: uid, incarnation: inc, stream_offset: tail, body_len: 0 };
+        let h = RecordHeader {
+            kind: persist::KIND_DELETE,
+            stream_id: uid,
+            incarnation: inc,
+            stream_offset: tail,
+            body_len: 0,
+        };
         let (_, lsn) = self.log.append(h, &persist::encode_delete(true)).map_err(storage_err)?;
         let mut streams = self.streams.borrow_mut();
         let s = streams.get_mut(key).expect("checked above");
@@ -536,7 +562,9 @@ impl<S: SegmentStore> Shard<S> {
     async fn fork_ref(&self, source: &StreamKey, uid: u64, add: bool) {
         let release = {
             let mut streams = self.streams.borrow_mut();
-            let Some(s) = streams.get_mut(source).filter(|s| s.uid == uid) else { return };
+            let Some(s) = streams.get_mut(source).filter(|s| s.uid == uid) else {
+                return;
+            };
             if add {
                 s.fork_refs += 1;
                 return;
@@ -607,7 +635,10 @@ impl<S: SegmentStore> Shard<S> {
         }
         if let Some(ct) = &content_type {
             if !crate::protocol::headers::content_types_match(ct, &s.content_type) {
-                return Err(Error::Conflict(format!("fork Content-Type {ct:?} differs from the source's {:?}", s.content_type)));
+                return Err(Error::Conflict(format!(
+                    "fork Content-Type {ct:?} differs from the source's {:?}",
+                    s.content_type
+                )));
             }
         }
         let v = s.visible(self.log.durable_lsn());
@@ -630,7 +661,9 @@ impl<S: SegmentStore> Shard<S> {
                 let rest = c.len as usize - from;
                 (sub_offset as usize <= rest).then_some(sub_offset as usize)
             };
-            point += extra.ok_or_else(|| Error::BadRequest("Stream-Fork-Sub-Offset is past the end of the message".into()))? as u64;
+            point += extra
+                .ok_or_else(|| Error::BadRequest("Stream-Fork-Sub-Offset is past the end of the message".into()))?
+                as u64;
         }
         if point as usize > crate::limits::REQUEST_BODY_BYTES_MAX as usize {
             // Forks copy what they inherit into one record.
@@ -664,7 +697,8 @@ impl<S: SegmentStore> Shard<S> {
             // If-Match on a stream that does not exist never matches (RFC 9110 13.1.1).
             return Err(Error::PreconditionFailed);
         }
-        let (mut content_type, mut lifetime, mut data, mut fork) = (asked.content_type.clone(), asked.lifetime.clone(), Vec::new(), None);
+        let (mut content_type, mut lifetime, mut data, mut fork) =
+            (asked.content_type.clone(), asked.lifetime.clone(), Vec::new(), None);
         if let Some(f) = &req.fork {
             let snap = ShardRequest::ForkSnapshot {
                 source: f.source.clone(),
@@ -672,7 +706,9 @@ impl<S: SegmentStore> Shard<S> {
                 sub_offset: f.sub_offset,
                 content_type: req.content_type.clone(),
             };
-            let Outcome::ForkData { data: inherited, content_type: src_ct, lifetime: src_life, source_uid } = self.call(snap).await? else {
+            let Outcome::ForkData { data: inherited, content_type: src_ct, lifetime: src_life, source_uid } =
+                self.call(snap).await?
+            else {
                 return Err(Error::Unavailable("unexpected answer to a fork snapshot".into()));
             };
             let record = ForkRecord {
@@ -785,8 +821,16 @@ impl<S: SegmentStore> Shard<S> {
                     && f.offset.map(|o| (o.seq, o.pos)) == have.offset
                     && f.sub_offset == have.sub_offset
                     && s.closed == asked.closed
-                    && (req.content_type.is_none() || rules::same_config(&s.config(), &CreateConfig { lifetime: s.lifetime.clone(), closed: s.closed, ..asked.clone() }))
-                    && (asked.lifetime == Lifetime::Forever || rules::same_config(&s.config(), &CreateConfig { content_type: s.content_type.clone(), closed: s.closed, ..asked.clone() }))
+                    && (req.content_type.is_none()
+                        || rules::same_config(
+                            &s.config(),
+                            &CreateConfig { lifetime: s.lifetime.clone(), closed: s.closed, ..asked.clone() },
+                        ))
+                    && (asked.lifetime == Lifetime::Forever
+                        || rules::same_config(
+                            &s.config(),
+                            &CreateConfig { content_type: s.content_type.clone(), closed: s.closed, ..asked.clone() },
+                        ))
             }
             _ => false,
         };
@@ -845,7 +889,13 @@ impl<S: SegmentStore> Shard<S> {
         };
         let body = rec.encode();
         let data_len = rec.data.len();
-        let h = RecordHeader { kind: persist::KIND_APPEND, stream_id: uid, incarnation: inc, stream_offset: tail, body_len: 0 };
+        let h = RecordHeader {
+            kind: persist::KIND_APPEND,
+            stream_id: uid,
+            incarnation: inc,
+            stream_offset: tail,
+            body_len: 0,
+        };
         let (loc, lsn) = match self.log.append(h, &body) {
             Ok(x) => x,
             Err(e) => {
@@ -859,7 +909,13 @@ impl<S: SegmentStore> Shard<S> {
             let mut streams = self.streams.borrow_mut();
             let s = streams.get_mut(&key).expect("checked above, same task, no await since");
             if data_len > 0 {
-                s.chunks.push(Chunk { start: s.tail, len: data_len as u32, loc, data_off: (body.len() - data_len) as u32, lsn });
+                s.chunks.push(Chunk {
+                    start: s.tail,
+                    len: data_len as u32,
+                    loc,
+                    data_off: (body.len() - data_len) as u32,
+                    lsn,
+                });
                 s.tail += data_len as u64;
             }
             if let Some(seq) = rec.stream_seq {
@@ -987,7 +1043,8 @@ impl<S: SegmentStore> Shard<S> {
         let next = Offset::new(0, pos);
         let up_to_date = pos == v.tail;
         let closed_at_end = up_to_date && v.closed;
-        let etag = (!offset_now).then(|| rules::range_etag(s.uid, s.incarnation, Offset::new(0, start), next, closed_at_end));
+        let etag =
+            (!offset_now).then(|| rules::range_etag(s.uid, s.incarnation, Offset::new(0, start), next, closed_at_end));
         let not_modified = match (&req.if_none_match, &etag) {
             (Some(h), Some(e)) => crate::protocol::headers::etag_matches(h, e),
             _ => false,
@@ -1017,7 +1074,13 @@ impl<S: SegmentStore> Shard<S> {
                     return Err(Error::Conflict(format!("bucket {bucket} already exists")));
                 }
                 let body = persist::encode_bucket(&bucket);
-                let h = RecordHeader { kind: persist::KIND_BUCKET_CREATE, stream_id: 0, incarnation: 0, stream_offset: 0, body_len: 0 };
+                let h = RecordHeader {
+                    kind: persist::KIND_BUCKET_CREATE,
+                    stream_id: 0,
+                    incarnation: 0,
+                    stream_offset: 0,
+                    body_len: 0,
+                };
                 let (_, lsn) = self.log.append(h, &body).map_err(storage_err)?;
                 self.buckets_owned.borrow_mut().insert(bucket.clone());
                 self.log.durable(lsn).await.map_err(storage_err)?;
@@ -1040,7 +1103,13 @@ impl<S: SegmentStore> Shard<S> {
                     return Err(Error::Conflict(format!("bucket {bucket} is not empty")));
                 }
                 let body = persist::encode_bucket(&bucket);
-                let h = RecordHeader { kind: persist::KIND_BUCKET_DELETE, stream_id: 0, incarnation: 0, stream_offset: 0, body_len: 0 };
+                let h = RecordHeader {
+                    kind: persist::KIND_BUCKET_DELETE,
+                    stream_id: 0,
+                    incarnation: 0,
+                    stream_offset: 0,
+                    body_len: 0,
+                };
                 let (_, lsn) = self.log.append(h, &body).map_err(storage_err)?;
                 self.buckets_owned.borrow_mut().remove(&bucket);
                 self.buckets_known.borrow_mut().remove(&bucket);

@@ -11,19 +11,40 @@ use std::pin::Pin;
 /// A request for the owning shard; `Send` so it can cross cores.
 #[derive(Debug, Clone)]
 pub enum ShardRequest {
-    Stream { key: StreamKey, surface: Surface, op: StreamOp },
-    Bucket { bucket: String, op: BucketOp },
+    Stream {
+        key: StreamKey,
+        surface: Surface,
+        op: StreamOp,
+    },
+    Bucket {
+        bucket: String,
+        op: BucketOp,
+    },
     /// The owner of a bucket tells every shard it now exists (or not).
-    ReplicateBucket { bucket: String, present: bool },
+    ReplicateBucket {
+        bucket: String,
+        present: bool,
+    },
     /// How many streams a shard holds in a bucket.
-    CountBucket { bucket: String },
+    CountBucket {
+        bucket: String,
+    },
     /// The shard's counters, as metrics text lines.
     Stats,
     /// To a fork source's owner: validate the fork point, count a reference,
     /// and return the data the fork inherits.
-    ForkSnapshot { source: StreamKey, offset: Option<crate::protocol::Offset>, sub_offset: u64, content_type: Option<String> },
+    ForkSnapshot {
+        source: StreamKey,
+        offset: Option<crate::protocol::Offset>,
+        sub_offset: u64,
+        content_type: Option<String>,
+    },
     /// To a fork source's owner: one fork fewer (at boot: one more).
-    ForkRef { source: StreamKey, source_uid: u64, add: bool },
+    ForkRef {
+        source: StreamKey,
+        source_uid: u64,
+        add: bool,
+    },
 }
 
 pub type Reply = Result<Outcome, Error>;

@@ -171,8 +171,12 @@ impl SegmentStore for DiskStore {
         for e in std::fs::read_dir(&self.dir)? {
             let e = e?;
             let name = e.file_name();
-            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".seg")) else { continue };
-            let Ok(no) = stem.parse::<u64>() else { continue };
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".seg")) else {
+                continue;
+            };
+            let Ok(no) = stem.parse::<u64>() else {
+                continue;
+            };
             out.push((no, e.metadata()?.len()));
         }
         out.sort();

@@ -5,7 +5,12 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{op} failed on segment {segment}: {source}")]
-    Io { op: &'static str, segment: u64, #[source] source: io::Error },
+    Io {
+        op: &'static str,
+        segment: u64,
+        #[source]
+        source: io::Error,
+    },
     #[error("corrupt record in segment {segment} at byte {position}, followed by newer data: refusing to serve it")]
     Corrupt { segment: u64, position: u64 },
     #[error("an earlier write or sync failed; the shard refuses writes until restarted")]
@@ -19,11 +24,9 @@ pub enum Error {
 impl Clone for Error {
     fn clone(&self) -> Self {
         match self {
-            Error::Io { op, segment, source } => Error::Io {
-                op,
-                segment: *segment,
-                source: io::Error::new(source.kind(), source.to_string()),
-            },
+            Error::Io { op, segment, source } => {
+                Error::Io { op, segment: *segment, source: io::Error::new(source.kind(), source.to_string()) }
+            }
             Error::Corrupt { segment, position } => Error::Corrupt { segment: *segment, position: *position },
             Error::Poisoned => Error::Poisoned,
             Error::Full => Error::Full,

@@ -361,11 +361,11 @@ impl<S: SegmentStore> Log<S> {
                 passed_over.or_else(|| (active..active + wanted).find(|&no| !has(no)))
             };
             let Some(no) = want else { return Ok(()) };
-            let file = self
-                .store
-                .create(no, self.cfg.segment_bytes)
-                .await
-                .map_err(|source| Error::Io { op: "create", segment: no, source })?;
+            let file = self.store.create(no, self.cfg.segment_bytes).await.map_err(|source| Error::Io {
+                op: "create",
+                segment: no,
+                source,
+            })?;
             let mut st = self.st.borrow_mut();
             match st.segments.get_mut(&no) {
                 Some(SegData::Mirror { file: slot @ None, .. }) => *slot = Some(Rc::new(file)),
@@ -448,7 +448,9 @@ impl<S: SegmentStore> Log<S> {
             let mut jobs = Vec::new();
             let mut bufs = Vec::new();
             for (&no, seg) in st.segments.iter() {
-                let SegData::Mirror { buf, durable_len, sealed, file } = seg else { continue };
+                let SegData::Mirror { buf, durable_len, sealed, file } = seg else {
+                    continue;
+                };
                 if buf.len() == *durable_len && !*sealed {
                     continue;
                 }
@@ -475,9 +477,11 @@ impl<S: SegmentStore> Log<S> {
             }
             let file = self.file_of(job.segment);
             bytes += data.as_ref().len() as u64;
-            file.write_at(data, job.pos)
-                .await
-                .map_err(|source| Error::Io { op: "write", segment: job.segment, source })?;
+            file.write_at(data, job.pos).await.map_err(|source| Error::Io {
+                op: "write",
+                segment: job.segment,
+                source,
+            })?;
             // A sealed segment is synced on its own before its successor's
             // bytes go out: only the newest segment may ever be torn.
             file.sync().await.map_err(|source| Error::Io { op: "fdatasync", segment: job.segment, source })?;
@@ -485,10 +489,11 @@ impl<S: SegmentStore> Log<S> {
         let mut st = self.st.borrow_mut();
         for job in &jobs {
             if job.sealed {
-                let map = self
-                    .store
-                    .map(job.segment)
-                    .map_err(|source| Error::Io { op: "map", segment: job.segment, source })?;
+                let map = self.store.map(job.segment).map_err(|source| Error::Io {
+                    op: "map",
+                    segment: job.segment,
+                    source,
+                })?;
                 st.segments.insert(job.segment, SegData::Mapped(map));
             } else if let Some(SegData::Mirror { durable_len, .. }) = st.segments.get_mut(&job.segment) {
                 *durable_len = job.end;

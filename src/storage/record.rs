@@ -85,10 +85,7 @@ pub fn encode(segment_no: u64, h: &RecordHeader, body: &[u8], out: &mut Vec<u8>)
 
 /// Decodes the record at the start of `buf`. Returns the header, the body
 /// range inside `buf`, and the framed length.
-pub fn decode(
-    segment_no: u64,
-    buf: &[u8],
-) -> Result<(RecordHeader, std::ops::Range<usize>, usize), DecodeError> {
+pub fn decode(segment_no: u64, buf: &[u8]) -> Result<(RecordHeader, std::ops::Range<usize>, usize), DecodeError> {
     if buf.len() < RECORD_HEADER_BYTES {
         if buf.iter().all(|&b| b == 0) {
             return Err(DecodeError::End);

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Socket read/write timeout for every client connection.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the server may take to print its "listening" line.
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// The offset of an empty stream (the conformance suite hard-codes it).
 pub const ZERO_OFFSET: &str = "0000000000000000_0000000000000000";
 
@@ -76,7 +76,8 @@ impl Server {
     pub fn start_with(extra: &[&str]) -> Server {
         let root = TempDir::new("srv");
         std::fs::create_dir_all(root.path().join("data")).expect("creating data dir");
-        let mut s = Server { child: None, port: 0, root, args: extra.iter().map(|s| s.to_string()).collect(), starts: 0 };
+        let mut s =
+            Server { child: None, port: 0, root, args: extra.iter().map(|s| s.to_string()).collect(), starts: 0 };
         s.spawn();
         s
     }
@@ -118,7 +119,7 @@ impl Server {
         assert!(self.child.is_none(), "server already running");
         self.starts += 1;
         let log = File::create(self.log_path()).expect("creating stderr log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ringstream"));
+        let mut cmd = Command::new(server_binary());
         cmd.arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--data-dir")
@@ -198,8 +199,25 @@ impl Drop for Server {
     fn drop(&mut self) {
         if std::thread::panicking() && self.child.is_some() {
             eprintln!("--- ringstream stderr (tail) ---\n{}\n--- end ---", self.log_tail());
+            // Debugging aid: keep the failed server alive for a while (to
+            // attach a debugger) before it is killed.
+            if let Some(secs) = std::env::var("RINGSTREAM_TEST_HOLD_SECS").ok().and_then(|s| s.parse().ok()) {
+                let pid = self.child.as_ref().map(|c| c.id()).unwrap_or(0);
+                eprintln!("holding failed server pid {pid} (port {}) for {secs} s", self.port);
+                std::thread::sleep(Duration::from_secs(secs));
+            }
         }
         self.kill9();
+    }
+}
+
+/// The server binary under test: this package's `ringstream`, or the path in
+/// `RINGSTREAM_TEST_BIN` (to run the suite against another build, e.g. a
+/// release binary).
+pub fn server_binary() -> PathBuf {
+    match std::env::var_os("RINGSTREAM_TEST_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_ringstream")),
     }
 }
 
@@ -290,12 +308,17 @@ impl Conn {
 
     /// Sends a request and reads its response; panics on I/O errors.
     pub fn request(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-        self.try_request(method, path, headers, body)
-            .unwrap_or_else(|e| panic!("{method} {path}: I/O error: {e}"))
+        self.try_request(method, path, headers, body).unwrap_or_else(|e| panic!("{method} {path}: I/O error: {e}"))
     }
 
     /// Sends a request and reads its response.
-    pub fn try_request(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> io::Result<Response> {
+    pub fn try_request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> io::Result<Response> {
         let bytes = encode_request(self.port, method, path, headers, body);
         self.send_raw(&bytes)?;
         self.read_response(method == "HEAD")
@@ -449,7 +472,9 @@ impl Conn {
     /// Whether the server's side of the connection is known to be closed:
     /// waits up to `wait` for EOF.
     pub fn peer_closed_within(&mut self, wait: Duration) -> bool {
-        let Some(s) = self.stream.as_mut() else { return true };
+        let Some(s) = self.stream.as_mut() else {
+            return true;
+        };
         let _ = s.set_read_timeout(Some(wait));
         let mut tmp = [0u8; 1024];
         let r = s.read(&mut tmp);
@@ -477,7 +502,8 @@ pub fn encode_request(port: u16, method: &str, path: &str, headers: &[(&str, &st
     for (k, v) in headers {
         out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
     }
-    if !has("content-length") && !has("transfer-encoding") && (!body.is_empty() || method == "PUT" || method == "POST") {
+    if !has("content-length") && !has("transfer-encoding") && (!body.is_empty() || method == "PUT" || method == "POST")
+    {
         out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
     }
     out.extend_from_slice(b"\r\n");
