@@ -671,12 +671,24 @@ pub mod tests {
         pub puts: Vec<String>,
         pub posts: u64,
         pub post_bytes: u64,
+        /// Requests whose Content-Type differed from `expect_ct`
+        /// (application/octet-stream when unset).
         pub bad_requests: u64,
+        pub expect_ct: Option<String>,
+        /// (path, producer id, seq) of appends with producer headers.
+        pub producer: Vec<(String, String, u64)>,
+        /// Appended messages per stream path (offsets are indexes here).
+        pub logs: std::collections::HashMap<String, Vec<Vec<u8>>>,
+        /// Read requests (GET).
+        pub gets: u64,
     }
 
     /// Throwaway HTTP/1.1 server: thread per connection, keep-alive.
     /// PUT /ds/{bucket} -> 201 the first time, 409 after; other PUT -> 201;
-    /// POST -> `post_status` (every `fail_every`-th POST gets 503 if set).
+    /// POST -> `post_status` (every `fail_every`-th POST gets 503 if set;
+    /// with producer headers 200, or 204 for a repeated seq);
+    /// GET ?offset=N|now&live=long-poll|sse -> the messages appended since
+    /// (long-poll waits up to 100 ms, then 204; SSE ends after 300 ms).
     pub fn fake_server(
         post_status: u16,
         fail_every: u64,
@@ -700,6 +712,97 @@ pub mod tests {
         (t, seen, stop)
     }
 
+    /// Body of a read of `msgs` (JSON array or concatenation).
+    fn read_body(msgs: &[Vec<u8>], json: bool) -> Vec<u8> {
+        if json {
+            let mut b = b"[".to_vec();
+            b.extend(msgs.join(&b","[..]));
+            b.push(b']');
+            b
+        } else {
+            msgs.concat()
+        }
+    }
+
+    fn serve_get(w: &mut TcpStream, seen: &Mutex<Seen>, target: &str) -> bool {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let param = |name: &str| {
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .unwrap_or("")
+                .to_string()
+        };
+        let (offset, live) = (param("offset"), param("live"));
+        let json = seen.lock().unwrap().expect_ct.as_deref() == Some("application/json");
+        let tail = |g: &Seen| g.logs.get(path).map_or(0, |l| l.len());
+        let mut next = {
+            let mut g = seen.lock().unwrap();
+            g.gets += 1;
+            if offset == "now" {
+                tail(&g)
+            } else {
+                offset.parse().unwrap_or(0)
+            }
+        };
+        let started = Instant::now();
+        if live == "sse" {
+            let mut head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n".to_vec();
+            if !json {
+                head.extend_from_slice(b"Stream-SSE-Data-Encoding: base64\r\n");
+            }
+            head.extend_from_slice(b"\r\n");
+            if w.write_all(&head).is_err() {
+                return false;
+            }
+            while started.elapsed() < Duration::from_millis(300) {
+                let msgs: Vec<Vec<u8>> = {
+                    let g = seen.lock().unwrap();
+                    g.logs.get(path).map_or(Vec::new(), |l| l[next.min(l.len())..].to_vec())
+                };
+                let mut out = Vec::new();
+                if !msgs.is_empty() {
+                    next += msgs.len();
+                    let body = read_body(&msgs, json);
+                    out.extend_from_slice(b"event: data\ndata:");
+                    if json {
+                        out.extend_from_slice(&body);
+                    } else {
+                        use base64::Engine as _;
+                        out.extend(base64::engine::general_purpose::STANDARD.encode(body).bytes());
+                    }
+                    out.extend_from_slice(b"\n\n");
+                }
+                out.extend(format!("event: control\ndata:{{\"streamNextOffset\":\"{next}\"}}\n\n").bytes());
+                if w.write_all(&out).is_err() {
+                    return false;
+                }
+                thread::sleep(Duration::from_millis(2));
+            }
+            return false; // close: the client reconnects
+        }
+        loop {
+            let msgs: Vec<Vec<u8>> = {
+                let g = seen.lock().unwrap();
+                g.logs.get(path).map_or(Vec::new(), |l| l[next.min(l.len())..].to_vec())
+            };
+            if !msgs.is_empty() {
+                let body = read_body(&msgs, json);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nStream-Next-Offset: {}\r\nContent-Length: {}\r\n\r\n",
+                    next + msgs.len(),
+                    body.len()
+                );
+                return w.write_all(head.as_bytes()).is_ok() && w.write_all(&body).is_ok();
+            }
+            if live != "long-poll" || started.elapsed() > Duration::from_millis(100) {
+                let head = format!("HTTP/1.1 204 No Content\r\nStream-Next-Offset: {next}\r\n\r\n");
+                return w.write_all(head.as_bytes()).is_ok();
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn serve_conn(s: TcpStream, seen: &Mutex<Seen>, post_status: u16, fail_every: u64) {
         s.set_nodelay(true).unwrap();
         let mut w = s.try_clone().unwrap();
@@ -716,7 +819,8 @@ pub mod tests {
                 it.next().unwrap_or("").to_string(),
             );
             let mut cl = 0usize;
-            let mut ct_ok = false;
+            let mut ct = String::new();
+            let mut producer = (None, None);
             loop {
                 line.clear();
                 if r.read_line(&mut line).unwrap_or(0) == 0 {
@@ -726,21 +830,31 @@ pub mod tests {
                     break;
                 }
                 let (k, v) = line.split_once(':').unwrap();
+                let v = v.trim();
                 if k.eq_ignore_ascii_case("content-length") {
-                    cl = v.trim().parse().unwrap();
-                }
-                if k.eq_ignore_ascii_case("content-type") && v.trim() == "application/octet-stream"
-                {
-                    ct_ok = true;
+                    cl = v.parse().unwrap();
+                } else if k.eq_ignore_ascii_case("content-type") {
+                    ct = v.to_string();
+                } else if k.eq_ignore_ascii_case("producer-id") {
+                    producer.0 = Some(v.to_string());
+                } else if k.eq_ignore_ascii_case("producer-seq") {
+                    producer.1 = Some(v.parse::<u64>().unwrap());
                 }
             }
             let mut body = vec![0; cl];
             if r.read_exact(&mut body).is_err() {
                 return;
             }
+            if method == "GET" {
+                if !serve_get(&mut w, seen, &path) {
+                    return;
+                }
+                continue;
+            }
             let resp: &[u8] = {
                 let mut g = seen.lock().unwrap();
-                if !ct_ok {
+                let want = g.expect_ct.as_deref().unwrap_or("application/octet-stream");
+                if ct != want && method != "PUT" || (method == "PUT" && ct.is_empty()) {
                     g.bad_requests += 1;
                 }
                 match method.as_str() {
@@ -756,12 +870,29 @@ pub mod tests {
                     "POST" => {
                         g.posts += 1;
                         g.post_bytes += cl as u64;
+                        let repeat = match &producer {
+                            (Some(id), Some(seq)) => {
+                                let key = (path.clone(), id.clone(), *seq);
+                                let repeat = g.producer.contains(&key);
+                                g.producer.push(key);
+                                Some(repeat)
+                            }
+                            _ => None,
+                        };
                         if fail_every > 0 && g.posts.is_multiple_of(fail_every) {
                             b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 4\r\n\r\nbusy"
-                        } else if post_status == 200 {
-                            b"HTTP/1.1 200 OK\r\nStream-Next-Offset: 1\r\nContent-Length: 0\r\n\r\n"
                         } else {
-                            b"HTTP/1.1 204 No Content\r\nStream-Next-Offset: 1\r\n\r\n"
+                            if repeat != Some(true) {
+                                g.logs.entry(path).or_default().push(body);
+                            }
+                            match repeat {
+                                Some(false) => b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+                                Some(true) => b"HTTP/1.1 204 No Content\r\n\r\n",
+                                None if post_status == 200 => {
+                                    b"HTTP/1.1 200 OK\r\nStream-Next-Offset: 1\r\nContent-Length: 0\r\n\r\n"
+                                }
+                                None => b"HTTP/1.1 204 No Content\r\nStream-Next-Offset: 1\r\n\r\n",
+                            }
                         }
                     }
                     _ => b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n",

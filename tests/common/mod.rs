@@ -64,6 +64,7 @@ pub struct Server {
     root: TempDir,
     args: Vec<String>,
     starts: usize,
+    pin: bool,
 }
 
 impl Server {
@@ -74,12 +75,28 @@ impl Server {
 
     /// Like [`Server::start`], with extra command-line flags.
     pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_opts(extra, false)
+    }
+
+    /// Like [`Server::start_with`], with executors pinned to CPUs as in
+    /// production (other tests pass `--no-pin` so parallel servers on a
+    /// small machine do not all pile onto CPU 0).
+    pub fn start_pinned(extra: &[&str]) -> Server {
+        Server::start_opts(extra, true)
+    }
+
+    fn start_opts(extra: &[&str], pin: bool) -> Server {
         let root = TempDir::new("srv");
         std::fs::create_dir_all(root.path().join("data")).expect("creating data dir");
-        let mut s =
-            Server { child: None, port: 0, root, args: extra.iter().map(|s| s.to_string()).collect(), starts: 0 };
+        let args = extra.iter().map(|s| s.to_string()).collect();
+        let mut s = Server { child: None, port: 0, root, args, starts: 0, pin };
         s.spawn();
         s
+    }
+
+    /// Process id of the running server.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
     }
 
     pub fn port(&self) -> u16 {
@@ -126,7 +143,7 @@ impl Server {
             .arg(self.data_dir())
             .arg("--shards")
             .arg("2")
-            .arg("--no-pin")
+            .args(if self.pin { None } else { Some("--no-pin") })
             .args(&self.args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
