@@ -4,6 +4,9 @@
 //! internals.
 
 mod client;
+mod engine;
+mod payload;
+mod reader;
 mod report;
 mod workload;
 
@@ -17,7 +20,8 @@ use clap::Parser;
 
 use client::Target;
 use report::Report;
-use workload::{Config, Surface};
+use payload::PayloadDist;
+use workload::{Config, ReadMode, Surface};
 
 /// Exit status when the run saw failed requests (without --allow-errors).
 const EXIT_ERRORS: u8 = 2;
@@ -30,14 +34,29 @@ const EXIT_REGRESSION: u8 = 3;
     version,
     about = "Open-loop load generator for durable-streams appends (HdrHistogram latencies).",
     long_about = "Open-loop load generator for durable-streams appends.\n\n\
-        Creates --streams streams, then appends --payload-byte bodies over --connections \
-        keep-alive HTTP/1.1 connections (one thread each) for --warmup + --duration seconds.\n\n\
+        Creates --streams streams, then appends bodies over --connections keep-alive HTTP/1.1 \
+        connections for --warmup + --duration seconds. The connections are driven by --threads \
+        event-loop threads (non-blocking sockets; one outstanding request per connection, no \
+        pipelining); each thread keeps its own histogram, merged at the end.\n\n\
         With --rate R (open loop) connection k sends request n at t0 + (n*C + k)/R and latency \
         is measured from that intended time, so stalls are not hidden (no coordinated \
-        omission); a connection that falls behind sends immediately and never skips requests. \
-        With --rate 0 (closed loop) each connection sends as soon as the previous response \
-        arrives and latency is measured from the actual send.\n\n\
-        Exit status: 0 ok; 1 setup or usage failure; 2 the run had failed requests \
+        omission); a connection that falls behind sends as soon as it can and never skips \
+        requests. With --rate 0 (closed loop) each connection sends as soon as the previous \
+        response arrives and latency is measured from the actual send. Errors drop the \
+        connection; the next request reconnects.\n\n\
+        The canonical workload (only --target given): v1 surface, 64 streams, 1 KiB bodies, \
+        16 connections on 1 thread, closed loop, 10 s measured after 1 s warmup.\n\n\
+        Body format. Every binary body (any --content-type but JSON) is self-delimiting: 16 \
+        lower-case hex digits of the send time (wall clock, µs since the UNIX epoch), 8 hex \
+        digits of the body's total length L, then L-24 filler bytes 'abc...z'. Bodies shorter \
+        than 24 bytes are filler only (no timestamp); with --readers sizes are raised to 24. \
+        With --json every body is one JSON message of about the drawn size: \
+        {\"t\":<send µs>,\"i\":<request number>,\"pad\":\"xxx...\"}.\n\n\
+        Live readers (--readers K) follow streams 0..K-1 from offset=now by long-poll or SSE, \
+        decode the timestamp of every delivered message and record delivered-minus-sent in a \
+        separate delivery_latency_us histogram (messages sent in the measured window only; \
+        readers keep collecting for 0.5 s after the writers finish).\n\n\
+        Exit status: 0 ok; 1 setup or usage failure; 2 the run had failed appends \
         (unless --allow-errors); 3 a metric regressed against --baseline. If both 2 and 3 \
         apply, 2 wins."
 )]
@@ -64,9 +83,14 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     streams: usize,
 
-    /// Number of concurrent keep-alive connections, one thread each.
+    /// Number of concurrent keep-alive connections (one outstanding request each).
     #[arg(long, default_value_t = 16)]
     connections: usize,
+
+    /// Event-loop threads driving the connections (connection k runs on
+    /// thread k mod T; at most --connections).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
 
     /// Length of the measured window in seconds (fractions allowed).
     #[arg(long, default_value_t = 10.0)]
@@ -77,9 +101,45 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
 
-    /// Append body size in bytes.
+    /// Append body size in bytes (the size of --payload-dist fixed).
     #[arg(long, default_value_t = 1024)]
     payload: usize,
+
+    /// Body size distribution: `fixed` (always --payload), `uniform:MIN:MAX`
+    /// (inclusive) or `exp:MEAN` (exponential, 1 ..= 20*MEAN). Drawn per
+    /// connection from a generator seeded by --seed, so runs repeat.
+    #[arg(long, value_name = "DIST", default_value = "fixed")]
+    payload_dist: String,
+
+    /// Seed for the body-size generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
+    /// Content type of the streams and appends [default: application/octet-stream,
+    /// or application/json with --json].
+    #[arg(long, value_name = "TYPE")]
+    content_type: Option<String>,
+
+    /// Bodies are JSON messages of about the drawn size,
+    /// {"t":<send µs>,"i":<n>,"pad":"xxx..."}; streams are application/json.
+    #[arg(long)]
+    json: bool,
+
+    /// Send idempotent-producer headers: connection k is producer
+    /// `lg-<run>-<k>` (epoch 0) with its own Producer-Seq per stream, from 0.
+    /// Success is then 200; a 204 (v1) is a duplicate, counted separately.
+    #[arg(long)]
+    producer: bool,
+
+    /// Live readers measuring append->delivery latency: reader i follows
+    /// stream i mod --streams from offset=now (one thread for all readers).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    readers: usize,
+
+    /// How live readers read: `long-poll` (GET ...&live=long-poll in a loop)
+    /// or `sse` (GET ...&live=sse, reconnecting from the last control offset).
+    #[arg(long, value_enum, default_value = "long-poll")]
+    read_mode: ReadMode,
 
     /// Total intended requests/second across all connections (open loop).
     /// 0 = closed loop: each connection sends as fast as responses arrive.
@@ -145,6 +205,21 @@ fn config_from(args: &Args) -> anyhow::Result<Config> {
     if !args.max_regression.is_finite() || args.max_regression < 0.0 {
         bail!("--max-regression must be >= 0");
     }
+    if args.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let content_type = match (&args.content_type, args.json) {
+        (Some(ct), _) if ct.trim().is_empty() || ct.contains(['\r', '\n']) => {
+            bail!("--content-type must be a non-empty header value")
+        }
+        (Some(ct), true) if !ct.trim().to_ascii_lowercase().starts_with("application/json") => {
+            bail!("--json needs an application/json content type (got {ct:?})")
+        }
+        (Some(ct), _) => ct.trim().to_string(),
+        (None, true) => "application/json".to_string(),
+        (None, false) => "application/octet-stream".to_string(),
+    };
+    let payload_dist = PayloadDist::parse(&args.payload_dist, args.payload)?;
     for (what, v) in [("bucket", &args.bucket), ("prefix", &args.prefix)] {
         if v.is_empty() || v.contains(['/', '?', '#', ' ', '%']) {
             bail!("--{what} must be a non-empty name without '/', '?', '#', '%' or spaces");
@@ -157,11 +232,20 @@ fn config_from(args: &Args) -> anyhow::Result<Config> {
         prefix: args.prefix.clone(),
         streams: args.streams,
         connections: args.connections,
+        threads: args.threads.min(args.connections),
         duration: secs("duration", args.duration, false)?,
         warmup: secs("warmup", args.warmup, true)?,
         payload: args.payload,
+        payload_dist,
+        seed: args.seed,
+        content_type,
+        json: args.json,
+        producer: args.producer,
+        run_id: workload::new_run_id(),
         rate: args.rate,
         timeout: secs("timeout", args.timeout, false)?,
+        readers: args.readers,
+        read_mode: args.read_mode,
         progress: !args.quiet,
     })
 }
@@ -250,8 +334,36 @@ mod tests {
         assert_eq!((a.streams, a.connections, a.payload), (64, 16, 1024));
         assert_eq!((a.duration, a.warmup, a.rate, a.max_regression), (10.0, 1.0, 0.0, 10.0));
         assert!(!a.quiet && !a.allow_errors);
+        assert_eq!((a.threads, a.readers, a.read_mode), (1, 0, ReadMode::LongPoll));
+        assert!(!a.json && !a.producer && a.content_type.is_none());
         let cfg = config_from(&a).unwrap();
         assert!(!cfg.open_loop());
+        assert_eq!(cfg.content_type, "application/octet-stream");
+        assert_eq!(cfg.payload_dist, PayloadDist::Fixed(1024));
+        assert_eq!(cfg.threads, 1);
+
+        let a = Args::try_parse_from([
+            "loadgen",
+            "--json",
+            "--producer",
+            "--payload-dist",
+            "exp:300",
+            "--readers",
+            "4",
+            "--read-mode",
+            "sse",
+            "--threads",
+            "64",
+        ])
+        .unwrap();
+        let cfg = config_from(&a).unwrap();
+        assert_eq!(cfg.content_type, "application/json");
+        assert!(cfg.json && cfg.producer);
+        assert_eq!(cfg.payload_dist, PayloadDist::Exp(300.0));
+        assert_eq!((cfg.readers, cfg.read_mode), (4, ReadMode::Sse));
+        assert_eq!(cfg.threads, 16, "capped at --connections");
+        let a = Args::try_parse_from(["loadgen", "--content-type", "text/plain", "--payload", "8"]).unwrap();
+        assert_eq!(config_from(&a).unwrap().content_type, "text/plain");
 
         let a = Args::try_parse_from(["loadgen", "--surface", "ds", "--duration", "0.5", "--rate", "2500", "--quiet"])
             .unwrap();
@@ -266,6 +378,9 @@ mod tests {
             &["loadgen", "--rate=-1"],
             &["loadgen", "--bucket", "a/b"],
             &["loadgen", "--target", "https://x"],
+            &["loadgen", "--threads", "0"],
+            &["loadgen", "--payload-dist", "uniform:9:1"],
+            &["loadgen", "--json", "--content-type", "text/plain"],
         ] {
             let a = Args::try_parse_from(bad).unwrap();
             assert!(config_from(&a).is_err(), "{bad:?}");

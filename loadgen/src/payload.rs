@@ -38,6 +38,7 @@ pub fn wall_us() -> u64 {
 pub struct Rng(u64);
 
 impl Rng {
+    #[cfg(test)]
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
@@ -293,6 +294,7 @@ impl BinaryScanner {
     }
 
     /// Bytes of an unfinished body waiting for the next read.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.carry.len()
     }

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::workload::{Config, RunResult};
 
-/// Latency summary in microseconds (successful appends, measured window).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Latency summary in microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     pub p50: u64,
     pub p90: u64,
@@ -81,6 +81,54 @@ pub struct Report {
     /// "open" or "closed".
     pub mode: String,
     pub loadgen_version: String,
+    // Fields below were added later; `default` keeps older reports readable.
+    /// Worker threads driving the connections.
+    #[serde(default)]
+    pub threads: usize,
+    #[serde(default)]
+    pub content_type: String,
+    /// Bodies were JSON messages.
+    #[serde(default)]
+    pub json: bool,
+    /// Idempotent-producer headers were sent.
+    #[serde(default)]
+    pub producer: bool,
+    /// Body size distribution: fixed:N, uniform:MIN:MAX or exp:MEAN.
+    #[serde(default)]
+    pub payload_dist: String,
+    /// Mean body size of the successful appends in the window.
+    #[serde(default)]
+    pub payload_bytes_mean: f64,
+    #[serde(default)]
+    pub seed: u64,
+    /// Producer mode: appends answered as duplicates (measured window; not
+    /// in `requests`, not errors).
+    #[serde(default)]
+    pub duplicates: u64,
+    /// TCP connections the writers opened (connections + reconnects).
+    #[serde(default)]
+    pub connects: u64,
+    /// Live readers and how they read ("long-poll", "sse"; "none").
+    #[serde(default)]
+    pub readers: usize,
+    #[serde(default)]
+    pub read_mode: String,
+    /// Messages sent in the window that the readers received and recorded.
+    #[serde(default)]
+    pub deliveries: u64,
+    /// From the append's send time to its delivery at a live reader, µs.
+    #[serde(default)]
+    pub delivery_latency_us: Latency,
+    #[serde(default)]
+    pub delivery_histogram_v2_base64: String,
+    /// Failed reader requests.
+    #[serde(default)]
+    pub reader_errors: u64,
+    #[serde(default)]
+    pub reader_errors_by_status: BTreeMap<String, u64>,
+    /// Delivered data that did not decode as loadgen messages.
+    #[serde(default)]
+    pub delivery_parse_errors: u64,
 }
 
 pub fn histogram_base64(h: &Histogram<u64>) -> String {
@@ -117,7 +165,7 @@ impl Report {
             requests: r.ok,
             errors: r.errors(),
             errors_by_status: r.errors_by_status.clone(),
-            bytes_per_sec: per_sec(r.ok as f64 * cfg.payload as f64),
+            bytes_per_sec: per_sec(r.ok_bytes as f64),
             latency_us: Latency::from_histogram(&r.hist),
             histogram_v2_base64: histogram_base64(&r.hist),
             warmup_requests: r.warmup_requests,
@@ -126,6 +174,27 @@ impl Report {
             unsent: r.unsent,
             mode: if cfg.open_loop() { "open" } else { "closed" }.to_string(),
             loadgen_version: env!("CARGO_PKG_VERSION").to_string(),
+            threads: r.threads,
+            content_type: cfg.content_type.clone(),
+            json: cfg.json,
+            producer: cfg.producer,
+            payload_dist: cfg.payload_dist.describe(),
+            payload_bytes_mean: if r.ok > 0 { r.ok_bytes as f64 / r.ok as f64 } else { 0.0 },
+            seed: cfg.seed,
+            duplicates: r.duplicates,
+            connects: r.connects,
+            readers: cfg.readers,
+            read_mode: if cfg.readers > 0 { cfg.read_mode.as_str() } else { "none" }.to_string(),
+            deliveries: r.deliveries,
+            delivery_latency_us: Latency::from_histogram(&r.delivery_hist),
+            delivery_histogram_v2_base64: if cfg.readers > 0 {
+                histogram_base64(&r.delivery_hist)
+            } else {
+                String::new()
+            },
+            reader_errors: r.reader_errors(),
+            reader_errors_by_status: r.reader_errors_by_status.clone(),
+            delivery_parse_errors: r.delivery_parse_errors,
         }
     }
 
@@ -140,8 +209,18 @@ impl Report {
         let _ = writeln!(s, "target        {}", self.target);
         let _ = writeln!(s, "surface       {}", self.surface);
         let _ = writeln!(s, "streams       {}", self.streams);
-        let _ = writeln!(s, "connections   {}", self.connections);
-        let _ = writeln!(s, "payload       {} bytes", self.payload_bytes);
+        let plural = if self.threads == 1 { "" } else { "s" };
+        let _ = writeln!(s, "connections   {} on {} thread{plural}", self.connections, self.threads);
+        if self.payload_dist.is_empty() || self.payload_dist.starts_with("fixed") {
+            let _ = writeln!(s, "payload       {} bytes", self.payload_bytes);
+        } else {
+            let _ = writeln!(s, "payload       {} (mean {:.1} bytes)", self.payload_dist, self.payload_bytes_mean);
+        }
+        if !self.content_type.is_empty() {
+            let json = if self.json { ", JSON messages" } else { "" };
+            let producer = if self.producer { ", idempotent producer" } else { "" };
+            let _ = writeln!(s, "content type  {}{json}{producer}", self.content_type);
+        }
         let _ = writeln!(s, "target rate   {rate}");
         let _ = writeln!(s, "window        {:.2} s measured after {:.2} s warmup", self.duration_s, self.warmup_s);
         let _ = writeln!(s, "requests      {} ok", self.requests);
@@ -167,6 +246,32 @@ impl Report {
         }
         let _ = writeln!(s, "  {:<8}{:>12.1} µs  {:>10.3} ms", "mean", l.mean, l.mean / 1000.0);
         let _ = writeln!(s, "errors        {}{}", self.errors, fmt_map(&self.errors_by_status));
+        if self.producer {
+            let _ = writeln!(s, "duplicates    {}", self.duplicates);
+        }
+        if self.readers > 0 {
+            let d = &self.delivery_latency_us;
+            let _ = writeln!(
+                s,
+                "delivery latency (append sent -> delivered to {} {} readers, µs): {} deliveries",
+                self.readers, self.read_mode, self.deliveries
+            );
+            for (name, v) in [("p50", d.p50), ("p90", d.p90), ("p99", d.p99), ("p99.9", d.p999), ("max", d.max)] {
+                let _ = writeln!(s, "  {name:<8}{v:>12} µs  {:>10.3} ms", v as f64 / 1000.0);
+            }
+            if self.reader_errors > 0 || self.delivery_parse_errors > 0 {
+                let _ = writeln!(
+                    s,
+                    "reader errors {}{}; undecodable deliveries {}",
+                    self.reader_errors,
+                    fmt_map(&self.reader_errors_by_status),
+                    self.delivery_parse_errors
+                );
+            }
+            if self.deliveries == 0 {
+                let _ = writeln!(s, "WARNING: the live readers recorded no deliveries");
+            }
+        }
         if self.warmup_errors > 0 {
             let _ = writeln!(s, "warmup errors {}{}", self.warmup_errors, fmt_map(&self.warmup_errors_by_status));
         }
@@ -321,15 +426,13 @@ mod tests {
         let mut errors = BTreeMap::new();
         errors.insert("503".to_string(), 3);
         errors.insert("io".to_string(), 1);
-        RunResult {
-            ok: hist.len(),
-            hist,
-            errors_by_status: errors,
-            warmup_requests: 7,
-            warmup_errors_by_status: BTreeMap::new(),
-            unsent: 0,
-            measured: Duration::from_secs(10),
-        }
+        let mut r = RunResult::empty(Duration::from_secs(10));
+        r.ok = hist.len();
+        r.ok_bytes = r.ok * 1024;
+        r.hist = hist;
+        r.errors_by_status = errors;
+        r.warmup_requests = 7;
+        r
     }
 
     fn sample_report() -> Report {

@@ -1025,4 +1025,191 @@ pub mod tests {
         assert!(io > 0, "{:?}", r.errors_by_status);
         assert!(r.ok > io * 2, "ok {} io {}", r.ok, io);
     }
+
+    #[test]
+    fn event_loop_open_loop_8_connections_one_thread() {
+        let (t, _seen, stop) = fake_server(204, 0);
+        let mut cfg = test_config(t, Surface::V1);
+        cfg.connections = 8;
+        cfg.threads = 1;
+        cfg.rate = 500.0;
+        cfg.duration = Duration::from_millis(1000);
+        cfg.warmup = Duration::from_millis(200);
+        setup(&cfg).unwrap();
+        let r = run(&cfg).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(r.threads, 1);
+        assert_eq!(r.errors(), 0, "{:?}", r.errors_by_status);
+        let achieved = r.ok as f64 / r.measured.as_secs_f64();
+        assert!(
+            (achieved - 500.0).abs() <= 50.0,
+            "achieved {achieved} req/s, wanted 500 +- 10%"
+        );
+        assert_eq!(r.ok + r.unsent, 500);
+        assert_eq!(r.warmup_requests, 100);
+        // One connection each, reused throughout.
+        assert_eq!(r.connects, 8);
+        // Sent on schedule: a local fake server answers well within 50 ms
+        // of the intended time (coarse bound; CI machines are noisy).
+        assert!(r.hist.value_at_quantile(0.5) < 50_000, "{}", r.hist.value_at_quantile(0.5));
+    }
+
+    #[test]
+    fn event_loop_closed_loop_two_threads_payload_dist() {
+        let (t, seen, stop) = fake_server(204, 0);
+        let mut cfg = test_config(t, Surface::V1);
+        cfg.connections = 6;
+        cfg.threads = 2;
+        cfg.duration = Duration::from_millis(400);
+        cfg.warmup = Duration::from_millis(100);
+        cfg.payload_dist = PayloadDist::Uniform(30, 90);
+        setup(&cfg).unwrap();
+        let r = run(&cfg).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(r.threads, 2);
+        assert!(r.ok > 50, "{}", r.ok);
+        assert_eq!(r.errors(), 0, "{:?}", r.errors_by_status);
+        assert_eq!(r.hist.len(), r.ok);
+        let mean = r.ok_bytes as f64 / r.ok as f64;
+        assert!((30.0..=90.0).contains(&mean), "{mean}");
+        let g = seen.lock().unwrap();
+        assert_eq!(g.bad_requests, 0);
+        // Every body carries its timestamp header.
+        let now = crate::payload::wall_us();
+        for log in g.logs.values() {
+            for m in log {
+                let (ts, len) = crate::payload::decode_binary(m).unwrap();
+                assert_eq!(len, m.len());
+                assert!((30..=90).contains(&len));
+                assert!(ts <= now && now - ts < 60_000_000);
+            }
+        }
+    }
+
+    #[test]
+    fn producer_headers_and_json_bodies() {
+        let (t, seen, stop) = fake_server(204, 0);
+        seen.lock().unwrap().expect_ct = Some("application/json".into());
+        let mut cfg = test_config(t, Surface::V1);
+        cfg.producer = true;
+        cfg.json = true;
+        cfg.content_type = "application/json".into();
+        cfg.run_id = "r1".into();
+        cfg.connections = 2;
+        cfg.streams = 3;
+        cfg.warmup = Duration::ZERO;
+        cfg.duration = Duration::from_millis(300);
+        setup(&cfg).unwrap();
+        let r = run(&cfg).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        assert!(r.ok > 10);
+        assert_eq!(r.errors(), 0, "{:?}", r.errors_by_status);
+        assert_eq!(r.duplicates, 0);
+        let g = seen.lock().unwrap();
+        assert_eq!(g.bad_requests, 0);
+        // Per (connection, stream): ids lg-r1-<k>, seqs 0, 1, 2, ... in order.
+        let mut per: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
+        for (path, id, seq) in &g.producer {
+            per.entry((path.clone(), id.clone())).or_default().push(*seq);
+        }
+        assert_eq!(per.len(), 6, "{:?}", per.keys());
+        for ((_, id), seqs) in &per {
+            assert!(id == "lg-r1-0" || id == "lg-r1-1", "{id}");
+            assert_eq!(*seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
+        }
+        for log in g.logs.values() {
+            for m in log {
+                let v: serde_json::Value = serde_json::from_slice(m).unwrap();
+                assert!(v["t"].as_u64().is_some() && v["i"].as_u64().is_some());
+                assert!(m.len() >= 90 && m.len() <= 110, "{}", m.len());
+            }
+        }
+    }
+
+    #[test]
+    fn producer_duplicates_are_counted_separately() {
+        let (t, seen, stop) = fake_server(204, 0);
+        let mut cfg = test_config(t, Surface::V1);
+        cfg.producer = true;
+        cfg.run_id = "dup".into();
+        cfg.connections = 1;
+        cfg.streams = 1;
+        cfg.warmup = Duration::ZERO;
+        cfg.duration = Duration::from_millis(200);
+        setup(&cfg).unwrap();
+        // Pretend seqs 0..3 already landed: the first three appends are duplicates.
+        {
+            let mut g = seen.lock().unwrap();
+            for seq in 0..3 {
+                g.producer
+                    .push(("/v1/stream/lg-0".into(), "lg-dup-0".into(), seq));
+            }
+        }
+        let r = run(&cfg).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(r.duplicates, 3);
+        assert_eq!(r.errors(), 0, "{:?}", r.errors_by_status);
+        assert!(r.ok > 0);
+        assert_eq!(r.hist.len(), r.ok);
+    }
+
+    fn readers_end_to_end(mode: ReadMode, json: bool) {
+        let (t, seen, stop) = fake_server(204, 0);
+        let mut cfg = test_config(t, Surface::V1);
+        if json {
+            seen.lock().unwrap().expect_ct = Some("application/json".into());
+            cfg.json = true;
+            cfg.content_type = "application/json".into();
+        }
+        cfg.streams = 4;
+        cfg.connections = 2;
+        cfg.rate = 400.0;
+        cfg.readers = 2;
+        cfg.read_mode = mode;
+        cfg.payload_dist = PayloadDist::Uniform(10, 60);
+        cfg.warmup = Duration::from_millis(100);
+        cfg.duration = Duration::from_millis(700);
+        setup(&cfg).unwrap();
+        let r = run(&cfg).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(r.errors(), 0, "{:?}", r.errors_by_status);
+        assert_eq!(r.delivery_parse_errors, 0);
+        assert_eq!(r.reader_errors(), 0, "{:?}", r.reader_errors_by_status);
+        // Readers follow streams 0 and 1: half of the 280 appends in the window.
+        assert!(
+            (100..=145).contains(&r.deliveries),
+            "{mode:?} json={json}: {} deliveries of {} appends",
+            r.deliveries,
+            r.ok
+        );
+        assert_eq!(r.delivery_hist.len(), r.deliveries);
+        // The fake delivers within milliseconds (long-poll polls every 1 ms,
+        // SSE every 2 ms); allow for a slow machine.
+        let p50 = r.delivery_hist.value_at_quantile(0.5);
+        assert!(p50 < 100_000, "delivery p50 {p50} µs");
+        if mode == ReadMode::Sse {
+            // SSE responses end after 300 ms; the readers came back.
+            assert!(seen.lock().unwrap().gets >= 4);
+        }
+    }
+
+    #[test]
+    fn readers_long_poll_binary() {
+        readers_end_to_end(ReadMode::LongPoll, false);
+    }
+
+    #[test]
+    fn readers_sse_binary_base64() {
+        readers_end_to_end(ReadMode::Sse, false);
+    }
+
+    #[test]
+    fn readers_long_poll_json() {
+        readers_end_to_end(ReadMode::LongPoll, true);
+    }
+
+    #[test]
+    fn readers_sse_json() {
+        readers_end_to_end(ReadMode::Sse, true);
+    }
 }

@@ -43,7 +43,11 @@ pub fn supports_direct_io(dir: &Path) -> io::Result<bool> {
 }
 
 pub enum GFile {
+    /// O_DIRECT | O_DSYNC: a write is durable when it completes (FUA or a
+    /// device flush inside the write), so no separate fdatasync round trip
+    /// through the executor and the io-wq worker pool is needed.
     Direct(DmaFile),
+    /// Buffered writes, made durable by fdatasync.
     Buffered(BufferedFile),
 }
 
@@ -95,7 +99,8 @@ impl SegmentFile for GFile {
     }
     async fn sync(&self) -> io::Result<()> {
         match self {
-            GFile::Direct(f) => f.fdatasync().await?,
+            // Every completed write on an O_DSYNC file is already durable.
+            GFile::Direct(_) => {}
             GFile::Buffered(f) => f.fdatasync().await?,
         }
         Ok(())
@@ -204,6 +209,9 @@ impl SegmentStore for DiskStore {
             }
             f.fdatasync().await?;
             f.rename(&path).await?;
+            f.close().await?;
+            // Zero-filled without O_DSYNC (one sync at the end); written with it.
+            let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DSYNC).dma_open(&path).await?;
             GFile::Direct(f)
         } else {
             let mut f = opts.buffered_open(&tmp).await?;
