@@ -81,6 +81,9 @@ pub const BUCKET_ID_BYTES_MAX: usize = 64;
 pub const DS_STREAM_ID_BYTES_MAX: usize = 122;
 /// Stream paths on /v1 (after `/v1/stream/`).
 pub const V1_PATH_BYTES_MAX: usize = 1024;
+/// Largest (and default) page of a bucket listing (snakream.md: 1-1000).
+/// Each shard sends the owner at most this many entries per listing.
+pub const BUCKET_LIST_LIMIT_MAX: usize = 1000;
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));

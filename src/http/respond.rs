@@ -1,7 +1,7 @@
 //! Outcomes and errors to HTTP responses: the only place that knows status
 //! codes, and where the /ds and /v1 dialects differ (snakream.md's table).
 
-use crate::protocol::{Error, Outcome, StreamInfo, Surface};
+use crate::protocol::{Error, Listing, Outcome, StreamInfo, Surface};
 use std::fmt::Write;
 
 /// A response before serialisation.
@@ -213,10 +213,68 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             r.body = format!("{{\"bucket_id\":\"{bucket}\",\"streams\":{streams}}}").into_bytes();
             r
         }
-        Outcome::Ack | Outcome::Count(_) | Outcome::Stats(_) | Outcome::ForkData { .. } => {
+        Outcome::Listing(l) => {
+            let mut r =
+                Response::new(200).header("Content-Type", "application/json").header("Cache-Control", "no-store");
+            r.body = listing_json(&l).into_bytes();
+            r
+        }
+        Outcome::Ack | Outcome::Count(_) | Outcome::Stats(_) | Outcome::ForkData { .. } | Outcome::ListPart { .. } => {
             Response::new(500).text("internal message reached the HTTP edge")
         }
     }
+}
+
+/// The JSON body of `GET /ds/{bucket}/streams` (snakream.md).
+fn listing_json(l: &Listing) -> String {
+    let mut out = String::with_capacity(128 + l.streams.len() * 192);
+    out.push_str("{\"bucket_id\":");
+    json_string(&mut out, &l.bucket);
+    out.push_str(",\"prefix\":");
+    json_string(&mut out, &l.prefix);
+    let _ = write!(out, ",\"stream_count\":{},\"streams\":[", l.stream_count);
+    for (i, s) in l.streams.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"stream_id\":");
+        json_string(&mut out, &s.stream_id);
+        let status = if s.closed { "closed" } else { "open" };
+        let _ = write!(out, ",\"status\":\"{status}\",\"content_type\":");
+        json_string(&mut out, &s.content_type);
+        let _ = write!(
+            out,
+            ",\"tail_offset\":\"{}\",\"created_at_ms\":{},\"last_write_at_ms\":{}}}",
+            s.tail_offset, s.created_at_ms, s.last_write_at_ms
+        );
+    }
+    out.push_str("],\"next_cursor\":");
+    match &l.next_cursor {
+        Some(c) => json_string(&mut out, c),
+        None => out.push_str("null"),
+    }
+    let _ = write!(out, ",\"has_more\":{}}}", l.has_more);
+    out
+}
+
+/// Appends `s` as a JSON string literal: quotes, backslashes and control
+/// characters escaped; everything else (valid UTF-8 already) as is.
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' || c == '\u{2028}' || c == '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 fn is_empty_read(body: &[u8]) -> bool {

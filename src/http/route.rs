@@ -2,12 +2,13 @@
 //! + headers -> (stream key, operation). No I/O, and no storage.
 
 use super::parse::{Method, RequestHead};
+use crate::limits::BUCKET_LIST_LIMIT_MAX;
 use crate::protocol::headers::parse_sub_offset;
 use crate::protocol::headers::{parse_lifetime, parse_producer, stream_closed_requested};
 use crate::protocol::names::{split_v1_path, validate_bucket_id, validate_ds_stream_id};
 use crate::protocol::offset::{parse_offset, parse_read_from, ReadFrom};
 use crate::protocol::ForkReq;
-use crate::protocol::{AppendReq, BucketOp, CreateReq, Error, Live, ReadReq, StreamKey, StreamOp, Surface};
+use crate::protocol::{AppendReq, BucketOp, CreateReq, Error, ListReq, Live, ReadReq, StreamKey, StreamOp, Surface};
 use crate::shard::router::ShardRequest;
 
 #[derive(Debug)]
@@ -77,9 +78,10 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
                 Ok(Route::Shard(Box::new(ShardRequest::Bucket { bucket: bucket.to_string(), op })))
             }
             // `streams` is reserved: GET lists the bucket, anything else is a bad stream ID.
-            Some("streams") if head.method == Method::Get => {
-                Err(RouteError::NotImplemented("listing streams is not implemented yet"))
-            }
+            Some("streams") if head.method == Method::Get => Ok(Route::Shard(Box::new(ShardRequest::ListBucket {
+                bucket: bucket.to_string(),
+                list: list_query(head)?,
+            }))),
             Some("streams") => Err(bad("\"streams\" is reserved and cannot be a stream ID")),
             Some(stream) => {
                 if stream.contains('/') {
@@ -92,6 +94,29 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
         };
     }
     Err(RouteError::Protocol(Error::NotFound))
+}
+
+/// `?prefix=&after=&limit=` of a bucket listing: `limit` 1-1000 (default
+/// 1000); each parameter at most once.
+fn list_query(head: &RequestHead) -> Result<ListReq, RouteError> {
+    for name in ["prefix", "after", "limit"] {
+        if head.query_count(name) > 1 {
+            return Err(bad(&format!("{name} given more than once")));
+        }
+    }
+    let limit = match head.query_param("limit") {
+        None => BUCKET_LIST_LIMIT_MAX,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| l.bytes().all(|b| b.is_ascii_digit()) && (1..=BUCKET_LIST_LIMIT_MAX).contains(n))
+            .ok_or_else(|| bad(&format!("limit must be an integer from 1 to {BUCKET_LIST_LIMIT_MAX}")))?,
+    };
+    Ok(ListReq {
+        prefix: head.query_param("prefix").unwrap_or_default().to_string(),
+        after: head.query_param("after").map(str::to_string),
+        limit,
+    })
 }
 
 fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surface) -> Result<Route, RouteError> {

@@ -82,6 +82,43 @@ pub enum BucketOp {
     Delete,
 }
 
+/// `GET /ds/{bucket}/streams?prefix=&after=&limit=`: one page of a bucket's
+/// streams, sorted by stream ID (byte order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListReq {
+    /// Only stream IDs starting with these bytes ("" = all).
+    pub prefix: String,
+    /// Exclusive cursor: only stream IDs sorting after it.
+    pub after: Option<String>,
+    /// Page size, `1..=BUCKET_LIST_LIMIT_MAX`.
+    pub limit: usize,
+}
+
+/// One stream in a bucket listing (durable state only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedStream {
+    pub stream_id: String,
+    pub closed: bool,
+    pub content_type: String,
+    /// The stream's next offset: the token `Stream-Next-Offset` carries.
+    pub tail_offset: Offset,
+    pub created_at_ms: i64,
+    pub last_write_at_ms: i64,
+}
+
+/// A page of a bucket listing, as the HTTP edge renders it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub bucket: String,
+    pub prefix: String,
+    /// Streams in the bucket whose ID matches the prefix (all pages).
+    pub stream_count: u64,
+    pub streams: Vec<ListedStream>,
+    /// The `after` for the next page; None on the last page.
+    pub next_cursor: Option<String>,
+    pub has_more: bool,
+}
+
 /// What a stream looks like to a client right now (only durable state).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamInfo {
@@ -146,6 +183,16 @@ pub enum Outcome {
     Ack,
     /// Internal: number of streams a shard holds in a bucket.
     Count(u64),
+    /// A page of a bucket listing (gathered from every shard).
+    Listing(Listing),
+    /// Internal: one shard's part of a listing: its first `limit` matching
+    /// streams after the cursor (sorted), how many match after the cursor,
+    /// and how many match the prefix at all.
+    ListPart {
+        streams: Vec<ListedStream>,
+        after_count: u64,
+        prefix_count: u64,
+    },
     /// Internal: a shard's counters as metrics text.
     Stats(String),
     /// Internal: what a new fork inherits from its source.

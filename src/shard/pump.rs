@@ -15,8 +15,8 @@ use crate::protocol::offset::ReadFrom;
 use crate::protocol::persist::{self, AppendRecord, CreateRecord, ForkRecord};
 use crate::protocol::rules::{self, AppendContext, AppendVerdict, CreateConfig, ProducerState};
 use crate::protocol::{
-    json, AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ProducerAck, ReadOutcome, ReadReq, StreamInfo,
-    StreamKey, StreamOp, Surface,
+    json, AppendReq, BucketOp, CreateReq, Error, ListReq, ListedStream, Listing, Live, Offset, Outcome, ProducerAck,
+    ReadOutcome, ReadReq, StreamInfo, StreamKey, StreamOp, Surface,
 };
 use crate::storage::io::SegmentStore;
 use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
@@ -26,6 +26,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// One slice of a stream's data: a record's data part.
@@ -47,10 +48,15 @@ struct Stream {
     content_type: String,
     json: bool,
     lifetime: Lifetime,
-    // Reported by bucket listings (the /ds API).
-    #[allow(dead_code)]
     created_at_ms: i64,
+    /// Lsn of the create record: a listing shows the stream once it is durable.
+    created_lsn: u64,
+    /// Time of the latest write (create, append or close), and its lsn.
     last_write_ms: i64,
+    write_lsn: u64,
+    /// Time of a write known durable: what a listing reports while the
+    /// latest write is still in flight.
+    durable_write_ms: i64,
     last_access_ms: i64,
     /// Tail including appends not yet durable (used to sequence writes).
     tail: u64,
@@ -213,7 +219,10 @@ impl<S: SegmentStore> Shard<S> {
                         content_type: c.content_type,
                         lifetime: c.lifetime,
                         created_at_ms: c.created_at_ms,
+                        created_lsn: 0,
                         last_write_ms: c.created_at_ms,
+                        write_lsn: 0,
+                        durable_write_ms: c.created_at_ms,
                         // TTL windows restart at boot: reads are not logged,
                         // so the last access before a crash is unknown; the
                         // later time errs on keeping data.
@@ -279,6 +288,7 @@ impl<S: SegmentStore> Shard<S> {
                         s.closed_by = a.producer;
                     }
                     s.last_write_ms = a.written_at_ms;
+                    s.durable_write_ms = a.written_at_ms;
                 }
                 persist::KIND_DELETE => {
                     let soft = persist::decode_delete(&body).map_err(|_| bad("delete"))?;
@@ -380,6 +390,8 @@ impl<S: SegmentStore> Shard<S> {
                 Ok(Outcome::Ack)
             }
             ShardRequest::CountBucket { bucket } => Ok(Outcome::Count(self.count_in_bucket(&bucket))),
+            ShardRequest::ListBucket { bucket, list } => self.list_bucket(bucket, list).await,
+            ShardRequest::ListPart { bucket, list } => self.list_part(&bucket, &list).await,
             ShardRequest::Stats => Ok(Outcome::Stats(self.metrics_text())),
             ShardRequest::ForkSnapshot { source, offset, sub_offset, content_type } => {
                 self.fork_snapshot(source, offset, sub_offset, content_type).await
@@ -774,7 +786,10 @@ impl<S: SegmentStore> Shard<S> {
             content_type: rec.content_type,
             lifetime: rec.lifetime,
             created_at_ms: now,
+            created_lsn: lsn,
             last_write_ms: now,
+            write_lsn: lsn,
+            durable_write_ms: now,
             last_access_ms: now,
             tail: data_len as u64,
             closed: rec.closed,
@@ -929,7 +944,11 @@ impl<S: SegmentStore> Shard<S> {
                 s.closed_lsn = lsn;
                 s.closed_by = rec.producer.clone();
             }
+            if s.write_lsn <= self.log.durable_lsn() {
+                s.durable_write_ms = s.last_write_ms;
+            }
             s.last_write_ms = now;
+            s.write_lsn = lsn;
             s.last_lsn = lsn;
             s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
         };
@@ -1130,6 +1149,97 @@ impl<S: SegmentStore> Shard<S> {
         Ok(total)
     }
 
+    /// `GET /ds/{bucket}/streams`, on the bucket's owner: every shard (this
+    /// one included) computes its part from its own state on its own
+    /// thread, concurrently; the owner merges the sorted parts and keeps the
+    /// first `limit`. No shard waits for another and nothing is locked, so
+    /// the page is a union of per-shard snapshots taken at about the same
+    /// time, not one atomic snapshot of the bucket.
+    async fn list_bucket(&self, bucket: String, list: ListReq) -> Reply {
+        debug_assert_eq!(shard_for_bucket(&bucket, self.shards), self.id);
+        if !self.buckets_owned.borrow().contains(&bucket) {
+            return Err(Error::NotFound);
+        }
+        let peers = self.peers.borrow().clone();
+        let mut calls: Vec<Pin<Box<dyn Future<Output = Reply> + '_>>> = vec![Box::pin(self.list_part(&bucket, &list))];
+        if let Some(peers) = &peers {
+            for target in (0..self.shards).filter(|&t| t != self.id) {
+                calls.push(peers.call(target, ShardRequest::ListPart { bucket: bucket.clone(), list: list.clone() }));
+            }
+        }
+        let (mut streams, mut after_count, mut stream_count) = (Vec::new(), 0u64, 0u64);
+        for part in join_all(calls).await {
+            let Outcome::ListPart { streams: s, after_count: a, prefix_count: c } = part? else {
+                return Err(Error::Unavailable("unexpected answer to a listing".into()));
+            };
+            streams.extend(s);
+            after_count += a;
+            stream_count += c;
+        }
+        // Stream IDs are unique across shards (each lives on one), so a sort
+        // of at most shards x limit entries is the whole merge.
+        streams.sort_unstable_by(|a: &ListedStream, b| a.stream_id.cmp(&b.stream_id));
+        streams.truncate(list.limit);
+        let has_more = after_count > streams.len() as u64;
+        let next_cursor = if has_more { streams.last().map(|s| s.stream_id.clone()) } else { None };
+        Ok(Outcome::Listing(Listing { bucket, prefix: list.prefix, stream_count, streams, next_cursor, has_more }))
+    }
+
+    /// This shard's part of a bucket listing: its first `limit` streams of
+    /// the bucket matching the prefix after the cursor, sorted by ID. Only
+    /// durable state, as every answer: writes in flight on matching streams
+    /// land first, a stream whose create is not durable is left out, and a
+    /// tail or closure is what `visible` shows. Soft-deleted and expired
+    /// streams are left out (expiry is not logged here: listing is not an
+    /// access).
+    async fn list_part(&self, bucket: &str, list: &ListReq) -> Reply {
+        let matches = |k: &StreamKey| k.bucket == bucket && k.stream.starts_with(list.prefix.as_str());
+        let pending = self.streams.borrow().iter().filter(|(k, _)| matches(k)).map(|(_, s)| s.last_lsn).max();
+        if let Some(lsn) = pending {
+            self.log.durable(lsn).await.map_err(storage_err)?;
+        }
+        let now = (self.now_ms)();
+        let durable = self.log.durable_lsn();
+        let streams = self.streams.borrow();
+        let mut prefix_count = 0u64;
+        let mut page: Vec<(&StreamKey, &Stream)> = Vec::new();
+        for (k, s) in streams.iter() {
+            if !matches(k)
+                || s.soft_deleted
+                || s.created_lsn > durable
+                || rules::expired(&s.lifetime, s.last_access_ms, now)
+            {
+                continue;
+            }
+            prefix_count += 1;
+            if list.after.as_deref().is_none_or(|a| k.stream.as_str() > a) {
+                page.push((k, s));
+            }
+        }
+        let after_count = page.len() as u64;
+        let by_id = |a: &(&StreamKey, &Stream), b: &(&StreamKey, &Stream)| a.0.stream.cmp(&b.0.stream);
+        if page.len() > list.limit {
+            page.select_nth_unstable_by(list.limit, by_id);
+            page.truncate(list.limit);
+        }
+        page.sort_unstable_by(by_id);
+        let streams = page
+            .into_iter()
+            .map(|(k, s)| {
+                let v = s.visible(durable);
+                ListedStream {
+                    stream_id: k.stream.clone(),
+                    closed: v.closed,
+                    content_type: s.content_type.clone(),
+                    tail_offset: Offset::new(0, v.tail),
+                    created_at_ms: s.created_at_ms,
+                    last_write_at_ms: if s.write_lsn <= durable { s.last_write_ms } else { s.durable_write_ms },
+                }
+            })
+            .collect();
+        Ok(Outcome::ListPart { streams, after_count, prefix_count })
+    }
+
     /// Sends a request to every other shard and waits for all answers.
     async fn broadcast(&self, make: impl Fn() -> ShardRequest) -> Result<Vec<Outcome>, Error> {
         let peers = self.peers.borrow().clone();
@@ -1141,4 +1251,27 @@ impl<S: SegmentStore> Shard<S> {
         }
         Ok(out)
     }
+}
+
+/// Polls every future until all are done; results in the input order.
+async fn join_all<'a, T>(mut futs: Vec<Pin<Box<dyn Future<Output = T> + 'a>>>) -> Vec<T> {
+    let mut out: Vec<Option<T>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("every future completed")).collect()
 }

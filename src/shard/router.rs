@@ -4,7 +4,7 @@
 //! a data directory written with N shards finds each stream on the same
 //! shard after a restart with N shards.
 
-use crate::protocol::{BucketOp, Error, Outcome, StreamKey, StreamOp, Surface};
+use crate::protocol::{BucketOp, Error, ListReq, Outcome, StreamKey, StreamOp, Surface};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -28,6 +28,18 @@ pub enum ShardRequest {
     /// How many streams a shard holds in a bucket.
     CountBucket {
         bucket: String,
+    },
+    /// `GET /ds/{bucket}/streams`: runs on the bucket's owner, which gathers
+    /// a [`ShardRequest::ListPart`] from every shard and merges them.
+    ListBucket {
+        bucket: String,
+        list: ListReq,
+    },
+    /// One shard's matching streams of a bucket (sent by the bucket's owner
+    /// to every other shard).
+    ListPart {
+        bucket: String,
+        list: ListReq,
     },
     /// The shard's counters, as metrics text lines.
     Stats,
@@ -54,7 +66,9 @@ impl ShardRequest {
     pub fn owner(&self, shards: usize) -> Option<usize> {
         match self {
             ShardRequest::Stream { key, .. } => Some(shard_for(key, shards)),
-            ShardRequest::Bucket { bucket, .. } => Some(shard_for_bucket(bucket, shards)),
+            ShardRequest::Bucket { bucket, .. } | ShardRequest::ListBucket { bucket, .. } => {
+                Some(shard_for_bucket(bucket, shards))
+            }
             ShardRequest::ForkSnapshot { source, .. } | ShardRequest::ForkRef { source, .. } => {
                 Some(shard_for(source, shards))
             }
