@@ -33,9 +33,7 @@ use mio::{Events, Interest, Poll, Registry, Token};
 
 use crate::client::ResponseParser;
 use crate::payload::{wall_us, Format, PayloadGen, Rng};
-use crate::workload::{
-    intended_offset, new_histogram, stream_index, AppendOutcome, Config, Progress, Timing,
-};
+use crate::workload::{intended_offset, new_histogram, stream_index, AppendOutcome, Config, Progress, Timing};
 
 /// Token of the worker's timerfd.
 const TIMER: Token = Token(usize::MAX);
@@ -73,12 +71,7 @@ impl<'a> Shared<'a> {
                 .into_bytes()
             })
             .collect();
-        Shared {
-            cfg,
-            addrs,
-            heads,
-            progress,
-        }
+        Shared { cfg, addrs, heads, progress }
     }
 }
 
@@ -87,6 +80,9 @@ pub struct WorkerResult {
     pub hist: Histogram<u64>,
     pub ok: u64,
     pub ok_bytes: u64,
+    /// Open loop: how late requests in the window went out (actual send −
+    /// intended time, µs): the load tool's own lag, included in `hist`.
+    pub send_lag: Histogram<u64>,
     pub duplicates: u64,
     /// By status; `IO_ERROR` for I/O and protocol failures.
     pub errors: BTreeMap<u16, u64>,
@@ -102,6 +98,7 @@ impl WorkerResult {
             hist: new_histogram(),
             ok: 0,
             ok_bytes: 0,
+            send_lag: new_histogram(),
             duplicates: 0,
             errors: BTreeMap::new(),
             warmup_requests: 0,
@@ -123,34 +120,22 @@ struct Timer {
 impl Timer {
     fn new(registry: &Registry) -> Option<Timer> {
         use rustix::time::{timerfd_create, TimerfdClockId, TimerfdFlags};
-        let fd = timerfd_create(
-            TimerfdClockId::Monotonic,
-            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
-        )
-        .ok()?;
-        registry
-            .register(&mut SourceFd(&fd.as_raw_fd()), TIMER, Interest::READABLE)
-            .ok()?;
+        let fd = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC).ok()?;
+        registry.register(&mut SourceFd(&fd.as_raw_fd()), TIMER, Interest::READABLE).ok()?;
         Some(Timer { fd, armed: None })
     }
 
     /// Make the timer fire at `at` (no syscall if it already will).
     fn arm(&mut self, at: Instant, now: Instant) {
-        use rustix::time::{timerfd_settime, Itimerspec, Timespec, TimerfdTimerFlags};
+        use rustix::time::{timerfd_settime, Itimerspec, TimerfdTimerFlags, Timespec};
         if self.armed == Some(at) {
             return;
         }
         // A zero value would disarm the timer; fire "now" as 1 ns instead.
         let rel = at.saturating_duration_since(now).max(Duration::from_nanos(1));
         let spec = Itimerspec {
-            it_interval: Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: Timespec {
-                tv_sec: rel.as_secs() as _,
-                tv_nsec: rel.subsec_nanos() as _,
-            },
+            it_interval: Timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: Timespec { tv_sec: rel.as_secs() as _, tv_nsec: rel.subsec_nanos() as _ },
         };
         if timerfd_settime(self.fd.as_fd(), TimerfdTimerFlags::empty(), &spec).is_ok() {
             self.armed = Some(at);
@@ -227,11 +212,7 @@ impl Ctx<'_, '_> {
 impl Conn {
     fn new(sh: &Shared, k: usize) -> Conn {
         let cfg = sh.cfg;
-        let format = if cfg.json {
-            Format::Json
-        } else {
-            Format::Binary
-        };
+        let format = if cfg.json { Format::Json } else { Format::Binary };
         Conn {
             k,
             sock: None,
@@ -245,17 +226,8 @@ impl Conn {
             n: 0,
             done: false,
             timer: None,
-            gen: PayloadGen::new(
-                format,
-                cfg.payload_dist,
-                cfg.min_payload(),
-                Rng::derived(cfg.seed, k as u64),
-            ),
-            seqs: if cfg.producer {
-                vec![0; cfg.streams]
-            } else {
-                Vec::new()
-            },
+            gen: PayloadGen::new(format, cfg.payload_dist, cfg.min_payload(), Rng::derived(cfg.seed, k as u64)),
+            seqs: if cfg.producer { vec![0; cfg.streams] } else { Vec::new() },
             producer_id: format!("lg-{}-{k}", cfg.run_id),
         }
     }
@@ -266,8 +238,7 @@ impl Conn {
         let addr = cx.sh.addrs[self.addr % cx.sh.addrs.len()];
         let mut s = TcpStream::connect(addr)?;
         s.set_nodelay(true)?;
-        cx.registry
-            .register(&mut s, Token(idx), Interest::READABLE | Interest::WRITABLE)?;
+        cx.registry.register(&mut s, Token(idx), Interest::READABLE | Interest::WRITABLE)?;
         cx.res.connects += 1;
         self.sock = Some(s);
         self.connected = false;
@@ -287,11 +258,8 @@ impl Conn {
     fn start(&mut self, idx: usize, now: Instant, cx: &mut Ctx) {
         let cfg = cx.sh.cfg;
         let t = &cx.timing;
-        let start_ref = if cfg.open_loop() {
-            t.t0 + intended_offset(self.n, self.k, cfg.connections, cfg.rate)
-        } else {
-            now
-        };
+        let start_ref =
+            if cfg.open_loop() { t.t0 + intended_offset(self.n, self.k, cfg.connections, cfg.rate) } else { now };
         self.inflight = Some(Inflight {
             start_ref,
             measured: start_ref >= t.warm_end,
@@ -321,6 +289,10 @@ impl Conn {
             let body_len = self.gen.build(&mut self.body, self.n, wall_us());
             inf.bytes = body_len;
             inf.built = true;
+            if inf.measured && cx.sh.cfg.open_loop() {
+                let lag = now.saturating_duration_since(inf.start_ref).as_micros();
+                cx.res.send_lag.saturating_record(u64::try_from(lag).unwrap_or(u64::MAX));
+            }
             self.wbuf.clear();
             self.wbuf.extend_from_slice(&cx.sh.heads[inf.stream]);
             if cx.sh.cfg.producer {
@@ -489,16 +461,15 @@ impl Conn {
                 AppendOutcome::Error => {
                     // Resynchronise on the server's word (gap or restart);
                     // otherwise retry this seq on the stream's next append.
-                    if let Some(e) = resp
-                        .header("producer-expected-seq")
-                        .and_then(|v| v.parse().ok())
-                    {
+                    if let Some(e) = resp.header("producer-expected-seq").and_then(|v| v.parse().ok()) {
                         *seq = e;
                     }
                 }
             }
         }
-        let keep = keep && self.parser.keep_alive();
+        // A response before the whole request was written (an early error
+        // answer) leaves the connection out of step: drop it.
+        let keep = keep && self.parser.keep_alive() && self.wpos >= self.wbuf.len();
         match outcome {
             AppendOutcome::Ok | AppendOutcome::Duplicate => {
                 cx.sh.progress.done.fetch_add(1, Ordering::Relaxed);
@@ -508,9 +479,7 @@ impl Conn {
                     cx.res.duplicates += 1;
                 } else {
                     let us = now.saturating_duration_since(inf.start_ref).as_micros();
-                    cx.res
-                        .hist
-                        .saturating_record(u64::try_from(us).unwrap_or(u64::MAX));
+                    cx.res.hist.saturating_record(u64::try_from(us).unwrap_or(u64::MAX));
                     cx.res.ok += 1;
                     cx.res.ok_bytes += inf.bytes as u64;
                 }
@@ -659,11 +628,8 @@ pub fn run_worker(
     // First request of each connection.
     let cfg = sh.cfg;
     for (i, c) in conns.iter_mut().enumerate() {
-        let at = if cfg.open_loop() {
-            timing.t0 + intended_offset(0, c.k, cfg.connections, cfg.rate)
-        } else {
-            timing.t0
-        };
+        let at =
+            if cfg.open_loop() { timing.t0 + intended_offset(0, c.k, cfg.connections, cfg.rate) } else { timing.t0 };
         if at >= timing.end {
             c.done = true;
         } else {

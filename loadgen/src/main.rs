@@ -19,8 +19,8 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 use client::Target;
-use report::Report;
 use payload::PayloadDist;
+use report::Report;
 use workload::{Config, ReadMode, Surface};
 
 /// Exit status when the run saw failed requests (without --allow-errors).
@@ -146,8 +146,9 @@ struct Args {
     #[arg(long, default_value_t = 0.0)]
     rate: f64,
 
-    /// Per-request connect/read/write timeout in seconds; a timeout counts as
-    /// an "io" error and the connection is re-established.
+    /// Per-request timeout in seconds (connect + send + response); a timeout
+    /// counts as an "io" error and the connection is re-established. Live
+    /// readers' long-polls are not subject to it.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
 

@@ -28,9 +28,7 @@ pub const EXP_CAP_FACTOR: f64 = 20.0;
 
 /// Wall-clock microseconds since the UNIX epoch (0 if the clock is before it).
 pub fn wall_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// A small deterministic PRNG (SplitMix64): same seed, same sequence.
@@ -91,9 +89,7 @@ impl PayloadDist {
     pub fn parse(s: &str, payload: usize) -> anyhow::Result<PayloadDist> {
         let parts: Vec<&str> = s.split(':').collect();
         let num = |v: &str| -> anyhow::Result<usize> {
-            v.trim()
-                .parse()
-                .map_err(|_| anyhow::anyhow!("bad size {v:?} in --payload-dist {s:?}"))
+            v.trim().parse().map_err(|_| anyhow::anyhow!("bad size {v:?} in --payload-dist {s:?}"))
         };
         match parts.as_slice() {
             ["fixed"] => Ok(PayloadDist::Fixed(payload)),
@@ -106,18 +102,14 @@ impl PayloadDist {
                 Ok(PayloadDist::Uniform(lo, hi))
             }
             ["exp", mean] => {
-                let m: f64 = mean
-                    .trim()
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("bad mean {mean:?} in --payload-dist {s:?}"))?;
+                let m: f64 =
+                    mean.trim().parse().map_err(|_| anyhow::anyhow!("bad mean {mean:?} in --payload-dist {s:?}"))?;
                 if !(m.is_finite() && m >= 1.0) {
                     anyhow::bail!("--payload-dist exp:MEAN needs MEAN >= 1 (got {s:?})");
                 }
                 Ok(PayloadDist::Exp(m))
             }
-            _ => anyhow::bail!(
-                "--payload-dist must be fixed, uniform:MIN:MAX or exp:MEAN (got {s:?})"
-            ),
+            _ => anyhow::bail!("--payload-dist must be fixed, uniform:MIN:MAX or exp:MEAN (got {s:?})"),
         }
     }
 
@@ -181,13 +173,7 @@ impl PayloadGen {
             Format::Binary => (0..longest).map(|i| b'a' + (i % 26) as u8).collect(),
             Format::Json => vec![b'x'; longest],
         };
-        PayloadGen {
-            format,
-            dist,
-            min_len,
-            rng,
-            filler,
-        }
+        PayloadGen { format, dist, min_len, rng, filler }
     }
 
     /// Write the body of request `n`, sent at `ts_us`, into `out` (cleared
@@ -337,12 +323,7 @@ mod tests {
     #[test]
     fn binary_timestamp_round_trip() {
         let filler: Vec<u8> = (0..5000).map(|i| b'a' + (i % 26) as u8).collect();
-        for (ts, len) in [
-            (0u64, 24usize),
-            (1, 25),
-            (1_764_000_000_123_456, 1024),
-            (u64::MAX, 4096),
-        ] {
+        for (ts, len) in [(0u64, 24usize), (1, 25), (1_764_000_000_123_456, 1024), (u64::MAX, 4096)] {
             let mut out = Vec::new();
             encode_binary(&mut out, ts, len, &filler);
             assert_eq!(out.len(), len);
@@ -431,18 +412,9 @@ mod tests {
 
     #[test]
     fn payload_dist_parse() {
-        assert_eq!(
-            PayloadDist::parse("fixed", 1024).unwrap(),
-            PayloadDist::Fixed(1024)
-        );
-        assert_eq!(
-            PayloadDist::parse("uniform:10:20", 1).unwrap(),
-            PayloadDist::Uniform(10, 20)
-        );
-        assert_eq!(
-            PayloadDist::parse("exp:512", 1).unwrap(),
-            PayloadDist::Exp(512.0)
-        );
+        assert_eq!(PayloadDist::parse("fixed", 1024).unwrap(), PayloadDist::Fixed(1024));
+        assert_eq!(PayloadDist::parse("uniform:10:20", 1).unwrap(), PayloadDist::Uniform(10, 20));
+        assert_eq!(PayloadDist::parse("exp:512", 1).unwrap(), PayloadDist::Exp(512.0));
         for bad in ["", "uniform:5", "uniform:9:3", "exp:0", "exp:x", "normal:1:2"] {
             assert!(PayloadDist::parse(bad, 1).is_err(), "{bad}");
         }
@@ -451,12 +423,9 @@ mod tests {
 
     #[test]
     fn payload_dist_is_deterministic_and_bounded() {
-        for d in [
-            PayloadDist::Fixed(100),
-            PayloadDist::Uniform(10, 20),
-            PayloadDist::Uniform(0, 0),
-            PayloadDist::Exp(256.0),
-        ] {
+        for d in
+            [PayloadDist::Fixed(100), PayloadDist::Uniform(10, 20), PayloadDist::Uniform(0, 0), PayloadDist::Exp(256.0)]
+        {
             let draw = |seed: u64| -> Vec<usize> {
                 let mut r = Rng::derived(seed, 3);
                 (0..20_000).map(|_| d.sample(&mut r)).collect()
@@ -490,12 +459,7 @@ mod tests {
 
     #[test]
     fn generator_respects_min_len_and_format() {
-        let mut g = PayloadGen::new(
-            Format::Binary,
-            PayloadDist::Uniform(0, 40),
-            BIN_HEADER,
-            Rng::new(5),
-        );
+        let mut g = PayloadGen::new(Format::Binary, PayloadDist::Uniform(0, 40), BIN_HEADER, Rng::new(5));
         let mut out = Vec::new();
         for n in 0..1000 {
             let len = g.build(&mut out, n, 99);

@@ -225,8 +225,7 @@ impl RConn {
             let addr = cx.addrs[0];
             let s = TcpStream::connect(addr).and_then(|mut s| {
                 s.set_nodelay(true)?;
-                cx.registry
-                    .register(&mut s, Token(idx), Interest::READABLE | Interest::WRITABLE)?;
+                cx.registry.register(&mut s, Token(idx), Interest::READABLE | Interest::WRITABLE)?;
                 Ok(s)
             });
             match s {
@@ -316,9 +315,7 @@ impl RConn {
                 Err(_) => return self.retry_later(cx, IO_ERROR),
             };
             if n == 0 {
-                if self.sse.is_some()
-                    || (self.parser.is_idle() && (!self.awaiting || self.served > 0))
-                {
+                if self.sse.is_some() || (self.parser.is_idle() && (!self.awaiting || self.served > 0)) {
                     // The server ended the SSE response, or closed a reused
                     // keep-alive connection before answering: resume from
                     // the last offset.
@@ -360,9 +357,7 @@ impl RConn {
                 if r.status != 200 {
                     return self.retry_later(cx, r.status);
                 }
-                let b64 = r
-                    .header("stream-sse-data-encoding")
-                    .is_some_and(|v| v.eq_ignore_ascii_case("base64"));
+                let b64 = r.header("stream-sse-data-encoding").is_some_and(|v| v.eq_ignore_ascii_case("base64"));
                 self.sse = Some((SseParser::default(), b64));
             } else {
                 let keep = self.parser.keep_alive() && data.is_empty();
@@ -428,10 +423,7 @@ impl RConn {
                     self.next_offset.clear();
                     self.next_offset.push_str(o);
                 }
-                if resp
-                    .header("stream-closed")
-                    .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-                {
+                if resp.header("stream-closed").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
                     self.finished = true;
                 }
                 if !keep {
@@ -499,10 +491,7 @@ pub fn run_readers(
         c.begin(i, &mut cx);
     }
     let deadline = Instant::now() + cfg.timeout;
-    while conns
-        .iter()
-        .any(|c| c.sock.is_some() && (!c.connected || c.wpos < c.wbuf.len()))
-    {
+    while conns.iter().any(|c| c.sock.is_some() && (!c.connected || c.wpos < c.wbuf.len())) {
         let now = Instant::now();
         if now >= deadline {
             break;
@@ -551,10 +540,7 @@ mod tests {
         let mut out = Vec::new();
         for c in chunks {
             p.feed(c, &mut |e: &[u8], d: &[u8]| {
-                out.push((
-                    String::from_utf8_lossy(e).into_owned(),
-                    String::from_utf8_lossy(d).into_owned(),
-                ))
+                out.push((String::from_utf8_lossy(e).into_owned(), String::from_utf8_lossy(d).into_owned()))
             })
             .unwrap();
         }

@@ -121,6 +121,11 @@ pub struct Report {
     pub delivery_latency_us: Latency,
     #[serde(default)]
     pub delivery_histogram_v2_base64: String,
+    /// Open loop: how late the load tool sent requests (actual − intended
+    /// send time, µs). Large values mean loadgen itself was behind (CPU
+    /// starved), which inflates `latency_us`.
+    #[serde(default)]
+    pub send_lag_us: Latency,
     /// Failed reader requests.
     #[serde(default)]
     pub reader_errors: u64,
@@ -192,6 +197,7 @@ impl Report {
             } else {
                 String::new()
             },
+            send_lag_us: Latency::from_histogram(&r.send_lag_hist),
             reader_errors: r.reader_errors(),
             reader_errors_by_status: r.reader_errors_by_status.clone(),
             delivery_parse_errors: r.delivery_parse_errors,
@@ -248,6 +254,14 @@ impl Report {
         let _ = writeln!(s, "errors        {}{}", self.errors, fmt_map(&self.errors_by_status));
         if self.producer {
             let _ = writeln!(s, "duplicates    {}", self.duplicates);
+        }
+        if self.target_rate > 0.0 {
+            let g = &self.send_lag_us;
+            let _ = writeln!(
+                s,
+                "send lag      p50 {} µs, p99 {} µs, max {} µs (actual - intended send; loadgen's own lateness)",
+                g.p50, g.p99, g.max
+            );
         }
         if self.readers > 0 {
             let d = &self.delivery_latency_us;

@@ -115,12 +115,8 @@ impl Config {
     /// Request path of stream `i`.
     pub fn stream_path(&self, i: usize) -> String {
         match self.surface {
-            Surface::V1 => self
-                .target
-                .path(&format!("/v1/stream/{}-{}", self.prefix, i)),
-            Surface::Ds => self
-                .target
-                .path(&format!("/ds/{}/{}-{}", self.bucket, self.prefix, i)),
+            Surface::V1 => self.target.path(&format!("/v1/stream/{}-{}", self.prefix, i)),
+            Surface::Ds => self.target.path(&format!("/ds/{}/{}-{}", self.bucket, self.prefix, i)),
         }
     }
 
@@ -203,6 +199,9 @@ pub struct RunResult {
     pub ok: u64,
     /// Body bytes of those appends.
     pub ok_bytes: u64,
+    /// Open loop: actual send − intended send time (µs) of requests in the
+    /// window; the load tool's own lateness (part of `hist`).
+    pub send_lag_hist: Histogram<u64>,
     /// Producer mode: appends the server reported as duplicates (measured
     /// window; neither ok nor errors).
     pub duplicates: u64,
@@ -246,6 +245,7 @@ impl RunResult {
             hist: new_histogram(),
             ok: 0,
             ok_bytes: 0,
+            send_lag_hist: new_histogram(),
             duplicates: 0,
             errors_by_status: BTreeMap::new(),
             warmup_requests: 0,
@@ -284,18 +284,13 @@ fn send_with_retry(
 /// type). Streams are created in parallel over up to `connections`
 /// connections.
 pub fn setup(cfg: &Config) -> anyhow::Result<()> {
-    let mut client = Client::new(&cfg.target, cfg.timeout)
-        .with_context(|| format!("resolving {}", cfg.target))?;
+    let mut client = Client::new(&cfg.target, cfg.timeout).with_context(|| format!("resolving {}", cfg.target))?;
     if cfg.surface == Surface::Ds {
         let path = cfg.bucket_path();
         let r = send_with_retry(&mut client, "PUT", &path, "application/octet-stream")
             .with_context(|| format!("PUT {path}"))?;
         if !matches!(r.status, 200 | 201 | 204 | 409) {
-            bail!(
-                "PUT {path}: unexpected status {} ({})",
-                r.status,
-                String::from_utf8_lossy(&r.body).trim()
-            );
+            bail!("PUT {path}: unexpected status {} ({})", r.status, String::from_utf8_lossy(&r.body).trim());
         }
     }
 
@@ -369,117 +364,110 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
     if !(cfg.rate >= 0.0 && cfg.rate.is_finite()) {
         bail!("rate must be a finite number >= 0");
     }
-    let addrs: Vec<SocketAddr> = cfg
-        .target
-        .resolve()
-        .with_context(|| format!("resolving {}", cfg.target))?;
+    let addrs: Vec<SocketAddr> = cfg.target.resolve().with_context(|| format!("resolving {}", cfg.target))?;
     let threads = cfg.threads.clamp(1, cfg.connections);
     let progress = Progress::default();
     let shared = Shared::new(cfg, addrs.clone(), &progress);
     let stop_readers = AtomicBool::new(false);
 
-    let (results, readers) = thread::scope(
-        |s| -> anyhow::Result<(Vec<WorkerResult>, Option<ReaderResult>)> {
-            let (ready_tx, ready_rx) = mpsc::channel::<()>();
-            let mut starts = Vec::new();
+    let (results, readers) = thread::scope(|s| -> anyhow::Result<(Vec<WorkerResult>, Option<ReaderResult>)> {
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let mut starts = Vec::new();
 
-            // Readers first, so they are following their streams before the
-            // first append.
-            let reader_handle = if cfg.readers > 0 {
-                let (start_tx, start_rx) = mpsc::channel::<Timing>();
-                starts.push(start_tx);
-                let (rready_tx, rready_rx) = mpsc::channel::<()>();
-                let (addrs, progress, stop) = (&addrs, &progress, &stop_readers);
-                let h = thread::Builder::new()
-                    .name("loadgen-readers".into())
-                    .spawn_scoped(s, move || {
-                        reader::run_readers(cfg, addrs, progress, rready_tx, start_rx, stop)
-                    })
-                    .context("spawning reader thread")?;
-                // An error means the thread exited early; join reports why.
-                let _ = rready_rx.recv();
-                Some(h)
-            } else {
-                None
-            };
+        // Readers first, so they are following their streams before the
+        // first append.
+        let reader_handle = if cfg.readers > 0 {
+            let (start_tx, start_rx) = mpsc::channel::<Timing>();
+            starts.push(start_tx);
+            let (rready_tx, rready_rx) = mpsc::channel::<()>();
+            let (addrs, progress, stop) = (&addrs, &progress, &stop_readers);
+            let h = thread::Builder::new()
+                .name("loadgen-readers".into())
+                .spawn_scoped(s, move || reader::run_readers(cfg, addrs, progress, rready_tx, start_rx, stop))
+                .context("spawning reader thread")?;
+            // An error means the thread exited early; join reports why.
+            let _ = rready_rx.recv();
+            Some(h)
+        } else {
+            None
+        };
 
-            let mut handles = Vec::with_capacity(threads);
-            for w in 0..threads {
-                let ks: Vec<usize> = (w..cfg.connections).step_by(threads).collect();
-                let (start_tx, start_rx) = mpsc::channel::<Timing>();
-                starts.push(start_tx);
-                let ready_tx = ready_tx.clone();
-                let shared = &shared;
-                let handle = thread::Builder::new()
-                    .name(format!("loadgen-worker-{w}"))
-                    .spawn_scoped(s, move || engine::run_worker(shared, ks, ready_tx, start_rx))
-                    .context("spawning worker thread")?;
-                handles.push(handle);
+        let mut handles = Vec::with_capacity(threads);
+        for w in 0..threads {
+            let ks: Vec<usize> = (w..cfg.connections).step_by(threads).collect();
+            let (start_tx, start_rx) = mpsc::channel::<Timing>();
+            starts.push(start_tx);
+            let ready_tx = ready_tx.clone();
+            let shared = &shared;
+            let handle = thread::Builder::new()
+                .name(format!("loadgen-worker-{w}"))
+                .spawn_scoped(s, move || engine::run_worker(shared, ks, ready_tx, start_rx))
+                .context("spawning worker thread")?;
+            handles.push(handle);
+        }
+        drop(ready_tx);
+        for _ in 0..threads {
+            // A closed channel means a thread exited early; join reports why.
+            if ready_rx.recv().is_err() {
+                break;
             }
-            drop(ready_tx);
-            for _ in 0..threads {
-                // A closed channel means a thread exited early; join reports why.
-                if ready_rx.recv().is_err() {
-                    break;
+        }
+
+        let now_i = Instant::now();
+        let now_wall = crate::payload::wall_us();
+        let t0 = now_i + Duration::from_millis(5);
+        let warm_end = t0 + cfg.warmup;
+        let end = warm_end + cfg.duration;
+        let timing = Timing {
+            t0,
+            warm_end,
+            end,
+            wall_warm_end_us: wall_of(warm_end, now_i, now_wall),
+            wall_end_us: wall_of(end, now_i, now_wall),
+        };
+        for tx in &starts {
+            let _ = tx.send(timing);
+        }
+        drop(starts);
+
+        if cfg.progress {
+            progress_loop(&progress, cfg.readers > 0, t0, warm_end, end, &handles);
+        }
+
+        let mut out = Vec::with_capacity(handles.len());
+        let mut first_err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(r)) => out.push(r),
+                Ok(Err(e)) => first_err = first_err.or(Some(e)),
+                Err(_) => first_err = first_err.or(Some(anyhow::anyhow!("worker panicked"))),
+            }
+        }
+        let readers = match reader_handle {
+            Some(h) => {
+                if !h.is_finished() {
+                    thread::sleep(READER_GRACE);
                 }
-            }
-
-            let now_i = Instant::now();
-            let now_wall = crate::payload::wall_us();
-            let t0 = now_i + Duration::from_millis(5);
-            let warm_end = t0 + cfg.warmup;
-            let end = warm_end + cfg.duration;
-            let timing = Timing {
-                t0,
-                warm_end,
-                end,
-                wall_warm_end_us: wall_of(warm_end, now_i, now_wall),
-                wall_end_us: wall_of(end, now_i, now_wall),
-            };
-            for tx in &starts {
-                let _ = tx.send(timing);
-            }
-            drop(starts);
-
-            if cfg.progress {
-                progress_loop(&progress, cfg.readers > 0, t0, warm_end, end, &handles);
-            }
-
-            let mut out = Vec::with_capacity(handles.len());
-            let mut first_err = None;
-            for h in handles {
+                stop_readers.store(true, Ordering::Relaxed);
                 match h.join() {
-                    Ok(Ok(r)) => out.push(r),
-                    Ok(Err(e)) => first_err = first_err.or(Some(e)),
-                    Err(_) => first_err = first_err.or(Some(anyhow::anyhow!("worker panicked"))),
-                }
-            }
-            let readers = match reader_handle {
-                Some(h) => {
-                    if !h.is_finished() {
-                        thread::sleep(READER_GRACE);
+                    Ok(Ok(r)) => Some(r),
+                    Ok(Err(e)) => {
+                        first_err = first_err.or(Some(e.context("live readers")));
+                        None
                     }
-                    stop_readers.store(true, Ordering::Relaxed);
-                    match h.join() {
-                        Ok(Ok(r)) => Some(r),
-                        Ok(Err(e)) => {
-                            first_err = first_err.or(Some(e.context("live readers")));
-                            None
-                        }
-                        Err(_) => {
-                            first_err = first_err.or(Some(anyhow::anyhow!("reader panicked")));
-                            None
-                        }
+                    Err(_) => {
+                        first_err = first_err.or(Some(anyhow::anyhow!("reader panicked")));
+                        None
                     }
                 }
-                None => None,
-            };
-            match first_err {
-                Some(e) => Err(e),
-                None => Ok((out, readers)),
             }
-        },
-    )?;
+            None => None,
+        };
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok((out, readers)),
+        }
+    })?;
 
     let mut total = RunResult::empty(cfg.duration);
     total.threads = threads;
@@ -487,6 +475,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
         total.hist.add(&r.hist).expect("histograms share bounds");
         total.ok += r.ok;
         total.ok_bytes += r.ok_bytes;
+        total.send_lag_hist.add(&r.send_lag).expect("histograms share bounds");
         total.duplicates += r.duplicates;
         total.warmup_requests += r.warmup_requests;
         total.unsent += r.unsent;
@@ -505,9 +494,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
 
 /// A per-run id for producer ids: hex of the wall clock and process id.
 pub fn new_run_id() -> String {
-    let us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
+    let us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
     format!("{:x}{:x}", us & 0xffff_ffff_ffff, std::process::id())
 }
 
@@ -542,16 +529,9 @@ fn progress_loop<T>(
             // Final partial second.
             (end - (at - Duration::from_secs(1))).as_secs_f64()
         };
-        let phase = if now <= warm_end + Duration::from_millis(1) {
-            " (warmup)"
-        } else {
-            ""
-        };
+        let phase = if now <= warm_end + Duration::from_millis(1) { " (warmup)" } else { "" };
         let deliveries = if readers {
-            format!(
-                "  deliveries: {}",
-                progress.deliveries.load(Ordering::Relaxed)
-            )
+            format!("  deliveries: {}", progress.deliveries.load(Ordering::Relaxed))
         } else {
             String::new()
         };
@@ -595,16 +575,12 @@ pub mod tests {
         // Across all connections, the first R*T intended times cover [0, T)
         // exactly once each at spacing 1/R.
         let (c, r) = (7usize, 350.0);
-        let mut all: Vec<Duration> = (0..c)
-            .flat_map(|k| (0..50u64).map(move |n| intended_offset(n, k, c, r)))
-            .collect();
+        let mut all: Vec<Duration> =
+            (0..c).flat_map(|k| (0..50u64).map(move |n| intended_offset(n, k, c, r))).collect();
         all.sort();
         for (g, t) in all.iter().enumerate() {
             let want = g as f64 / r;
-            assert!(
-                (t.as_secs_f64() - want).abs() < 1e-9,
-                "slot {g}: {t:?} vs {want}"
-            );
+            assert!((t.as_secs_f64() - want).abs() < 1e-9, "slot {g}: {t:?} vs {want}");
         }
     }
 
@@ -627,10 +603,7 @@ pub mod tests {
 
     #[test]
     fn stream_paths_per_surface() {
-        let mut cfg = test_config(
-            Target::parse("http://127.0.0.1:1/base").unwrap(),
-            Surface::V1,
-        );
+        let mut cfg = test_config(Target::parse("http://127.0.0.1:1/base").unwrap(), Surface::V1);
         cfg.prefix = "p".into();
         assert_eq!(cfg.stream_path(3), "/base/v1/stream/p-3");
         cfg.surface = Surface::Ds;
@@ -689,10 +662,7 @@ pub mod tests {
     /// with producer headers 200, or 204 for a repeated seq);
     /// GET ?offset=N|now&live=long-poll|sse -> the messages appended since
     /// (long-poll waits up to 100 ms, then 204; SSE ends after 300 ms).
-    pub fn fake_server(
-        post_status: u16,
-        fail_every: u64,
-    ) -> (Target, Arc<Mutex<Seen>>, Arc<AtomicBool>) {
+    pub fn fake_server(post_status: u16, fail_every: u64) -> (Target, Arc<Mutex<Seen>>, Arc<AtomicBool>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Seen::default()));
@@ -727,11 +697,7 @@ pub mod tests {
     fn serve_get(w: &mut TcpStream, seen: &Mutex<Seen>, target: &str) -> bool {
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         let param = |name: &str| {
-            query
-                .split('&')
-                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-                .unwrap_or("")
-                .to_string()
+            query.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')).unwrap_or("").to_string()
         };
         let (offset, live) = (param("offset"), param("live"));
         let json = seen.lock().unwrap().expect_ct.as_deref() == Some("application/json");
@@ -814,10 +780,7 @@ pub mod tests {
                 return;
             }
             let mut it = line.split_whitespace();
-            let (method, path) = (
-                it.next().unwrap_or("").to_string(),
-                it.next().unwrap_or("").to_string(),
-            );
+            let (method, path) = (it.next().unwrap_or("").to_string(), it.next().unwrap_or("").to_string());
             let mut cl = 0usize;
             let mut ct = String::new();
             let mut producer = (None, None);
@@ -923,12 +886,7 @@ pub mod tests {
         assert_eq!(g.bad_requests, 0);
         // Every POST the server answered is accounted for (the server may
         // have seen at most one in-flight request per connection more).
-        assert!(
-            g.posts >= r.ok + r.warmup_requests,
-            "{} vs {}",
-            g.posts,
-            r.ok
-        );
+        assert!(g.posts >= r.ok + r.warmup_requests, "{} vs {}", g.posts, r.ok);
         assert_eq!(g.post_bytes, g.posts * 100);
     }
 
@@ -944,10 +902,7 @@ pub mod tests {
         stop.store(true, Ordering::Relaxed);
         assert_eq!(r.errors(), 0, "{:?}", r.errors_by_status);
         let achieved = r.ok as f64 / r.measured.as_secs_f64();
-        assert!(
-            (achieved - 500.0).abs() <= 50.0,
-            "achieved {achieved} req/s, wanted 500 +- 10%"
-        );
+        assert!((achieved - 500.0).abs() <= 50.0, "achieved {achieved} req/s, wanted 500 +- 10%");
         // The schedule is exact: 500/s for 1 s after a 0.2 s warmup is 500
         // requests in the window, all of them sent.
         assert_eq!(r.ok + r.unsent, 500);
@@ -1041,10 +996,7 @@ pub mod tests {
         assert_eq!(r.threads, 1);
         assert_eq!(r.errors(), 0, "{:?}", r.errors_by_status);
         let achieved = r.ok as f64 / r.measured.as_secs_f64();
-        assert!(
-            (achieved - 500.0).abs() <= 50.0,
-            "achieved {achieved} req/s, wanted 500 +- 10%"
-        );
+        assert!((achieved - 500.0).abs() <= 50.0, "achieved {achieved} req/s, wanted 500 +- 10%");
         assert_eq!(r.ok + r.unsent, 500);
         assert_eq!(r.warmup_requests, 100);
         // One connection each, reused throughout.
@@ -1141,8 +1093,7 @@ pub mod tests {
         {
             let mut g = seen.lock().unwrap();
             for seq in 0..3 {
-                g.producer
-                    .push(("/v1/stream/lg-0".into(), "lg-dup-0".into(), seq));
+                g.producer.push(("/v1/stream/lg-0".into(), "lg-dup-0".into(), seq));
             }
         }
         let r = run(&cfg).unwrap();
