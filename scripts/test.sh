@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Every test of the project: unit, integration (real server over real
-# sockets), storage fault injection, then the official conformance suite
-# against a release build, twice, across a restart on the same data.
+# sockets), storage fault injection, the official conformance suite against
+# a release build twice (across a restart on the same data), and a short
+# loadgen smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace
 scripts/conformance.sh --restart
+scripts/loadgen-smoke.sh
