@@ -3,7 +3,7 @@
 use crate::config::{online_cpus, Config};
 use crate::limits::{
     LONG_POLL_TIMEOUT_MS_DEFAULT, LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
-    SEGMENT_BYTES_MIN, SHARDS_MAX,
+    SEGMENT_BYTES_MIN, SHARDS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN,
 };
 use crate::storage::dma_file::DirectIoMode;
 use clap::Parser;
@@ -48,6 +48,13 @@ pub struct Cli {
     #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT, env = "RINGSTREAM_SEGMENT_BYTES")]
     pub segment_bytes: u64,
 
+    /// Per shard, bytes of appends accepted but not yet on disk beyond which
+    /// new appends get 503 + Retry-After (backpressure; bounds memory). At
+    /// least 65536; one append larger than it is still taken when nothing
+    /// else is waiting.
+    #[arg(long, default_value_t = SHARD_PENDING_BYTES_MAX, env = "RINGSTREAM_MAX_PENDING_BYTES")]
+    pub max_pending_bytes: u64,
+
     /// Do not pin shard executors to CPUs (for running many test servers on
     /// a small machine; production wants pinning).
     #[arg(long)]
@@ -70,6 +77,9 @@ impl Cli {
                 "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}"
             ));
         }
+        if self.max_pending_bytes < SHARD_PENDING_BYTES_MIN {
+            return Err(format!("--max-pending-bytes must be at least {SHARD_PENDING_BYTES_MIN}"));
+        }
         Ok(Config {
             listen: self.listen,
             data_dir: self.data_dir,
@@ -77,6 +87,7 @@ impl Cli {
             direct_io: self.direct_io,
             long_poll_timeout_ms: self.long_poll_timeout_ms,
             segment_bytes: self.segment_bytes,
+            max_pending_bytes: self.max_pending_bytes,
             pin: !self.no_pin,
         })
     }

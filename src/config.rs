@@ -12,6 +12,8 @@ pub struct Config {
     pub direct_io: DirectIoMode,
     pub long_poll_timeout_ms: u64,
     pub segment_bytes: u64,
+    /// Per shard: bytes of appends waiting for disk beyond which appends get 503.
+    pub max_pending_bytes: u64,
     /// Pin each shard's executor to one CPU (off only for tests that run
     /// several servers on a small machine).
     pub pin: bool,

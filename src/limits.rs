@@ -31,8 +31,13 @@ pub const REQUEST_HEADER_BYTES_MAX: usize = 32 * 1024;
 pub const REQUEST_HEADER_COUNT_MAX: usize = 64;
 
 /// Bytes of appends accepted but not yet durable, per shard. Beyond it new
-/// appends get 503 + Retry-After instead of growing memory.
+/// appends get 503 + Retry-After instead of growing memory. The default of
+/// `--max-pending-bytes`.
 pub const SHARD_PENDING_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Smallest `--max-pending-bytes` accepted. A single append larger than the
+/// bound is still taken when nothing else is pending, so a small bound
+/// throttles without refusing large requests forever.
+pub const SHARD_PENDING_BYTES_MIN: u64 = 64 * 1024;
 /// Seconds a client is told to wait on backpressure.
 pub const RETRY_AFTER_SECS: u64 = 1;
 
@@ -94,4 +99,5 @@ const _: () = assert!(REQUEST_BODY_BYTES_MAX as usize + 4096 <= RECORD_BODY_BYTE
 const _: () = assert!((RECORD_BODY_BYTES_MAX + RECORD_HEADER_BYTES) as u64 <= SEGMENT_BYTES_DEFAULT);
 // Backpressure must admit at least one maximal request.
 const _: () = assert!(SHARD_PENDING_BYTES_MAX >= REQUEST_BODY_BYTES_MAX);
+const _: () = assert!(SHARD_PENDING_BYTES_MIN <= SHARD_PENDING_BYTES_MAX);
 const _: () = assert!(LONG_POLL_TIMEOUT_MS_DEFAULT <= LONG_POLL_TIMEOUT_MS_MAX);

@@ -4,9 +4,7 @@
 
 use crate::config::Config;
 use crate::http::conn::{self, ConnContext};
-use crate::limits::{
-    EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX,
-};
+use crate::limits::{EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX};
 use crate::protocol::Outcome;
 use crate::shard::mesh::{self, Mesh, Peers};
 use crate::shard::router::{Dispatch, Reply, ShardRequest};
@@ -173,7 +171,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     };
                     let storage = crate::storage::io::SegmentStore::describe(&store);
                     let log_cfg =
-                        LogConfig { segment_bytes: cfg.segment_bytes, pending_bytes_max: SHARD_PENDING_BYTES_MAX };
+                        LogConfig { segment_bytes: cfg.segment_bytes, pending_bytes_max: cfg.max_pending_bytes };
                     let (log, records, report) = match Log::open(store, log_cfg).await {
                         Ok(x) => x,
                         Err(e) => return fail(format!("shard {id}: recovery failed: {e}")),
