@@ -468,6 +468,27 @@ fn dialect_table_on_both_surfaces() {
     dialect_rows(&mut c, "dialect", true);
 }
 
+#[test]
+fn head_with_if_none_match() {
+    let srv = Server::start();
+    let mut c = srv.conn();
+    make_bucket(&mut c, "heads");
+    st(&c.request("PUT", &ds("heads", "s"), &[TEXT], b"abc"), 201, "PUT");
+    for p in [ds("heads", "s"), v1("heads", "s")] {
+        let etag = c.request("HEAD", &p, &[], b"").must("etag").to_string();
+        let r = c.request("HEAD", &p, &[("If-None-Match", &etag)], b"");
+        st(&r, 304, &format!("{p}: HEAD with the current ETag"));
+        assert_eq!(r.header("etag"), Some(etag.as_str()));
+        st(&c.request("HEAD", &p, &[("If-None-Match", "\"other\"")], b""), 200, &format!("{p}: another ETag"));
+        st(&c.request("HEAD", &p, &[("If-None-Match", "*")], b""), 304, &format!("{p}: If-None-Match: *"));
+    }
+    let etag = c.request("HEAD", &ds("heads", "s"), &[], b"").must("etag").to_string();
+    st(&c.request("POST", &ds("heads", "s"), &[TEXT], b"d"), 200, "append");
+    let r = c.request("HEAD", &ds("heads", "s"), &[("If-None-Match", &etag)], b"");
+    st(&r, 200, "HEAD with the ETag from before an append");
+    assert_ne!(r.must("etag"), etag);
+}
+
 // ---------------------------------------------------------------------------
 // Buckets
 

@@ -194,7 +194,8 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             r.body = rd.body;
             r
         }
-        Outcome::Head(info) => {
+        Outcome::Head { info, not_modified: true } => Response::new(304).header("ETag", info.etag),
+        Outcome::Head { info, .. } => {
             let mut r = stream_headers(Response::new(200), &info)
                 .header("Content-Type", info.content_type.clone())
                 .header("Cache-Control", "no-store");

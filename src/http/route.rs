@@ -167,7 +167,7 @@ fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surf
                 if_none_match: h("if-none-match"),
             })
         }
-        Method::Head => StreamOp::Head,
+        Method::Head => StreamOp::Head { if_none_match: h("if-none-match") },
         Method::Delete => StreamOp::Delete,
         _ => return Err(RouteError::MethodNotAllowed("GET, HEAD, PUT, POST, DELETE, OPTIONS")),
     };

@@ -71,7 +71,10 @@ pub enum StreamOp {
     Create(CreateReq),
     Append(AppendReq),
     Read(ReadReq),
-    Head,
+    /// `If-None-Match` equal to the stream's ETag → 304 (snakream.md).
+    Head {
+        if_none_match: Option<String>,
+    },
     Delete,
 }
 
@@ -171,7 +174,11 @@ pub enum Outcome {
         close_only: bool,
     },
     Read(ReadOutcome),
-    Head(StreamInfo),
+    /// HEAD. `not_modified`: If-None-Match matched the stream's ETag (304).
+    Head {
+        info: StreamInfo,
+        not_modified: bool,
+    },
     Deleted,
     BucketCreated,
     BucketInfo {

@@ -462,11 +462,14 @@ impl<S: SegmentStore> Shard<S> {
             StreamOp::Append(a) => self.append(key, a).await,
             StreamOp::Read(r) if r.live == Live::No => self.read(&key, r),
             StreamOp::Read(r) => self.read_live(&key, r).await,
-            StreamOp::Head => {
+            StreamOp::Head { if_none_match } => {
                 let streams = self.streams.borrow();
                 let s = streams.get(&key).ok_or(Error::NotFound)?;
                 // HEAD does not refresh a sliding TTL (F46).
-                Ok(Outcome::Head(s.info(&s.visible(self.log.durable_lsn()))))
+                let info = s.info(&s.visible(self.log.durable_lsn()));
+                let not_modified =
+                    if_none_match.as_deref().is_some_and(|h| crate::protocol::headers::etag_matches(h, &info.etag));
+                Ok(Outcome::Head { info, not_modified })
             }
             StreamOp::Delete => self.delete(key).await,
         }
