@@ -69,6 +69,12 @@ pub const SSE_CONNECTION_MS_MAX: u64 = 60_000;
 /// `server::start_kicker`): the longest a lost io_uring wake-up can stall.
 pub const EXECUTOR_KICK_INTERVAL_MS: u64 = 5;
 
+/// Boot is restarted (the process re-executes itself) when no shard made
+/// progress for this long, at most BOOT_ATTEMPTS_MAX times; see
+/// `server::wait_boot`.
+pub const BOOT_STALL_SECS: u64 = 10;
+pub const BOOT_ATTEMPTS_MAX: u32 = 3;
+
 /// Most shards (executors) one server runs.
 pub const SHARDS_MAX: usize = 256;
 

@@ -142,11 +142,13 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(cfg.shards);
     let (replicated_tx, replicated_rx) = crossbeam_channel::bounded::<()>(cfg.shards);
     let threads: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.shards).map(|_| AtomicU64::new(0)).collect());
+    let progress: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.shards).map(|_| AtomicU64::new(0)).collect());
     install_kick_handler()?;
     start_kicker(threads.clone());
     let mut handles = Vec::new();
     for id in 0..cfg.shards {
         let threads = threads.clone();
+        let progress = progress.clone();
         let placement = if cfg.pin { Placement::Fixed(cpus[id % cpus.len()]) } else { Placement::Unbound };
         let cfg = cfg.clone();
         let link = mesh_plan.link(id);
@@ -165,6 +167,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         let _ = boot_tx.send(Boot::Failed(e));
                     };
                     let dir = cfg.data_dir.join(format!("shard-{id}"));
+                    boot_step(&progress[id], &format!("shard {id}: boot: opening {}", dir.display()));
                     let store = match DiskStore::open(&dir, direct).await {
                         Ok(s) => s,
                         Err(e) => return fail(format!("shard {id}: opening {}: {e}", dir.display())),
@@ -172,6 +175,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     let storage = crate::storage::io::SegmentStore::describe(&store);
                     let log_cfg =
                         LogConfig { segment_bytes: cfg.segment_bytes, pending_bytes_max: cfg.max_pending_bytes };
+                    boot_step(&progress[id], &format!("shard {id}: boot: recovering the log"));
                     let (log, records, report) = match Log::open(store, log_cfg).await {
                         Ok(x) => x,
                         Err(e) => return fail(format!("shard {id}: recovery failed: {e}")),
@@ -190,6 +194,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     glommio::spawn_local(async move { l.run_writer().await }).detach();
                     let l = log.clone();
                     glommio::spawn_local(async move { l.run_preparer().await }).detach();
+                    boot_step(&progress[id], &format!("shard {id}: boot: joining the mesh"));
                     let (mesh, inbox) = link.join();
                     shard.set_peers(mesh.clone());
                     {
@@ -223,6 +228,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                             return fail(format!("shard {id}: counting fork references: {e}"));
                         }
                     }
+                    boot_step(&progress[id], &format!("shard {id}: boot: replicated"));
                     let _ = replicated_tx.send(());
                     // Wait for every shard's buckets, while still serving the mesh.
                     while go_rx.try_recv().is_err() {
@@ -230,6 +236,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     }
                     let s = shard.clone();
                     glommio::spawn_local(async move { s.collect_unreferenced().await }).detach();
+                    boot_step(&progress[id], &format!("shard {id}: boot: listening"));
                     let listener = match TcpListener::bind(addr) {
                         Ok(l) => l,
                         Err(e) => return fail(format!("shard {id}: listening on {addr}: {e}")),
@@ -271,13 +278,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     }
     drop(boot_tx);
     for _ in 0..cfg.shards {
-        match replicated_rx.recv_timeout(Duration::from_secs(600)) {
-            Ok(()) => {}
-            Err(_) => match boot_rx.try_recv() {
-                Ok(Boot::Failed(e)) => bail!(e),
-                _ => bail!("a shard did not finish recovery"),
-            },
-        }
+        wait_boot(&replicated_rx, &boot_rx, &progress)?;
         if let Ok(Boot::Failed(e)) = boot_rx.try_recv() {
             bail!(e);
         }
@@ -286,12 +287,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         let _ = go_tx.send(());
     }
     for _ in 0..cfg.shards {
-        match boot_rx.recv() {
-            Ok(Boot::Ready { shard, streams, storage, recovery }) => {
+        match wait_boot(&boot_rx, &boot_rx, &progress)? {
+            Boot::Ready { shard, streams, storage, recovery } => {
                 log::info!("shard {shard}: {storage}; recovered {streams} streams ({recovery})")
             }
-            Ok(Boot::Failed(e)) => bail!(e),
-            Err(_) => bail!("a shard exited during boot"),
+            Boot::Failed(e) => bail!(e),
         }
     }
     drop(reservation);
@@ -364,4 +364,55 @@ fn start_kicker(threads: Arc<Vec<AtomicU64>>) {
             }
         })
         .expect("starting the kicker thread");
+}
+
+fn boot_step(progress: &AtomicU64, what: &str) {
+    log::debug!("{what}");
+    progress.fetch_add(1, Ordering::Release);
+}
+
+/// Waits for one boot message. glommio 0.9 occasionally loses an I/O
+/// completion during an executor's first steps (about 1 boot in 50 under
+/// heavy parallel load; the kicker does not revive it because nothing is
+/// pending any more). Boot is idempotent (recovery only reads, truncates a
+/// torn tail and removes unused segments), so when no shard has made
+/// progress for BOOT_STALL_SECS we start over by re-executing ourselves, at
+/// most BOOT_ATTEMPTS_MAX times.
+fn wait_boot<T>(rx: &crossbeam_channel::Receiver<T>, failures: &crossbeam_channel::Receiver<Boot>, progress: &[AtomicU64]) -> anyhow::Result<T> {
+    use crate::limits::{BOOT_ATTEMPTS_MAX, BOOT_STALL_SECS};
+    let total = || progress.iter().map(|p| p.load(Ordering::Acquire)).sum::<u64>();
+    let mut seen = total();
+    let mut since = std::time::Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(x) => return Ok(x),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => bail!("a shard exited during boot"),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+        }
+        if let Ok(Boot::Failed(e)) = failures.try_recv() {
+            bail!(e);
+        }
+        let now = total();
+        if now != seen {
+            seen = now;
+            since = std::time::Instant::now();
+            continue;
+        }
+        if since.elapsed() < Duration::from_secs(BOOT_STALL_SECS) {
+            continue;
+        }
+        let attempt: u32 = std::env::var("RINGSTREAM_BOOT_ATTEMPT").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+        if attempt >= BOOT_ATTEMPTS_MAX {
+            log::error!("boot made no progress for {BOOT_STALL_SECS} s (attempt {attempt}); still waiting");
+            since = std::time::Instant::now();
+            continue;
+        }
+        log::error!("boot made no progress for {BOOT_STALL_SECS} s (an executor lost an I/O completion); restarting the process, attempt {}", attempt + 1);
+        use std::os::unix::process::CommandExt;
+        let err = std::process::Command::new("/proc/self/exe")
+            .args(std::env::args_os().skip(1))
+            .env("RINGSTREAM_BOOT_ATTEMPT", (attempt + 1).to_string())
+            .exec();
+        bail!("re-executing for a new boot attempt: {err}");
+    }
 }

@@ -49,8 +49,11 @@ struct Door {
 }
 
 impl Door {
-    fn deliver(&self, msg: Msg) -> Result<(), Msg> {
-        self.inbox.send(msg).map_err(|e| e.0)?;
+    /// Queues a message for the owner; false if its inbox is gone.
+    fn deliver(&self, msg: Msg) -> bool {
+        if self.inbox.send(msg).is_err() {
+            return false;
+        }
         // Pairs with the fence in `Inbox::wait`: either the owner sees the
         // message when it re-checks after arming, or we see `armed` and ring.
         fence(Ordering::SeqCst);
@@ -59,7 +62,7 @@ impl Door {
             // A full socket buffer means a wake-up is already pending.
             let _ = (&self.bell).write(&[1]);
         }
-        Ok(())
+        true
     }
 }
 
@@ -205,7 +208,7 @@ impl Peers for Mesh {
             let (tx, rx) = oneshot::channel();
             self.waiting.borrow_mut().insert(id, tx);
             self.hops_out.set(self.hops_out.get() + 1);
-            if self.doors[target].deliver(Msg::Request { id, from: self.me, req }).is_err() {
+            if !self.doors[target].deliver(Msg::Request { id, from: self.me, req }) {
                 self.waiting.borrow_mut().remove(&id);
                 return Err(Error::Unavailable(format!("shard {target} is not reachable")));
             }
