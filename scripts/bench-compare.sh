@@ -86,7 +86,7 @@ wait_listening() { # file pattern
 # Runs the saturation search and the open-loop fractions against $1 (base URL), label $2.
 measure() {
   local url="$1" label="$2" best=0 c
-  for c in 16 64 128; do
+  for c in 16 64 256; do
     "$LG" --target "$url" --surface v1 --streams 64 --connections "$c" --payload 1024 \
       --duration "$DURATION" --warmup 2 --rate 0 --quiet --allow-errors --prefix "sat$c" \
       --out "$OUT/$label-closed-c$c.json" > "$OUT/$label-closed-c$c.txt"
@@ -99,7 +99,7 @@ measure() {
   for f in 25 50 75; do
     local rate=$(( best * f / 100 ))
     [ "$rate" -ge 1 ] || rate=1
-    "$LG" --target "$url" --surface v1 --streams 64 --connections 128 --payload 1024 \
+    "$LG" --target "$url" --surface v1 --streams 64 --connections 256 --payload 1024 \
       --duration "$DURATION" --warmup 2 --rate "$rate" --quiet --allow-errors --prefix "open$f" \
       --out "$OUT/$label-open$f.json" --hgrm "$OUT/$label-open$f.hgrm" > "$OUT/$label-open$f.txt"
     python3 - "$OUT/$label-open$f.json" "$label" "$f" <<'PY'
