@@ -9,7 +9,8 @@ use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criteri
 use ringstream::http::parse::{parse_head, BodyKind, ChunkProgress, ChunkedDecoder, ParseLimits};
 use ringstream::http::route::{route, Route};
 use ringstream::limits::{REQUEST_BODY_BYTES_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX};
-use std::time::Duration;
+
+mod common;
 
 const LIMITS: ParseLimits = ParseLimits {
     header_bytes_max: REQUEST_HEADER_BYTES_MAX,
@@ -125,10 +126,7 @@ fn benches(c: &mut Criterion) {
 
 criterion_group! {
     name = group;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30);
+    config = common::short();
     targets = benches
 }
 criterion_main!(group);

@@ -5,7 +5,8 @@
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringstream::protocol::json::{normalize, wrap_array};
 use std::fmt::Write;
-use std::time::Duration;
+
+mod common;
 
 /// One event as a client would pretty-print it: strings, integers, a float,
 /// a nested object and an array, so every scanner path is exercised.
@@ -69,10 +70,7 @@ fn bench_normalize(c: &mut Criterion) {
 
 criterion_group! {
     name = group;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30);
+    config = common::short();
     targets = bench_normalize
 }
 criterion_main!(group);

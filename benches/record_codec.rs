@@ -4,7 +4,8 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringstream::storage::record::{self, RecordHeader};
-use std::time::Duration;
+
+mod common;
 
 const SEGMENT_NO: u64 = 7;
 const BODY_BYTES: [usize; 3] = [64, 1024, 64 * 1024];
@@ -54,10 +55,7 @@ fn bench_decode(c: &mut Criterion) {
 
 criterion_group! {
     name = group;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30);
+    config = common::short();
     targets = bench_encode, bench_decode
 }
 criterion_main!(group);

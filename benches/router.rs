@@ -4,7 +4,8 @@
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringstream::protocol::StreamKey;
 use ringstream::shard::router::{shard_for, shard_for_bucket};
-use std::time::Duration;
+
+mod common;
 
 /// A common deployment size; the hash cost does not depend on it.
 const SHARDS: usize = 16;
@@ -59,10 +60,7 @@ fn bench_router(c: &mut Criterion) {
 
 criterion_group! {
     name = group;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30);
+    config = common::short();
     targets = bench_router
 }
 criterion_main!(group);

@@ -56,7 +56,6 @@ pub const SHARD_CONNECTIONS_MAX: usize = 16 * 1024;
 /// Bytes one socket read may return (per-connection read space).
 pub const CONN_READ_CHUNK_BYTES: usize = 16 * 1024;
 
-
 /// Long-poll timeout default and bounds (milliseconds).
 pub const LONG_POLL_TIMEOUT_MS_DEFAULT: u64 = 20_000;
 pub const LONG_POLL_TIMEOUT_MS_MAX: u64 = 600_000;

@@ -378,7 +378,11 @@ fn boot_step(progress: &AtomicU64, what: &str) {
 /// torn tail and removes unused segments), so when no shard has made
 /// progress for BOOT_STALL_SECS we start over by re-executing ourselves, at
 /// most BOOT_ATTEMPTS_MAX times.
-fn wait_boot<T>(rx: &crossbeam_channel::Receiver<T>, failures: &crossbeam_channel::Receiver<Boot>, progress: &[AtomicU64]) -> anyhow::Result<T> {
+fn wait_boot<T>(
+    rx: &crossbeam_channel::Receiver<T>,
+    failures: &crossbeam_channel::Receiver<Boot>,
+    progress: &[AtomicU64],
+) -> anyhow::Result<T> {
     use crate::limits::{BOOT_ATTEMPTS_MAX, BOOT_STALL_SECS};
     let total = || progress.iter().map(|p| p.load(Ordering::Acquire)).sum::<u64>();
     let mut seen = total();

@@ -487,8 +487,9 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
-    /// Logs a delete and forgets the stream. Returns the delete's lsn.
-    fn remove_stream(&self, key: &StreamKey) -> Result<u64, Error> {
+    /// Appends a delete record for the stream at `key` (hard or soft) and
+    /// returns its lsn and the stream's incarnation.
+    fn log_delete(&self, key: &StreamKey, soft: bool) -> Result<(u64, u64, u32), Error> {
         let (uid, inc, tail) = {
             let streams = self.streams.borrow();
             let s = streams.get(key).ok_or(Error::NotFound)?;
@@ -501,7 +502,13 @@ impl<S: SegmentStore> Shard<S> {
             stream_offset: tail,
             body_len: 0,
         };
-        let (_, lsn) = self.log.append(h, &[]).map_err(storage_err)?;
+        let (_, lsn) = self.log.append(h, &persist::encode_delete(soft)).map_err(storage_err)?;
+        Ok((lsn, uid, inc))
+    }
+
+    /// Logs a delete and forgets the stream. Returns the delete's lsn.
+    fn remove_stream(&self, key: &StreamKey) -> Result<u64, Error> {
+        let (lsn, uid, inc) = self.log_delete(key, false)?;
         self.streams.borrow_mut().remove(key);
         self.by_uid.borrow_mut().remove(&uid);
         self.tombstones.borrow_mut().insert(key.clone(), inc);
@@ -511,23 +518,15 @@ impl<S: SegmentStore> Shard<S> {
     /// Soft-deletes a stream that forks reference, else removes it. Returns
     /// the record's lsn and, for a removed fork, its source to release.
     fn delete_now(&self, key: &StreamKey) -> Result<(u64, Option<ForkRecord>), Error> {
-        let (uid, inc, tail, refs) = {
+        let (refs, fork) = {
             let streams = self.streams.borrow();
             let s = streams.get(key).ok_or(Error::NotFound)?;
-            (s.uid, s.incarnation, s.tail, s.fork_refs)
+            (s.fork_refs, s.fork.clone())
         };
         if refs == 0 {
-            let fork = self.streams.borrow().get(key).and_then(|s| s.fork.clone());
             return Ok((self.remove_stream(key)?, fork));
         }
-        let h = RecordHeader {
-            kind: persist::KIND_DELETE,
-            stream_id: uid,
-            incarnation: inc,
-            stream_offset: tail,
-            body_len: 0,
-        };
-        let (_, lsn) = self.log.append(h, &persist::encode_delete(true)).map_err(storage_err)?;
+        let (lsn, _, _) = self.log_delete(key, true)?;
         let mut streams = self.streams.borrow_mut();
         let s = streams.get_mut(key).expect("checked above");
         s.soft_deleted = true;
