@@ -15,7 +15,8 @@ use std::path::PathBuf;
 /// Serves the product API under /ds/{bucket}/{stream} and the base Durable
 /// Streams protocol under /v1/stream/{path} over one storage engine. One
 /// pinned io_uring executor per shard; every append is acknowledged only
-/// after it is on stable storage (group-committed write + fdatasync).
+/// after it is on stable storage (group-committed O_DIRECT|O_DSYNC write,
+/// or buffered write + fdatasync without O_DIRECT).
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 pub struct Cli {
@@ -36,7 +37,8 @@ pub struct Cli {
 
     /// O_DIRECT use: `required` fails at boot if the data directory's file
     /// system cannot do it; `optional` uses it where possible (tmpfs cannot);
-    /// `disabled` uses buffered writes. Every mode fdatasyncs before acking.
+    /// `disabled` uses buffered writes. Every mode makes a write durable
+    /// (O_DSYNC, or fdatasync) before acknowledging it.
     #[arg(long, value_enum, default_value = "optional", env = "RINGSTREAM_DIRECT_IO")]
     pub direct_io: DirectIoMode,
 
