@@ -74,6 +74,10 @@ pub const EXECUTOR_KICK_INTERVAL_MS: u64 = 5;
 pub const BOOT_STALL_SECS: u64 = 10;
 pub const BOOT_ATTEMPTS_MAX: u32 = 3;
 
+/// Accepted appends remembered per idempotent producer, so that a retried
+/// duplicate answers with its original offset.
+pub const PRODUCER_ACKS_KEPT: usize = 16;
+
 /// Most shards (executors) one server runs.
 pub const SHARDS_MAX: usize = 256;
 

@@ -568,3 +568,31 @@ fn many_streams_two_shards() {
     assert_status(&c.request("HEAD", "/v1/stream/many/s0", &[], b""), 200, "HEAD after the load");
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn producer_retry_answers_the_original_offset() {
+    let mut s = Server::start();
+    let mut c = s.conn();
+    assert_status(&c.request("PUT", "/ds/retries", &[], b""), 201, "bucket");
+    for (surface, path) in [("v1", "/v1/stream/retries/p"), ("ds", "/ds/retries/q")] {
+        assert_status(&c.request("PUT", path, &[TEXT], b""), 201, "create");
+        let mut snos = Vec::new();
+        for seq in ["0", "1", "2"] {
+            let r = c.request("POST", path, &producer("w", "0", seq), format!("m{seq}").as_bytes());
+            assert_status(&r, 200, "accepted");
+            snos.push(r.sno());
+        }
+        let r = c.request("POST", path, &producer("w", "0", "1"), b"m1");
+        assert_status(&r, if surface == "ds" { 200 } else { 204 }, "duplicate");
+        assert_eq!(r.sno(), snos[1], "{surface}: a retry of seq 1 answers the offset seq 1 got");
+        assert_eq!(r.header("producer-seq"), Some("2"), "{surface}: highest accepted seq");
+        assert_eq!(read_all(&mut c, path).0, b"m0m1m2", "{surface}: nothing written twice");
+    }
+    // The offsets are rebuilt from the log after a restart.
+    s.restart();
+    let mut c = s.conn();
+    for path in ["/v1/stream/retries/p", "/ds/retries/q"] {
+        let r = c.request("POST", path, &producer("w", "0", "0"), b"m0");
+        assert_eq!(r.sno(), "0000000000000000_0000000000000002", "{path}: seq 0 ended at byte 2");
+    }
+}

@@ -22,7 +22,7 @@ use crate::storage::io::SegmentStore;
 use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -65,6 +65,10 @@ struct Stream {
     closed_by: Option<(String, u64, u64)>,
     chunks: Vec<Chunk>,
     producers: HashMap<String, ProducerState>,
+    /// Per producer, the tail after each of its latest accepted appends
+    /// (epoch, seq, tail), so a retried duplicate answers with the offset the
+    /// original got (snakream.md). At most PRODUCER_ACKS_KEPT per producer.
+    producer_acks: HashMap<String, VecDeque<(u64, u64, u64)>>,
     stream_seq: Option<String>,
     /// Lsn of the latest record about this stream.
     last_lsn: u64,
@@ -116,6 +120,18 @@ impl Stream {
                 _ => None,
             },
         }
+    }
+
+    fn remember_ack(&mut self, producer: &str, epoch: u64, seq: u64) {
+        let acks = self.producer_acks.entry(producer.to_string()).or_default();
+        if acks.len() == crate::limits::PRODUCER_ACKS_KEPT {
+            acks.pop_front();
+        }
+        acks.push_back((epoch, seq, self.tail));
+    }
+
+    fn acked_tail(&self, producer: &str, epoch: u64, seq: u64) -> Option<u64> {
+        self.producer_acks.get(producer)?.iter().find(|(e, s, _)| *e == epoch && *s == seq).map(|(_, _, t)| *t)
     }
 
     fn config(&self) -> CreateConfig {
@@ -233,6 +249,7 @@ impl<S: SegmentStore> Shard<S> {
                         closed_by: None,
                         chunks: Vec::new(),
                         producers: HashMap::new(),
+                        producer_acks: HashMap::new(),
                         stream_seq: None,
                         last_lsn: 0,
                         waiters: Vec::new(),
@@ -282,6 +299,7 @@ impl<S: SegmentStore> Shard<S> {
                     }
                     if let Some((pid, epoch, seq)) = &a.producer {
                         s.producers.insert(pid.clone(), ProducerState { epoch: *epoch, last_seq: *seq });
+                        s.remember_ack(pid, *epoch, *seq);
                     }
                     if a.close {
                         s.closed = true;
@@ -799,6 +817,7 @@ impl<S: SegmentStore> Shard<S> {
             closed_by: None,
             chunks: Vec::new(),
             producers: HashMap::new(),
+            producer_acks: HashMap::new(),
             stream_seq: None,
             last_lsn: lsn,
             waiters: Vec::new(),
@@ -888,8 +907,16 @@ impl<S: SegmentStore> Shard<S> {
         if let Some(producer) = producer_ack {
             let streams = self.streams.borrow();
             let s = streams.get(&key).ok_or(Error::NotFound)?;
+            let mut v = s.visible(self.log.durable_lsn());
+            if let (Some(p), Some(_)) = (&req.producer, &producer) {
+                // A retry answers with the offset its original got, when we
+                // still remember it; older ones get the current tail.
+                if let Some(t) = s.acked_tail(&p.id, p.epoch, p.seq) {
+                    v.tail = t.min(v.tail);
+                }
+            }
             return Ok(Outcome::Appended {
-                info: s.info(&s.visible(self.log.durable_lsn())),
+                info: s.info(&v),
                 producer,
                 duplicate: true,
                 close_only: req.body.is_empty(),
@@ -940,6 +967,7 @@ impl<S: SegmentStore> Shard<S> {
             }
             if let Some(p) = &producer {
                 s.producers.insert(p.id.clone(), ProducerState { epoch: p.epoch, last_seq: p.seq });
+                s.remember_ack(&p.id, p.epoch, p.seq);
             }
             if rec.close {
                 s.closed = true;
