@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every test of the project: unit, integration (real server over real
 # sockets), storage fault injection, the official conformance suite against
-# a release build twice (across a restart on the same data), and a short
-# loadgen smoke run.
+# a release build twice (across a restart on the same data), the official
+# TypeScript client under /ds, and a short loadgen smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace
 scripts/conformance.sh --restart
+scripts/ts-client-demo.sh
 scripts/loadgen-smoke.sh
