@@ -5,16 +5,12 @@
 # errors. No latency thresholds here: figures belong in docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/server.sh
 cargo build --release --quiet -p ringstream -p loadgen
 work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-smoke.XXXXXX")"
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-target/release/ringstream --listen 127.0.0.1:0 --data-dir "$work/data" --shards 2 --no-pin \
-  --long-poll-timeout-ms 1000 >"$work/out" 2>"$work/err" &
-pid=$!
-for _ in $(seq 1 300); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
-url="http://$(grep -o '127.0.0.1:[0-9]*' "$work/out" | head -1)"
-[ "$url" != "http://" ] || { echo "smoke: server did not start"; cat "$work/err"; exit 3; }
+start_server "$work"
 
 target/release/loadgen --target "$url" --duration 3 --warmup 0.5 --quiet --out "$work/closed.json" >/dev/null
 target/release/loadgen --target "$url" --surface ds --rate 500 --streams 8 --connections 4 --readers 2 \
