@@ -78,6 +78,13 @@ pub const BOOT_ATTEMPTS_MAX: u32 = 3;
 /// duplicate answers with its original offset.
 pub const PRODUCER_ACKS_KEPT: usize = 16;
 
+/// Snapshots kept per stream: publishing one more forgets the oldest.
+pub const SNAPSHOTS_PER_STREAM_MAX: usize = 8;
+/// Interval of each shard's reclaim pass (segment deletion, TTL sweep).
+pub const RECLAIM_INTERVAL_MS: u64 = 1_000;
+/// State records one reclaim pass may re-log to free old segments.
+pub const RECLAIM_RELOG_MAX: usize = 4_096;
+
 /// Most shards (executors) one server runs.
 pub const SHARDS_MAX: usize = 256;
 

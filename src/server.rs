@@ -236,6 +236,16 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     }
                     let s = shard.clone();
                     glommio::spawn_local(async move { s.collect_unreferenced().await }).detach();
+                    // Only now: every fork has counted its reference, so the
+                    // TTL sweep inside never hard-deletes a referenced source.
+                    let s = shard.clone();
+                    glommio::spawn_local(async move {
+                        loop {
+                            glommio::timer::sleep(Duration::from_millis(crate::limits::RECLAIM_INTERVAL_MS)).await;
+                            s.reclaim().await;
+                        }
+                    })
+                    .detach();
                     boot_step(&progress[id], &format!("shard {id}: boot: listening"));
                     let listener = match TcpListener::bind(addr) {
                         Ok(l) => l,

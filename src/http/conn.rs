@@ -200,7 +200,6 @@ async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u
         },
         Err(RouteError::Protocol(e)) => respond::error(surface, &e),
         Err(RouteError::MethodNotAllowed(allow)) => respond::plain(405, "method not allowed").header("Allow", allow),
-        Err(RouteError::NotImplemented(what)) => respond::plain(501, what),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Outcomes and errors to HTTP responses: the only place that knows status
 //! codes, and where the /ds and /v1 dialects differ (snakream.md's table).
 
-use crate::protocol::{Error, Listing, Outcome, StreamInfo, Surface};
+use crate::protocol::{Bootstrap, Error, Listing, Outcome, StreamInfo, Surface};
 use std::fmt::Write;
 
 /// A response before serialisation.
@@ -28,7 +28,7 @@ impl Response {
 
 const EXPOSE: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, \
 Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, \
-Producer-Received-Seq, ETag, Content-Type, Location, Retry-After";
+Producer-Received-Seq, ETag, Content-Type, Location, Retry-After, Stream-Snapshot-Offset";
 
 fn reason(status: u16) -> &'static str {
     match status {
@@ -205,8 +205,36 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             if let Some(e) = &info.expires_at {
                 r = r.header("Stream-Expires-At", e.clone());
             }
+            if let Some(o) = info.snapshot_offset {
+                r = r.header("Stream-Snapshot-Offset", o.to_string());
+            }
             r
         }
+        Outcome::SnapshotPublished { info, offset } => Response::new(204)
+            .header("Stream-Next-Offset", info.next_offset.to_string())
+            .header("ETag", info.etag)
+            .header("Stream-Snapshot-Offset", offset.to_string()),
+        Outcome::SnapshotAt { offset } => Response::new(307)
+            .header("Location", format!("{}/{offset}", location()))
+            .header("Stream-Snapshot-Offset", offset.to_string())
+            .header("Cache-Control", "no-store"),
+        Outcome::Snapshot { info, offset, content_type, body } => {
+            let up_to_date = offset == info.next_offset;
+            let mut r = Response::new(200)
+                .header("Content-Type", content_type)
+                .header("Stream-Next-Offset", info.next_offset.to_string())
+                .header("Stream-Snapshot-Offset", offset.to_string())
+                .header("Cache-Control", "no-store");
+            if up_to_date {
+                r = r.header("Stream-Up-To-Date", "true");
+            }
+            if up_to_date && info.closed {
+                r = r.header("Stream-Closed", "true");
+            }
+            r.body = body;
+            r
+        }
+        Outcome::Bootstrap(b) => bootstrap(b),
         Outcome::Deleted | Outcome::BucketDeleted => Response::new(204),
         Outcome::BucketCreated => Response::new(201),
         Outcome::BucketInfo { bucket, streams } => {
@@ -224,6 +252,44 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             Response::new(500).text("internal message reached the HTTP edge")
         }
     }
+}
+
+/// `GET .../bootstrap` as `multipart/mixed` (RFC 2046): the snapshot part
+/// (empty without a snapshot), then one part per message.
+fn bootstrap(b: Bootstrap) -> Response {
+    let parts = || {
+        let snap = b.snapshot.as_ref().map_or(&[][..], |s| &s.2[..]);
+        std::iter::once(snap).chain(b.messages.iter().map(Vec::as_slice))
+    };
+    // The boundary must not occur in any part; grow it until it does not.
+    let mut boundary =
+        format!("ringstream-{}", b.info.etag.trim_matches('"').replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+    while parts().any(|p| p.windows(boundary.len()).any(|w| w == boundary.as_bytes())) {
+        boundary.push('x');
+    }
+    let mut body = Vec::with_capacity(parts().map(|p| p.len() + 96).sum());
+    let snapshot_type = b.snapshot.as_ref().map_or("application/octet-stream", |s| s.1.as_str());
+    for (i, part) in parts().enumerate() {
+        let ct = if i == 0 { snapshot_type } else { b.message_type.as_str() };
+        let _ = write!(out_str(&mut body), "--{boundary}\r\nContent-Type: {ct}\r\n\r\n");
+        body.extend_from_slice(part);
+        body.extend_from_slice(b"\r\n");
+    }
+    let _ = write!(out_str(&mut body), "--{boundary}--\r\n");
+    let snapshot_offset = b.snapshot.as_ref().map_or("-1".to_string(), |s| s.0.to_string());
+    let mut r = Response::new(200)
+        .header("Content-Type", format!("multipart/mixed; boundary={boundary}"))
+        .header("Stream-Next-Offset", b.next_offset.to_string())
+        .header("Stream-Snapshot-Offset", snapshot_offset)
+        .header("Cache-Control", "no-store");
+    if b.up_to_date {
+        r = r.header("Stream-Up-To-Date", "true");
+    }
+    if b.closed_at_end {
+        r = r.header("Stream-Closed", "true");
+    }
+    r.body = body;
+    r
 }
 
 /// The JSON body of `GET /ds/{bucket}/streams` (snakream.md).

@@ -8,7 +8,9 @@ use crate::protocol::headers::{parse_lifetime, parse_producer, stream_closed_req
 use crate::protocol::names::{split_v1_path, validate_bucket_id, validate_ds_stream_id};
 use crate::protocol::offset::{parse_offset, parse_read_from, ReadFrom};
 use crate::protocol::ForkReq;
-use crate::protocol::{AppendReq, BucketOp, CreateReq, Error, ListReq, Live, ReadReq, StreamKey, StreamOp, Surface};
+use crate::protocol::{
+    AppendReq, BucketOp, CreateReq, Error, ListReq, Live, ReadReq, SnapshotReq, StreamKey, StreamOp, Surface,
+};
 use crate::shard::router::ShardRequest;
 
 #[derive(Debug)]
@@ -26,7 +28,6 @@ pub enum Route {
 pub enum RouteError {
     Protocol(Error),
     MethodNotAllowed(&'static str),
-    NotImplemented(&'static str),
 }
 
 impl From<Error> for RouteError {
@@ -83,13 +84,17 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
                 list: list_query(head)?,
             }))),
             Some("streams") => Err(bad("\"streams\" is reserved and cannot be a stream ID")),
-            Some(stream) => {
-                if stream.contains('/') {
-                    return Err(RouteError::NotImplemented("snapshots and bootstrap are not implemented yet"));
-                }
+            Some(rest) => {
+                let (stream, sub) = match rest.split_once('/') {
+                    Some((stream, sub)) => (stream, Some(sub)),
+                    None => (rest, None),
+                };
                 validate_ds_stream_id(stream)?;
                 let key = StreamKey { bucket: bucket.to_string(), stream: stream.to_string() };
-                stream_route(head, body, key, Surface::Ds)
+                match sub {
+                    None => stream_route(head, body, key, Surface::Ds),
+                    Some(sub) => snapshot_route(head, body, key, sub),
+                }
             }
         };
     }
@@ -172,6 +177,43 @@ fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surf
         _ => return Err(RouteError::MethodNotAllowed("GET, HEAD, PUT, POST, DELETE, OPTIONS")),
     };
     Ok(Route::Shard(Box::new(ShardRequest::Stream { key, surface, op })))
+}
+
+/// `/ds/{bucket}/{stream}/snapshot[/{offset}]` and `.../bootstrap` (snakream.md).
+fn snapshot_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, sub: &str) -> Result<Route, RouteError> {
+    let read = matches!(head.method, Method::Get | Method::Head);
+    let op = match sub.split_once('/') {
+        None if sub == "bootstrap" => {
+            if !read {
+                return Err(RouteError::MethodNotAllowed("GET, HEAD"));
+            }
+            if head.query_param("live").is_some() {
+                return Err(bad("bootstrap is one-shot: continue with a live read from Stream-Next-Offset"));
+            }
+            StreamOp::Bootstrap
+        }
+        None if sub == "snapshot" => {
+            if !read {
+                return Err(RouteError::MethodNotAllowed("GET, HEAD"));
+            }
+            StreamOp::SnapshotLatest
+        }
+        Some(("snapshot", offset)) => {
+            let offset = parse_offset(offset)?;
+            match head.method {
+                Method::Put => StreamOp::SnapshotPublish(SnapshotReq {
+                    offset,
+                    content_type: head.header("content-type").map(str::to_string),
+                    body,
+                }),
+                Method::Get | Method::Head => StreamOp::SnapshotRead { offset },
+                Method::Delete => StreamOp::SnapshotDelete { offset },
+                _ => return Err(RouteError::MethodNotAllowed("GET, HEAD, PUT, DELETE")),
+            }
+        }
+        _ => return Err(RouteError::Protocol(Error::NotFound)),
+    };
+    Ok(Route::Shard(Box::new(ShardRequest::Stream { key, surface: Surface::Ds, op })))
 }
 
 /// F97–F101: `Stream-Forked-From` names the source by its path on this

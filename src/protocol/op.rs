@@ -76,6 +76,28 @@ pub enum StreamOp {
         if_none_match: Option<String>,
     },
     Delete,
+    /// `PUT /ds/{b}/{s}/snapshot/{offset}` (snakream.md).
+    SnapshotPublish(SnapshotReq),
+    /// `GET /ds/{b}/{s}/snapshot`: where the current snapshot is (307).
+    SnapshotLatest,
+    /// `GET /ds/{b}/{s}/snapshot/{offset}`.
+    SnapshotRead {
+        offset: Offset,
+    },
+    /// `DELETE /ds/{b}/{s}/snapshot/{offset}`.
+    SnapshotDelete {
+        offset: Offset,
+    },
+    /// `GET /ds/{b}/{s}/bootstrap`: the current snapshot and the messages after it.
+    Bootstrap,
+}
+
+#[derive(Debug, Clone)]
+pub struct SnapshotReq {
+    pub offset: Offset,
+    /// The blob's own Content-Type, as sent.
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +154,8 @@ pub struct StreamInfo {
     pub etag: String,
     pub ttl_secs: Option<u64>,
     pub expires_at: Option<String>,
+    /// Offset of the current snapshot, if one was published (`/ds`).
+    pub snapshot_offset: Option<Offset>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,6 +183,23 @@ pub struct ReadOutcome {
     pub timed_out: bool,
 }
 
+/// `GET .../bootstrap`: the current snapshot (if any), then the retained
+/// messages after it, each its own part (snakream.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bootstrap {
+    pub info: StreamInfo,
+    /// (offset, Content-Type, blob) of the current snapshot.
+    pub snapshot: Option<(Offset, String, Vec<u8>)>,
+    /// Content-Type of every message part.
+    pub message_type: String,
+    /// Each message after the snapshot, in order.
+    pub messages: Vec<Vec<u8>>,
+    /// Where a reader continues (after the last message included).
+    pub next_offset: Offset,
+    pub up_to_date: bool,
+    pub closed_at_end: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// PUT: `new` = 201, else 200 (identical config existed).
@@ -180,6 +221,23 @@ pub enum Outcome {
         not_modified: bool,
     },
     Deleted,
+    /// A snapshot was published (204).
+    SnapshotPublished {
+        info: StreamInfo,
+        offset: Offset,
+    },
+    /// `GET .../snapshot`: 307 to the current snapshot.
+    SnapshotAt {
+        offset: Offset,
+    },
+    /// `GET .../snapshot/{offset}`: the blob.
+    Snapshot {
+        info: StreamInfo,
+        offset: Offset,
+        content_type: String,
+        body: Vec<u8>,
+    },
+    Bootstrap(Bootstrap),
     BucketCreated,
     BucketInfo {
         bucket: String,

@@ -12,6 +12,13 @@ pub const KIND_APPEND: u8 = 2;
 pub const KIND_DELETE: u8 = 3;
 pub const KIND_BUCKET_CREATE: u8 = 4;
 pub const KIND_BUCKET_DELETE: u8 = 5;
+/// A checkpoint of a stream's whole state (see [`StateRecord`]): written when
+/// a snapshot is deleted, and when segment reclamation moves a stream's
+/// metadata out of an old segment.
+pub const KIND_STATE: u8 = 6;
+/// A snapshot publish: a [`StateRecord`] (with the new snapshot listed and the
+/// stream trimmed at its offset) followed by the snapshot blob.
+pub const KIND_SNAPSHOT: u8 = 7;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRecord {
@@ -46,6 +53,56 @@ pub struct AppendRecord {
     pub producer: Option<(String, u64, u64)>,
     pub written_at_ms: i64,
     pub data: Vec<u8>,
+}
+
+/// One published snapshot, as listed in a [`StateRecord`]. The blob itself
+/// lives in the `KIND_SNAPSHOT` record that published it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotMeta {
+    /// Stream position the snapshot stands for (the state of every message before it).
+    pub offset: u64,
+    pub content_type: String,
+    pub published_at_ms: i64,
+}
+
+/// An idempotent producer's state: epoch, highest accepted seq, and the
+/// remembered (epoch, seq, tail) of its latest appends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerRecord {
+    pub id: String,
+    pub epoch: u64,
+    pub last_seq: u64,
+    pub acks: Vec<(u64, u64, u64)>,
+}
+
+/// Everything recovery needs to rebuild a stream except its data: with it,
+/// every older record of the stream whose data is trimmed (or that holds no
+/// data) is no longer needed, which is what lets old segments be reclaimed.
+/// The header of the record carries the stream's uid and incarnation; its
+/// `stream_offset` is `tail`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateRecord {
+    pub bucket: String,
+    pub stream: String,
+    pub content_type: String,
+    pub lifetime: Lifetime,
+    pub created_at_ms: i64,
+    pub last_write_ms: i64,
+    pub fork: Option<ForkRecord>,
+    /// Next offset when the record was written.
+    pub tail: u64,
+    /// Data before this position is gone (reads below it: 410).
+    pub trim: u64,
+    pub closed: bool,
+    pub closed_by: Option<(String, u64, u64)>,
+    pub stream_seq: Option<String>,
+    pub producers: Vec<ProducerRecord>,
+    pub soft_deleted: bool,
+    /// Every retained snapshot, oldest first; the last is the current one.
+    pub snapshots: Vec<SnapshotMeta>,
+    /// `KIND_SNAPSHOT` only: the published blob (last and unprefixed, like
+    /// an append's data). Empty for `KIND_STATE`.
+    pub blob: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -94,6 +151,95 @@ impl<'a> R<'a> {
     }
 }
 
+impl W<'_> {
+    fn lifetime(&mut self, l: &Lifetime) {
+        match l {
+            Lifetime::Forever => self.u8(0),
+            Lifetime::Ttl { secs } => {
+                self.u8(1);
+                self.u64(*secs);
+            }
+            Lifetime::ExpiresAt { at_ms, raw } => {
+                self.u8(2);
+                self.u64(*at_ms as u64);
+                self.str(raw);
+            }
+        }
+    }
+    fn fork(&mut self, fork: &Option<ForkRecord>) {
+        match fork {
+            None => self.u8(0),
+            Some(f) => {
+                self.u8(1);
+                self.str(&f.bucket);
+                self.str(&f.stream);
+                self.u64(f.source_uid);
+                match f.offset {
+                    None => self.u8(0),
+                    Some((seq, pos)) => {
+                        self.u8(1);
+                        self.u64(seq);
+                        self.u64(pos);
+                    }
+                }
+                self.u64(f.sub_offset);
+            }
+        }
+    }
+    fn opt_str(&mut self, s: &Option<String>) {
+        match s {
+            None => self.u8(0),
+            Some(s) => {
+                self.u8(1);
+                self.str(s);
+            }
+        }
+    }
+}
+
+impl R<'_> {
+    fn lifetime(&mut self) -> Result<Lifetime, Malformed> {
+        Ok(match self.u8()? {
+            0 => Lifetime::Forever,
+            1 => Lifetime::Ttl { secs: self.u64()? },
+            2 => Lifetime::ExpiresAt { at_ms: self.u64()? as i64, raw: self.string()? },
+            _ => return Err(Malformed),
+        })
+    }
+    fn fork(&mut self) -> Result<Option<ForkRecord>, Malformed> {
+        Ok(match self.u8()? {
+            0 => None,
+            1 => {
+                let bucket = self.string()?;
+                let stream = self.string()?;
+                let source_uid = self.u64()?;
+                let offset = match self.u8()? {
+                    0 => None,
+                    1 => Some((self.u64()?, self.u64()?)),
+                    _ => return Err(Malformed),
+                };
+                Some(ForkRecord { bucket, stream, source_uid, offset, sub_offset: self.u64()? })
+            }
+            _ => return Err(Malformed),
+        })
+    }
+    fn opt_str(&mut self) -> Result<Option<String>, Malformed> {
+        Ok(match self.u8()? {
+            0 => None,
+            1 => Some(self.string()?),
+            _ => return Err(Malformed),
+        })
+    }
+    /// A count of items that each take at least `min_bytes`: bounded by what is left.
+    fn count(&mut self, min_bytes: usize) -> Result<usize, Malformed> {
+        let n = usize::try_from(self.u64()?).map_err(|_| Malformed)?;
+        if n > self.0.len() / min_bytes.max(1) {
+            return Err(Malformed);
+        }
+        Ok(n)
+    }
+}
+
 impl CreateRecord {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.data.len());
@@ -101,38 +247,10 @@ impl CreateRecord {
         w.str(&self.bucket);
         w.str(&self.stream);
         w.str(&self.content_type);
-        match &self.lifetime {
-            Lifetime::Forever => w.u8(0),
-            Lifetime::Ttl { secs } => {
-                w.u8(1);
-                w.u64(*secs);
-            }
-            Lifetime::ExpiresAt { at_ms, raw } => {
-                w.u8(2);
-                w.u64(*at_ms as u64);
-                w.str(raw);
-            }
-        }
+        w.lifetime(&self.lifetime);
         w.u8(self.closed as u8);
         w.u64(self.created_at_ms as u64);
-        match &self.fork {
-            None => w.u8(0),
-            Some(f) => {
-                w.u8(1);
-                w.str(&f.bucket);
-                w.str(&f.stream);
-                w.u64(f.source_uid);
-                match f.offset {
-                    None => w.u8(0),
-                    Some((seq, pos)) => {
-                        w.u8(1);
-                        w.u64(seq);
-                        w.u64(pos);
-                    }
-                }
-                w.u64(f.sub_offset);
-            }
-        }
+        w.fork(&self.fork);
         w.bytes(&self.data);
         out
     }
@@ -142,29 +260,10 @@ impl CreateRecord {
         let bucket = r.string()?;
         let stream = r.string()?;
         let content_type = r.string()?;
-        let lifetime = match r.u8()? {
-            0 => Lifetime::Forever,
-            1 => Lifetime::Ttl { secs: r.u64()? },
-            2 => Lifetime::ExpiresAt { at_ms: r.u64()? as i64, raw: r.string()? },
-            _ => return Err(Malformed),
-        };
+        let lifetime = r.lifetime()?;
         let closed = r.u8()? != 0;
         let created_at_ms = r.u64()? as i64;
-        let fork = match r.u8()? {
-            0 => None,
-            1 => {
-                let bucket = r.string()?;
-                let stream = r.string()?;
-                let source_uid = r.u64()?;
-                let offset = match r.u8()? {
-                    0 => None,
-                    1 => Some((r.u64()?, r.u64()?)),
-                    _ => return Err(Malformed),
-                };
-                Some(ForkRecord { bucket, stream, source_uid, offset, sub_offset: r.u64()? })
-            }
-            _ => return Err(Malformed),
-        };
+        let fork = r.fork()?;
         let data = r.bytes()?.to_vec();
         if !r.0.is_empty() {
             return Err(Malformed);
@@ -217,6 +316,122 @@ impl AppendRecord {
     pub fn decode(b: &[u8]) -> Result<Self, Malformed> {
         let (mut rec, start) = Self::decode_meta(b)?;
         rec.data = b[start..].to_vec();
+        Ok(rec)
+    }
+}
+
+impl StateRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256 + self.blob.len());
+        let mut w = W(&mut out);
+        w.str(&self.bucket);
+        w.str(&self.stream);
+        w.str(&self.content_type);
+        w.lifetime(&self.lifetime);
+        w.u64(self.created_at_ms as u64);
+        w.u64(self.last_write_ms as u64);
+        w.fork(&self.fork);
+        w.u64(self.tail);
+        w.u64(self.trim);
+        w.u8(self.closed as u8 | (self.soft_deleted as u8) << 1);
+        match &self.closed_by {
+            None => w.u8(0),
+            Some((id, epoch, seq)) => {
+                w.u8(1);
+                w.str(id);
+                w.u64(*epoch);
+                w.u64(*seq);
+            }
+        }
+        w.opt_str(&self.stream_seq);
+        w.u64(self.producers.len() as u64);
+        for p in &self.producers {
+            w.str(&p.id);
+            w.u64(p.epoch);
+            w.u64(p.last_seq);
+            w.u64(p.acks.len() as u64);
+            for &(e, s, t) in &p.acks {
+                w.u64(e);
+                w.u64(s);
+                w.u64(t);
+            }
+        }
+        w.u64(self.snapshots.len() as u64);
+        for m in &self.snapshots {
+            w.u64(m.offset);
+            w.str(&m.content_type);
+            w.u64(m.published_at_ms as u64);
+        }
+        // The blob goes last and unprefixed (see AppendRecord::encode).
+        out.extend_from_slice(&self.blob);
+        out
+    }
+
+    /// Decodes everything but the blob; returns where the blob starts.
+    pub fn decode_meta(b: &[u8]) -> Result<(StateRecord, usize), Malformed> {
+        let mut r = R(b);
+        let bucket = r.string()?;
+        let stream = r.string()?;
+        let content_type = r.string()?;
+        let lifetime = r.lifetime()?;
+        let created_at_ms = r.u64()? as i64;
+        let last_write_ms = r.u64()? as i64;
+        let fork = r.fork()?;
+        let tail = r.u64()?;
+        let trim = r.u64()?;
+        let flags = r.u8()?;
+        if flags & !3 != 0 || trim > tail {
+            return Err(Malformed);
+        }
+        let closed_by = match r.u8()? {
+            0 => None,
+            1 => Some((r.string()?, r.u64()?, r.u64()?)),
+            _ => return Err(Malformed),
+        };
+        let stream_seq = r.opt_str()?;
+        let mut producers = Vec::new();
+        for _ in 0..r.count(32)? {
+            let id = r.string()?;
+            let (epoch, last_seq) = (r.u64()?, r.u64()?);
+            let mut acks = Vec::new();
+            for _ in 0..r.count(24)? {
+                acks.push((r.u64()?, r.u64()?, r.u64()?));
+            }
+            producers.push(ProducerRecord { id, epoch, last_seq, acks });
+        }
+        let mut snapshots = Vec::new();
+        for _ in 0..r.count(24)? {
+            snapshots.push(SnapshotMeta {
+                offset: r.u64()?,
+                content_type: r.string()?,
+                published_at_ms: r.u64()? as i64,
+            });
+        }
+        let start = b.len() - r.0.len();
+        let rec = StateRecord {
+            bucket,
+            stream,
+            content_type,
+            lifetime,
+            created_at_ms,
+            last_write_ms,
+            fork,
+            tail,
+            trim,
+            closed: flags & 1 != 0,
+            closed_by,
+            stream_seq,
+            producers,
+            soft_deleted: flags & 2 != 0,
+            snapshots,
+            blob: Vec::new(),
+        };
+        Ok((rec, start))
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, Malformed> {
+        let (mut rec, start) = Self::decode_meta(b)?;
+        rec.blob = b[start..].to_vec();
         Ok(rec)
     }
 }
@@ -321,5 +536,63 @@ mod tests {
         }
         assert!(AppendRecord::decode(&[0x80]).is_err());
         assert_eq!(decode_bucket(&encode_bucket("abcd")).unwrap(), "abcd");
+    }
+
+    fn state() -> StateRecord {
+        StateRecord {
+            bucket: "bkt1".into(),
+            stream: "s".into(),
+            content_type: "application/json".into(),
+            lifetime: Lifetime::Ttl { secs: 60 },
+            created_at_ms: 5,
+            last_write_ms: 9,
+            fork: Some(ForkRecord {
+                bucket: "b".into(),
+                stream: "src".into(),
+                source_uid: 3,
+                offset: None,
+                sub_offset: 0,
+            }),
+            tail: 100,
+            trim: 40,
+            closed: true,
+            closed_by: Some(("p".into(), 1, 7)),
+            stream_seq: Some("0003".into()),
+            producers: vec![ProducerRecord {
+                id: "p".into(),
+                epoch: 1,
+                last_seq: 7,
+                acks: vec![(1, 6, 90), (1, 7, 100)],
+            }],
+            soft_deleted: true,
+            snapshots: vec![
+                SnapshotMeta { offset: 20, content_type: "a/b".into(), published_at_ms: 1 },
+                SnapshotMeta { offset: 40, content_type: "c/d".into(), published_at_ms: 2 },
+            ],
+            blob: b"{\"state\":1}".to_vec(),
+        }
+    }
+
+    #[test]
+    fn state_round_trip_and_blob_is_a_suffix() {
+        let r = state();
+        let enc = r.encode();
+        assert_eq!(StateRecord::decode(&enc).unwrap(), r);
+        let (meta, start) = StateRecord::decode_meta(&enc).unwrap();
+        assert_eq!(&enc[start..], &r.blob[..]);
+        assert!(meta.blob.is_empty());
+        let plain = StateRecord { blob: Vec::new(), soft_deleted: false, closed: false, ..state() };
+        assert_eq!(StateRecord::decode(&plain.encode()).unwrap(), plain);
+    }
+
+    #[test]
+    fn truncated_or_inconsistent_state_is_malformed() {
+        let enc = StateRecord { blob: Vec::new(), ..state() }.encode();
+        // Every strict prefix fails except those that only cut the (empty) blob.
+        for n in 0..enc.len() {
+            assert!(StateRecord::decode_meta(&enc[..n]).is_err(), "prefix {n} decoded");
+        }
+        let bad = StateRecord { trim: 101, ..state() };
+        assert!(StateRecord::decode_meta(&bad.encode()).is_err(), "trim past the tail must be refused");
     }
 }

@@ -12,17 +12,19 @@ pub use super::router::{Reply, ShardRequest};
 use crate::limits::READ_CHUNK_BYTES_MAX;
 use crate::protocol::headers::{is_json, stream_content_type, Lifetime};
 use crate::protocol::offset::ReadFrom;
-use crate::protocol::persist::{self, AppendRecord, CreateRecord, ForkRecord};
+use crate::protocol::persist::{
+    self, AppendRecord, CreateRecord, ForkRecord, ProducerRecord, SnapshotMeta, StateRecord,
+};
 use crate::protocol::rules::{self, AppendContext, AppendVerdict, CreateConfig, ProducerState};
 use crate::protocol::{
-    json, AppendReq, BucketOp, CreateReq, Error, ListReq, ListedStream, Listing, Live, Offset, Outcome, ProducerAck,
-    ReadOutcome, ReadReq, StreamInfo, StreamKey, StreamOp, Surface,
+    json, AppendReq, Bootstrap, BucketOp, CreateReq, Error, ListReq, ListedStream, Listing, Live, Offset, Outcome,
+    ProducerAck, ReadOutcome, ReadReq, SnapshotReq, StreamInfo, StreamKey, StreamOp, Surface,
 };
 use crate::storage::io::SegmentStore;
 use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -82,6 +84,49 @@ struct Stream {
     /// Deleted while forks still referenced it (F43): 410 to clients, data
     /// kept until the last fork is gone.
     soft_deleted: bool,
+    /// Data before this position is gone (trimmed when a snapshot was
+    /// published there): reads below it get 410.
+    trim: u64,
+    /// Retained snapshots by offset; the last one is the current one.
+    snapshots: BTreeMap<u64, Snap>,
+    /// Segment of the latest record holding the stream's whole configuration
+    /// (create, state or snapshot): recovery needs it.
+    state_seg: u64,
+    /// Segments of the records written since then that hold no data
+    /// (close-only appends, soft delete): recovery needs them too.
+    meta_segs: Vec<u64>,
+    /// Recovery only: replayed records resumed here after a gap (records
+    /// reclaimed below a trim); a later state record must trim this far.
+    gap_end: u64,
+}
+
+/// A published snapshot: its blob is the data part of its snapshot record.
+#[derive(Debug, Clone)]
+struct Snap {
+    content_type: String,
+    loc: RecordLoc,
+    data_off: u32,
+    len: u32,
+    published_at_ms: i64,
+}
+
+/// What one segment holds that recovery may need besides stream data (see
+/// `Shard::reclaim`): a delete record is needed while an older segment still
+/// holds a record that would bring back what it deleted.
+#[derive(Debug, Default)]
+struct SegIndex {
+    /// Streams with a create, state or snapshot record here.
+    state_uids: HashSet<u64>,
+    /// Streams hard-deleted here.
+    deleted_uids: Vec<u64>,
+    bucket_creates: HashSet<String>,
+    bucket_deletes: Vec<String>,
+}
+
+/// What keeps a segment's metadata needed: re-logging it frees the segment.
+enum MetaPin {
+    Stream(StreamKey),
+    Bucket(String),
 }
 
 /// What a reader may see of a stream: its durable prefix.
@@ -92,14 +137,158 @@ struct Visible {
 }
 
 impl Stream {
+    /// A stream with this configuration and nothing else yet.
+    fn new(uid: u64, incarnation: u32, content_type: String, lifetime: Lifetime, created_at_ms: i64, now: i64) -> Self {
+        Stream {
+            uid,
+            incarnation,
+            json: is_json(&content_type),
+            content_type,
+            lifetime,
+            created_at_ms,
+            created_lsn: 0,
+            last_write_ms: created_at_ms,
+            write_lsn: 0,
+            durable_write_ms: created_at_ms,
+            last_access_ms: now,
+            tail: 0,
+            closed: false,
+            closed_lsn: 0,
+            closed_by: None,
+            chunks: Vec::new(),
+            producers: HashMap::new(),
+            producer_acks: HashMap::new(),
+            stream_seq: None,
+            last_lsn: 0,
+            waiters: Vec::new(),
+            fork: None,
+            fork_refs: 0,
+            soft_deleted: false,
+            trim: 0,
+            snapshots: BTreeMap::new(),
+            state_seg: 0,
+            meta_segs: Vec::new(),
+            gap_end: 0,
+        }
+    }
+
+    /// The stream's state as a record (see [`StateRecord`]), without a blob.
+    fn state_record(&self, key: &StreamKey) -> StateRecord {
+        StateRecord {
+            bucket: key.bucket.clone(),
+            stream: key.stream.clone(),
+            content_type: self.content_type.clone(),
+            lifetime: self.lifetime.clone(),
+            created_at_ms: self.created_at_ms,
+            last_write_ms: self.last_write_ms,
+            fork: self.fork.clone(),
+            tail: self.tail,
+            trim: self.trim,
+            closed: self.closed,
+            closed_by: self.closed_by.clone(),
+            stream_seq: self.stream_seq.clone(),
+            producers: self
+                .producers
+                .iter()
+                .map(|(id, p)| ProducerRecord {
+                    id: id.clone(),
+                    epoch: p.epoch,
+                    last_seq: p.last_seq,
+                    acks: self.producer_acks.get(id).map(|a| a.iter().copied().collect()).unwrap_or_default(),
+                })
+                .collect(),
+            soft_deleted: self.soft_deleted,
+            snapshots: self
+                .snapshots
+                .iter()
+                .map(|(&offset, sn)| SnapshotMeta {
+                    offset,
+                    content_type: sn.content_type.clone(),
+                    published_at_ms: sn.published_at_ms,
+                })
+                .collect(),
+            blob: Vec::new(),
+        }
+    }
+
+    /// Recovery: takes the metadata of a state record (not data or snapshots).
+    fn apply_state(&mut self, r: &StateRecord) {
+        self.json = is_json(&r.content_type);
+        self.content_type = r.content_type.clone();
+        self.lifetime = r.lifetime.clone();
+        self.created_at_ms = r.created_at_ms;
+        self.last_write_ms = r.last_write_ms;
+        self.durable_write_ms = r.last_write_ms;
+        self.fork = r.fork.clone();
+        self.tail = r.tail;
+        self.trim = r.trim;
+        self.closed = r.closed;
+        self.closed_by = r.closed_by.clone();
+        self.stream_seq = r.stream_seq.clone();
+        self.soft_deleted = r.soft_deleted;
+        self.producers.clear();
+        self.producer_acks.clear();
+        for p in &r.producers {
+            self.producers.insert(p.id.clone(), ProducerState { epoch: p.epoch, last_seq: p.last_seq });
+            self.producer_acks.insert(p.id.clone(), p.acks.iter().copied().collect());
+        }
+    }
+
+    /// Recovery: replays an append record's effect.
+    fn replay_append(&mut self, a: &AppendRecord, loc: RecordLoc, offset: u64, data_off: usize) -> Result<(), String> {
+        if offset < self.tail {
+            return Err(format!("record at {}:{} says offset {offset}, below {}", loc.segment, loc.pos, self.tail));
+        }
+        if offset > self.tail {
+            // The records in between were reclaimed: their data was trimmed.
+            self.gap_end = offset;
+            self.chunks.clear();
+            self.tail = offset;
+        }
+        let len = loc.body_len as usize - data_off;
+        if len > 0 {
+            self.chunks.push(Chunk { start: self.tail, len: len as u32, loc, data_off: data_off as u32, lsn: 0 });
+            self.tail += len as u64;
+        } else {
+            self.note_meta(loc.segment);
+        }
+        if let Some(seq) = &a.stream_seq {
+            self.stream_seq = Some(seq.clone());
+        }
+        if let Some((pid, epoch, seq)) = &a.producer {
+            self.producers.insert(pid.clone(), ProducerState { epoch: *epoch, last_seq: *seq });
+            self.remember_ack(pid, *epoch, *seq);
+        }
+        if a.close {
+            self.closed = true;
+            self.closed_by = a.producer.clone();
+        }
+        self.last_write_ms = a.written_at_ms;
+        self.durable_write_ms = a.written_at_ms;
+        Ok(())
+    }
+
+    fn note_meta(&mut self, segment: u64) {
+        if self.meta_segs.last() != Some(&segment) {
+            self.meta_segs.push(segment);
+        }
+    }
+
+    /// Drops the data before `trim` (a chunk boundary).
+    fn trim_to(&mut self, trim: u64) {
+        self.trim = self.trim.max(trim);
+        let keep = self.chunks.partition_point(|c| c.start + c.len as u64 <= self.trim);
+        self.chunks.drain(..keep);
+    }
+
     fn visible(&self, durable_lsn: u64) -> Visible {
         let chunks = self.chunks.partition_point(|c| c.lsn <= durable_lsn);
         let tail = if chunks == self.chunks.len() && self.chunks.last().is_none_or(|c| c.lsn <= durable_lsn) {
-            // Every chunk durable: the tail is exact (it may also be > last chunk end
-            // only if there are no chunks, i.e. 0).
-            self.chunks.last().map_or(0, |c| c.start + c.len as u64)
+            // Every chunk durable: the tail is exact. Without chunks it is
+            // where the retained data starts (0, or the trim point).
+            self.chunks.last().map_or(self.trim, |c| c.start + c.len as u64)
         } else {
-            self.chunks[..chunks].last().map_or(0, |c| c.start + c.len as u64)
+            self.chunks[..chunks].last().map_or(self.trim, |c| c.start + c.len as u64)
         };
         Visible { tail, closed: self.closed && self.closed_lsn <= durable_lsn, chunks }
     }
@@ -119,6 +308,7 @@ impl Stream {
                 Lifetime::ExpiresAt { raw, .. } => Some(raw.clone()),
                 _ => None,
             },
+            snapshot_offset: self.snapshots.keys().next_back().map(|&o| Offset::new(0, o)),
         }
     }
 
@@ -146,6 +336,10 @@ pub struct ShardStats {
     pub requests_remote_in: u64,
     pub appends: u64,
     pub rejected_backpressure: u64,
+    /// Segment files deleted because no record in them was needed any more.
+    pub segments_reclaimed: u64,
+    /// State or bucket records re-logged so that an old segment could go.
+    pub relogged: u64,
 }
 
 pub struct Shard<S: SegmentStore> {
@@ -169,6 +363,14 @@ pub struct Shard<S: SegmentStore> {
     sleep: RefCell<Option<Sleep>>,
     long_poll_timeout: Cell<Duration>,
     rng: Cell<u64>,
+    /// Per segment, what recovery may need from it besides data (see `reclaim`).
+    seg_index: RefCell<BTreeMap<u64, SegIndex>>,
+    /// Segment of each owned bucket's latest create record.
+    bucket_segs: RefCell<HashMap<String, u64>>,
+    /// Something may have freed a segment since the last reclaim pass.
+    reclaim_due: Cell<bool>,
+    /// Sealed segments at the end of the last reclaim pass.
+    reclaim_sealed: Cell<usize>,
 }
 
 /// An executor's timer: resolves after the duration.
@@ -205,8 +407,17 @@ impl<S: SegmentStore> Shard<S> {
             sleep: RefCell::new(None),
             long_poll_timeout: Cell::new(Duration::from_millis(crate::limits::LONG_POLL_TIMEOUT_MS_DEFAULT)),
             rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (wall_clock_ms() as u64) ^ ((id as u64) << 32)),
+            seg_index: RefCell::default(),
+            bucket_segs: RefCell::default(),
+            reclaim_due: Cell::new(true),
+            reclaim_sealed: Cell::new(0),
         };
         let boot_ms = (shard.now_ms)();
+        // Appends whose stream's create record was reclaimed: adopted by the
+        // stream's next state record (which always exists: see `reclaim`).
+        let mut orphans: HashMap<u64, Stream> = HashMap::new();
+        // Snapshot blobs seen, by (uid, offset).
+        let mut blobs: HashMap<(u64, u64), Snap> = HashMap::new();
         let mut body = Vec::new();
         for r in records {
             body.clear();
@@ -218,107 +429,109 @@ impl<S: SegmentStore> Shard<S> {
             let bad = |what: &str| {
                 format!("shard {id}: malformed {what} record in segment {} at {}", r.loc.segment, r.loc.pos)
             };
+            let seg = r.loc.segment;
             shard.next_uid.set(shard.next_uid.get().max(h.stream_id + 1));
             match h.kind {
                 persist::KIND_CREATE => {
                     let c = CreateRecord::decode(&body).map_err(|_| bad("create"))?;
                     let key = StreamKey { bucket: c.bucket, stream: c.stream };
-                    let mut streams = shard.streams.borrow_mut();
-                    if let Some(old) = streams.remove(&key) {
-                        shard.by_uid.borrow_mut().remove(&old.uid);
-                    }
-                    let data_off = (body.len() - c.data.len()) as u32;
-                    let mut s = Stream {
-                        uid: h.stream_id,
-                        incarnation: h.incarnation,
-                        json: is_json(&c.content_type),
-                        content_type: c.content_type,
-                        lifetime: c.lifetime,
-                        created_at_ms: c.created_at_ms,
-                        created_lsn: 0,
-                        last_write_ms: c.created_at_ms,
-                        write_lsn: 0,
-                        durable_write_ms: c.created_at_ms,
-                        // TTL windows restart at boot: reads are not logged,
-                        // so the last access before a crash is unknown; the
-                        // later time errs on keeping data.
-                        last_access_ms: boot_ms,
-                        tail: 0,
-                        closed: c.closed,
-                        closed_lsn: 0,
-                        closed_by: None,
-                        chunks: Vec::new(),
-                        producers: HashMap::new(),
-                        producer_acks: HashMap::new(),
-                        stream_seq: None,
-                        last_lsn: 0,
-                        waiters: Vec::new(),
-                        fork: c.fork,
-                        fork_refs: 0,
-                        soft_deleted: false,
-                    };
+                    // TTL windows restart at boot: reads are not logged, so
+                    // the last access before a crash is unknown; the later
+                    // time errs on keeping data.
+                    let mut s =
+                        Stream::new(h.stream_id, h.incarnation, c.content_type, c.lifetime, c.created_at_ms, boot_ms);
+                    s.closed = c.closed;
+                    s.fork = c.fork;
                     if !c.data.is_empty() {
+                        let data_off = (body.len() - c.data.len()) as u32;
                         s.chunks.push(Chunk { start: 0, len: c.data.len() as u32, loc: r.loc, data_off, lsn: 0 });
                         s.tail = c.data.len() as u64;
                     }
-                    shard.by_uid.borrow_mut().insert(h.stream_id, key.clone());
-                    streams.insert(key, s);
+                    shard.note_state(&mut s, seg);
+                    shard.insert_recovered(key, s);
                 }
                 persist::KIND_APPEND => {
                     let (a, data_off) = AppendRecord::decode_meta(&body).map_err(|_| bad("append"))?;
-                    let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else {
-                        continue;
-                    };
+                    let key = shard.by_uid.borrow().get(&h.stream_id).cloned();
                     let mut streams = shard.streams.borrow_mut();
-                    let Some(s) = streams.get_mut(&key) else {
-                        continue;
+                    let s = match key.as_ref().and_then(|k| streams.get_mut(k)) {
+                        Some(s) => s,
+                        None => orphans.entry(h.stream_id).or_insert_with(|| {
+                            Stream::new(h.stream_id, h.incarnation, String::new(), Lifetime::Forever, 0, boot_ms)
+                        }),
                     };
                     if s.incarnation != h.incarnation {
                         continue;
                     }
-                    // Pair assertion with `append`: records of a stream are contiguous.
-                    if h.stream_offset != s.tail {
-                        return Err(format!(
-                            "shard {id}: stream {key:?} record at {} expected offset {} but says {}",
-                            r.loc.pos, s.tail, h.stream_offset
-                        ));
-                    }
-                    let len = body.len() - data_off;
-                    if len > 0 {
-                        s.chunks.push(Chunk {
-                            start: s.tail,
-                            len: len as u32,
+                    s.replay_append(&a, r.loc, h.stream_offset, data_off).map_err(|e| format!("shard {id}: {e}"))?;
+                }
+                persist::KIND_STATE | persist::KIND_SNAPSHOT => {
+                    let (st, blob_off) = StateRecord::decode_meta(&body).map_err(|_| bad("state"))?;
+                    if h.kind == persist::KIND_SNAPSHOT {
+                        let m = st.snapshots.last().ok_or_else(|| bad("snapshot"))?;
+                        let snap = Snap {
+                            content_type: m.content_type.clone(),
                             loc: r.loc,
-                            data_off: data_off as u32,
-                            lsn: 0,
-                        });
-                        s.tail += len as u64;
+                            data_off: blob_off as u32,
+                            len: (body.len() - blob_off) as u32,
+                            published_at_ms: m.published_at_ms,
+                        };
+                        blobs.insert((h.stream_id, m.offset), snap);
                     }
-                    if let Some(seq) = a.stream_seq {
-                        s.stream_seq = Some(seq);
+                    let key = StreamKey { bucket: st.bucket.clone(), stream: st.stream.clone() };
+                    let known = shard.by_uid.borrow().get(&h.stream_id).cloned();
+                    let mut s = match known.and_then(|k| shard.streams.borrow_mut().remove(&k)) {
+                        Some(s) => s,
+                        None => orphans.remove(&h.stream_id).unwrap_or_else(|| {
+                            Stream::new(h.stream_id, h.incarnation, String::new(), Lifetime::Forever, 0, boot_ms)
+                        }),
+                    };
+                    if s.incarnation != h.incarnation {
+                        s = Stream::new(h.stream_id, h.incarnation, String::new(), Lifetime::Forever, 0, boot_ms);
                     }
-                    if let Some((pid, epoch, seq)) = &a.producer {
-                        s.producers.insert(pid.clone(), ProducerState { epoch: *epoch, last_seq: *seq });
-                        s.remember_ack(pid, *epoch, *seq);
+                    // Whatever was replayed must meet the record: gaps only
+                    // below the trim point, data contiguous up to the tail.
+                    let corrupt = |why: &str| {
+                        format!("shard {id}: stream {key:?}: {why} (state record in segment {seg} at {})", r.loc.pos)
+                    };
+                    if s.gap_end > st.trim {
+                        return Err(corrupt("records missing above the trim point"));
                     }
-                    if a.close {
-                        s.closed = true;
-                        s.closed_by = a.producer;
+                    s.trim_to(st.trim);
+                    let data_start = s.chunks.first().map_or(s.tail, |c| c.start);
+                    if s.tail != st.tail || (data_start > st.trim && st.trim < st.tail) {
+                        return Err(corrupt("data between the trim point and the tail is missing"));
                     }
-                    s.last_write_ms = a.written_at_ms;
-                    s.durable_write_ms = a.written_at_ms;
+                    s.gap_end = 0;
+                    s.apply_state(&st);
+                    s.snapshots.clear();
+                    for m in &st.snapshots {
+                        let snap = blobs
+                            .get(&(h.stream_id, m.offset))
+                            .cloned()
+                            .ok_or_else(|| corrupt("snapshot blob missing"))?;
+                        s.snapshots.insert(m.offset, snap);
+                    }
+                    shard.note_state(&mut s, seg);
+                    shard.insert_recovered(key, s);
                 }
                 persist::KIND_DELETE => {
                     let soft = persist::decode_delete(&body).map_err(|_| bad("delete"))?;
                     let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else {
+                        if !soft {
+                            orphans.remove(&h.stream_id);
+                            shard.index(seg).deleted_uids.push(h.stream_id);
+                        }
                         continue;
                     };
                     if soft {
                         if let Some(s) = shard.streams.borrow_mut().get_mut(&key) {
                             s.soft_deleted = true;
+                            s.note_meta(seg);
                         }
                         continue;
                     }
+                    shard.index(seg).deleted_uids.push(h.stream_id);
                     shard.by_uid.borrow_mut().remove(&h.stream_id);
                     if let Some(old) = shard.streams.borrow_mut().remove(&key) {
                         shard.tombstones.borrow_mut().insert(key, old.incarnation);
@@ -326,18 +539,62 @@ impl<S: SegmentStore> Shard<S> {
                 }
                 persist::KIND_BUCKET_CREATE => {
                     let b = persist::decode_bucket(&body).map_err(|_| bad("bucket"))?;
+                    shard.note_bucket(&b, seg, true);
                     shard.buckets_owned.borrow_mut().insert(b.clone());
                     shard.buckets_known.borrow_mut().insert(b);
                 }
                 persist::KIND_BUCKET_DELETE => {
                     let b = persist::decode_bucket(&body).map_err(|_| bad("bucket"))?;
+                    shard.note_bucket(&b, seg, false);
                     shard.buckets_owned.borrow_mut().remove(&b);
                     shard.buckets_known.borrow_mut().remove(&b);
                 }
                 k => return Err(format!("shard {id}: unknown record kind {k}")),
             }
         }
+        if let Some((key, s)) = shard.streams.borrow().iter().find(|(_, s)| s.gap_end > 0) {
+            return Err(format!(
+                "shard {id}: stream {key:?}: records before offset {} are missing and nothing trimmed them",
+                s.gap_end
+            ));
+        }
+        // Uids must never repeat, even when every record of the newest
+        // streams was reclaimed: start above the wall clock (1024 per ms).
+        shard.next_uid.set(shard.next_uid.get().max((wall_clock_ms().max(0) as u64) << 10));
         Ok(shard)
+    }
+
+    /// Recovery: a create or state record brought this stream (back).
+    fn insert_recovered(&self, key: StreamKey, s: Stream) {
+        let mut streams = self.streams.borrow_mut();
+        if let Some(old) = streams.remove(&key) {
+            self.by_uid.borrow_mut().remove(&old.uid);
+        }
+        self.by_uid.borrow_mut().insert(s.uid, key.clone());
+        streams.insert(key, s);
+    }
+
+    fn index(&self, segment: u64) -> std::cell::RefMut<'_, SegIndex> {
+        std::cell::RefMut::map(self.seg_index.borrow_mut(), |m| m.entry(segment).or_default())
+    }
+
+    /// A record holding the stream's whole configuration was written in `segment`.
+    fn note_state(&self, s: &mut Stream, segment: u64) {
+        s.state_seg = segment;
+        s.meta_segs.clear();
+        self.index(segment).state_uids.insert(s.uid);
+    }
+
+    /// A bucket create (or delete) record was written in `segment`.
+    fn note_bucket(&self, bucket: &str, segment: u64, created: bool) {
+        if created {
+            self.index(segment).bucket_creates.insert(bucket.to_string());
+            self.bucket_segs.borrow_mut().insert(bucket.to_string(), segment);
+        } else {
+            self.index(segment).bucket_deletes.push(bucket.to_string());
+            self.bucket_segs.borrow_mut().remove(bucket);
+            self.reclaim_due.set(true);
+        }
     }
 
     pub fn set_peers(&self, peers: Rc<dyn Peers>) {
@@ -441,6 +698,8 @@ impl<S: SegmentStore> Shard<S> {
             ("ringstream_flush_io_us{shard=\"{id}\",quantile=\"0.99\"}", l.flush_io_us.value_at_quantile(0.99)),
             ("ringstream_pending_bytes{shard=\"{id}\"}", self.log.pending_bytes()),
             ("ringstream_streams{shard=\"{id}\"}", self.streams.borrow().len() as u64),
+            ("ringstream_segments_reclaimed_total{shard=\"{id}\"}", s.segments_reclaimed),
+            ("ringstream_segments{shard=\"{id}\"}", self.log.sealed_segments().len() as u64 + 1),
         ] {
             t.push_str(&name.replace("{id}", &id.to_string()));
             t.push(' ');
@@ -490,7 +749,188 @@ impl<S: SegmentStore> Shard<S> {
                 Ok(Outcome::Head { info, not_modified })
             }
             StreamOp::Delete => self.delete(key).await,
+            StreamOp::SnapshotPublish(r) => self.snapshot_publish(key, r).await,
+            StreamOp::SnapshotLatest => {
+                let streams = self.streams.borrow();
+                let s = streams.get(&key).ok_or(Error::NotFound)?;
+                let &offset = s.snapshots.keys().next_back().ok_or(Error::NotFound)?;
+                Ok(Outcome::SnapshotAt { offset: Offset::new(0, offset) })
+            }
+            StreamOp::SnapshotRead { offset } => self.snapshot_read(&key, offset),
+            StreamOp::SnapshotDelete { offset } => self.snapshot_delete(key, offset).await,
+            StreamOp::Bootstrap => self.bootstrap(&key),
         }
+    }
+
+    /// Logs the stream's state (a snapshot record when `blob` is given) and
+    /// notes where it lives. Returns the record's location and lsn.
+    fn log_state(&self, key: &StreamKey, rec: &StateRecord, blob: Option<&[u8]>) -> Result<(RecordLoc, u64), Error> {
+        let (uid, incarnation) = {
+            let streams = self.streams.borrow();
+            let s = streams.get(key).ok_or(Error::NotFound)?;
+            (s.uid, s.incarnation)
+        };
+        let mut body = rec.encode();
+        let kind = match blob {
+            Some(b) => {
+                body.extend_from_slice(b);
+                persist::KIND_SNAPSHOT
+            }
+            None => persist::KIND_STATE,
+        };
+        let h = RecordHeader { kind, stream_id: uid, incarnation, stream_offset: rec.tail, body_len: 0 };
+        let (loc, lsn) = self.log.append(h, &body).map_err(storage_err)?;
+        let mut streams = self.streams.borrow_mut();
+        let s = streams.get_mut(key).expect("checked above, no await since");
+        s.last_lsn = lsn;
+        self.note_state(s, loc.segment);
+        Ok((loc, lsn))
+    }
+
+    /// `PUT .../snapshot/{offset}`: publishes a snapshot and trims the data
+    /// before its offset, in one record.
+    async fn snapshot_publish(&self, key: StreamKey, req: SnapshotReq) -> Reply {
+        let now = (self.now_ms)();
+        let offset = req.offset.pos;
+        let content_type = stream_content_type(req.content_type.as_deref());
+        let rec = {
+            let mut streams = self.streams.borrow_mut();
+            let s = streams.get_mut(&key).ok_or(Error::NotFound)?;
+            s.last_access_ms = now;
+            let v = s.visible(self.log.durable_lsn());
+            if offset > v.tail {
+                return Err(Error::Conflict(format!(
+                    "snapshot offset {} is past the stream's tail {}",
+                    req.offset,
+                    Offset::new(0, v.tail)
+                )));
+            }
+            if let Some((&current, _)) = s.snapshots.last_key_value() {
+                if offset < current {
+                    return Err(Error::Conflict(format!("a newer snapshot exists at {}", Offset::new(0, current))));
+                }
+            }
+            if offset < s.trim {
+                return Err(Error::Gone("the snapshot offset is below the stream's retained data"));
+            }
+            let boundary =
+                offset == v.tail || offset == s.trim || s.chunks.binary_search_by_key(&offset, |c| c.start).is_ok();
+            if !boundary {
+                return Err(Error::BadRequest("the snapshot offset is not a message boundary of the stream".into()));
+            }
+            let mut rec = s.state_record(&key);
+            rec.trim = offset;
+            rec.snapshots.retain(|m| m.offset != offset);
+            rec.snapshots.push(SnapshotMeta { offset, content_type: content_type.clone(), published_at_ms: now });
+            let excess = rec.snapshots.len().saturating_sub(crate::limits::SNAPSHOTS_PER_STREAM_MAX);
+            rec.snapshots.drain(..excess);
+            rec
+        };
+        let (loc, lsn) = self.log_state(&key, &rec, Some(&req.body))?;
+        let info = {
+            let mut streams = self.streams.borrow_mut();
+            let s = streams.get_mut(&key).expect("checked above, no await since");
+            s.trim_to(offset);
+            s.snapshots.retain(|o, _| rec.snapshots.iter().any(|m| m.offset == *o));
+            let data_off = loc.body_len - req.body.len() as u32;
+            let snap = Snap { content_type, loc, data_off, len: req.body.len() as u32, published_at_ms: now };
+            s.snapshots.insert(offset, snap);
+            s.info(&s.visible(self.log.durable_lsn()))
+        };
+        self.reclaim_due.set(true);
+        self.log.durable(lsn).await.map_err(storage_err)?;
+        Ok(Outcome::SnapshotPublished { info, offset: req.offset })
+    }
+
+    fn snapshot_read(&self, key: &StreamKey, offset: Offset) -> Reply {
+        let mut streams = self.streams.borrow_mut();
+        let s = streams.get_mut(key).ok_or(Error::NotFound)?;
+        s.last_access_ms = (self.now_ms)();
+        let snap = s.snapshots.get(&offset.pos).ok_or(Error::NotFound)?;
+        let mut body = Vec::with_capacity(snap.len as usize);
+        let from = snap.data_off as usize;
+        self.log.read_body(snap.loc, from..from + snap.len as usize, &mut body).map_err(storage_err)?;
+        let info = s.info(&s.visible(self.log.durable_lsn()));
+        Ok(Outcome::Snapshot {
+            info,
+            offset: Offset::new(0, offset.pos),
+            content_type: snap.content_type.clone(),
+            body,
+        })
+    }
+
+    /// `DELETE .../snapshot/{offset}`: forgets an older snapshot (never the
+    /// current one, which stands for the trimmed data).
+    async fn snapshot_delete(&self, key: StreamKey, offset: Offset) -> Reply {
+        let rec = {
+            let streams = self.streams.borrow();
+            let s = streams.get(&key).ok_or(Error::NotFound)?;
+            if !s.snapshots.contains_key(&offset.pos) {
+                return Err(Error::NotFound);
+            }
+            if s.snapshots.last_key_value().is_some_and(|(&o, _)| o == offset.pos) {
+                return Err(Error::Conflict("this is the current snapshot; publish a newer one first".into()));
+            }
+            let mut rec = s.state_record(&key);
+            rec.snapshots.retain(|m| m.offset != offset.pos);
+            rec
+        };
+        let (_, lsn) = self.log_state(&key, &rec, None)?;
+        if let Some(s) = self.streams.borrow_mut().get_mut(&key) {
+            s.snapshots.remove(&offset.pos);
+        }
+        self.reclaim_due.set(true);
+        self.log.durable(lsn).await.map_err(storage_err)?;
+        Ok(Outcome::Deleted)
+    }
+
+    /// `GET .../bootstrap`: the current snapshot, then each message after it,
+    /// up to about one read's worth (the client continues from the offset).
+    fn bootstrap(&self, key: &StreamKey) -> Reply {
+        let mut streams = self.streams.borrow_mut();
+        let s = streams.get_mut(key).ok_or(Error::NotFound)?;
+        s.last_access_ms = (self.now_ms)();
+        let v = s.visible(self.log.durable_lsn());
+        let info = s.info(&v);
+        let snapshot = match s.snapshots.last_key_value() {
+            Some((&offset, snap)) => {
+                let mut blob = Vec::with_capacity(snap.len as usize);
+                let from = snap.data_off as usize;
+                self.log.read_body(snap.loc, from..from + snap.len as usize, &mut blob).map_err(storage_err)?;
+                Some((Offset::new(0, offset), snap.content_type.clone(), blob))
+            }
+            None => None,
+        };
+        let start = s.trim;
+        let chunks = &s.chunks[..v.chunks];
+        let first = chunks.partition_point(|c| c.start + c.len as u64 <= start);
+        let (mut messages, mut bytes, mut pos) = (Vec::new(), 0usize, start);
+        let mut data = Vec::new();
+        for c in &chunks[first..] {
+            if bytes > 0 && bytes + c.len as usize > READ_CHUNK_BYTES_MAX {
+                break;
+            }
+            data.clear();
+            let off = c.data_off as usize;
+            self.log.read_body(c.loc, off..off + c.len as usize, &mut data).map_err(storage_err)?;
+            if s.json {
+                messages.extend(json::split_messages(&data).map(<[u8]>::to_vec));
+            } else {
+                messages.push(data.clone());
+            }
+            bytes += c.len as usize;
+            pos = c.start + c.len as u64;
+        }
+        let up_to_date = pos == v.tail;
+        Ok(Outcome::Bootstrap(Bootstrap {
+            message_type: if s.json { "application/json".into() } else { s.content_type.clone() },
+            info,
+            snapshot,
+            messages,
+            next_offset: Offset::new(0, pos),
+            up_to_date,
+            closed_at_end: up_to_date && v.closed,
+        }))
     }
 
     fn expire_if_due(&self, key: &StreamKey) {
@@ -520,7 +960,15 @@ impl<S: SegmentStore> Shard<S> {
             stream_offset: tail,
             body_len: 0,
         };
-        let (_, lsn) = self.log.append(h, &persist::encode_delete(soft)).map_err(storage_err)?;
+        let (loc, lsn) = self.log.append(h, &persist::encode_delete(soft)).map_err(storage_err)?;
+        if soft {
+            if let Some(s) = self.streams.borrow_mut().get_mut(key) {
+                s.note_meta(loc.segment);
+            }
+        } else {
+            self.index(loc.segment).deleted_uids.push(uid);
+            self.reclaim_due.set(true);
+        }
         Ok((lsn, uid, inc))
     }
 
@@ -636,6 +1084,171 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
+    /// Background pass (every RECLAIM_INTERVAL_MS): expires streams whose
+    /// TTL ran out, then deletes every sealed segment recovery no longer
+    /// needs. A segment is needed while it holds
+    /// - data a stream still serves (not trimmed, not deleted) or a retained
+    ///   snapshot's blob;
+    /// - a stream's latest create/state/snapshot record, or a data-less
+    ///   record written after it (close, soft delete); a bucket's create;
+    /// - a delete record (stream or bucket) while an older segment still holds
+    ///   a record that would bring back what it deleted.
+    ///
+    /// Metadata that alone keeps a segment is re-logged into the active
+    /// segment first (a state record, a bucket create), which frees it.
+    /// Segments go oldest first, so a delete record never goes before what it
+    /// deleted. Recovery then rebuilds the same state from what is left (see
+    /// `recover`: appends whose create is gone wait for their state record).
+    pub async fn reclaim(&self) {
+        let now = (self.now_ms)();
+        let expired: Vec<StreamKey> = self
+            .streams
+            .borrow()
+            .iter()
+            .filter(|(_, s)| !s.soft_deleted && rules::expired(&s.lifetime, s.last_access_ms, now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &expired {
+            let due = self
+                .streams
+                .borrow()
+                .get(key)
+                .is_some_and(|s| !s.soft_deleted && rules::expired(&s.lifetime, s.last_access_ms, now));
+            if due {
+                if let Ok((_, Some(source))) = self.delete_now(key) {
+                    self.release_source(source).await;
+                }
+            }
+        }
+        let sealed = self.log.sealed_segments();
+        if !self.reclaim_due.get() && sealed.len() == self.reclaim_sealed.get() {
+            return;
+        }
+        self.reclaim_due.set(false);
+        if sealed.is_empty() {
+            self.reclaim_sealed.set(0);
+            return;
+        }
+        let (data, pins) = self.segment_needs(&sealed);
+        // Re-log metadata that alone keeps a sealed segment.
+        let mut relogged = 0usize;
+        let mut last_lsn = 0;
+        let mut seen = HashSet::new();
+        for (seg, list) in &pins {
+            if data.contains(seg) {
+                continue;
+            }
+            for pin in list {
+                if relogged == crate::limits::RECLAIM_RELOG_MAX {
+                    // The rest waits for the next pass.
+                    self.reclaim_due.set(true);
+                    break;
+                }
+                let lsn = match pin {
+                    MetaPin::Stream(key) if seen.insert(key.clone()) => {
+                        let rec = match self.streams.borrow().get(key) {
+                            Some(s) => s.state_record(key),
+                            None => continue,
+                        };
+                        self.log_state(key, &rec, None).map(|(_, lsn)| lsn)
+                    }
+                    MetaPin::Stream(_) => continue,
+                    MetaPin::Bucket(b) => self.relog_bucket(b),
+                };
+                match lsn {
+                    Ok(lsn) => {
+                        last_lsn = lsn;
+                        relogged += 1;
+                    }
+                    // Backpressure or a failing disk: try again next pass.
+                    Err(_) => {
+                        self.reclaim_due.set(true);
+                        return;
+                    }
+                }
+            }
+        }
+        if relogged > 0 {
+            self.stats.borrow_mut().relogged += relogged as u64;
+            if self.log.durable(last_lsn).await.is_err() {
+                return;
+            }
+        }
+        let sealed = self.log.sealed_segments();
+        let (data, pins) = self.segment_needs(&sealed);
+        let mut on_disk: BTreeSet<u64> = sealed.iter().copied().collect();
+        for &seg in &sealed {
+            if data.contains(&seg) || pins.contains_key(&seg) || self.delete_still_needed(seg, &on_disk) {
+                continue;
+            }
+            if let Err(e) = self.log.remove_segment(seg).await {
+                log::warn!("shard {}: could not reclaim segment {seg}: {e}", self.id);
+                self.reclaim_due.set(true);
+                break;
+            }
+            on_disk.remove(&seg);
+            self.seg_index.borrow_mut().remove(&seg);
+            self.stats.borrow_mut().segments_reclaimed += 1;
+        }
+        self.reclaim_sealed.set(self.log.sealed_segments().len());
+    }
+
+    /// Which of `sealed` hold needed data, and which hold needed metadata (by whom).
+    fn segment_needs(&self, sealed: &[u64]) -> (HashSet<u64>, BTreeMap<u64, Vec<MetaPin>>) {
+        let oldest = sealed.first().copied().unwrap_or(0);
+        let newest = sealed.last().copied().unwrap_or(0);
+        let in_range = |seg: u64| (oldest..=newest).contains(&seg);
+        let mut data = HashSet::new();
+        let mut pins: BTreeMap<u64, Vec<MetaPin>> = BTreeMap::new();
+        for (key, s) in self.streams.borrow().iter() {
+            let mut last = u64::MAX;
+            for c in &s.chunks {
+                if c.loc.segment != last {
+                    last = c.loc.segment;
+                    data.insert(last);
+                }
+            }
+            data.extend(s.snapshots.values().map(|sn| sn.loc.segment));
+            for &seg in std::iter::once(&s.state_seg).chain(&s.meta_segs) {
+                if in_range(seg) {
+                    pins.entry(seg).or_default().push(MetaPin::Stream(key.clone()));
+                }
+            }
+        }
+        for (b, &seg) in self.bucket_segs.borrow().iter() {
+            if in_range(seg) {
+                pins.entry(seg).or_default().push(MetaPin::Bucket(b.clone()));
+            }
+        }
+        (data, pins)
+    }
+
+    /// Whether a delete record in `seg` still has something to delete in an
+    /// older segment that is still on disk.
+    fn delete_still_needed(&self, seg: u64, on_disk: &BTreeSet<u64>) -> bool {
+        let index = self.seg_index.borrow();
+        let Some(here) = index.get(&seg) else {
+            return false;
+        };
+        let older = || on_disk.range(..seg).filter_map(|o| index.get(o));
+        here.deleted_uids.iter().any(|uid| older().any(|i| i.state_uids.contains(uid)))
+            || here.bucket_deletes.iter().any(|b| older().any(|i| i.bucket_creates.contains(b)))
+    }
+
+    /// Writes a bucket's create record again (recovery treats repeats as one).
+    fn relog_bucket(&self, bucket: &str) -> Result<u64, Error> {
+        let h = RecordHeader {
+            kind: persist::KIND_BUCKET_CREATE,
+            stream_id: 0,
+            incarnation: 0,
+            stream_offset: 0,
+            body_len: 0,
+        };
+        let (loc, lsn) = self.log.append(h, &persist::encode_bucket(bucket)).map_err(storage_err)?;
+        self.note_bucket(bucket, loc.segment, true);
+        Ok(lsn)
+    }
+
     /// At boot: the (source, uid) of every fork this shard holds.
     pub fn fork_sources(&self) -> Vec<(StreamKey, u64)> {
         self.streams
@@ -664,6 +1277,10 @@ impl<S: SegmentStore> Shard<S> {
         let s = streams.get_mut(&source).ok_or(Error::NotFound)?;
         if s.soft_deleted {
             return Err(Error::Conflict("the fork source was deleted".into()));
+        }
+        if s.trim > 0 {
+            // A fork copies the source's data from its start.
+            return Err(Error::Gone("the fork source's early data was trimmed by a snapshot"));
         }
         if let Some(ct) = &content_type {
             if !crate::protocol::headers::content_types_match(ct, &s.content_type) {
@@ -799,32 +1416,16 @@ impl<S: SegmentStore> Shard<S> {
         };
         self.next_uid.set(uid + 1);
         let data_len = rec.data.len();
-        let mut s = Stream {
-            uid,
-            incarnation,
-            json,
-            content_type: rec.content_type,
-            lifetime: rec.lifetime,
-            created_at_ms: now,
-            created_lsn: lsn,
-            last_write_ms: now,
-            write_lsn: lsn,
-            durable_write_ms: now,
-            last_access_ms: now,
-            tail: data_len as u64,
-            closed: rec.closed,
-            closed_lsn: lsn,
-            closed_by: None,
-            chunks: Vec::new(),
-            producers: HashMap::new(),
-            producer_acks: HashMap::new(),
-            stream_seq: None,
-            last_lsn: lsn,
-            waiters: Vec::new(),
-            fork: rec.fork,
-            fork_refs: 0,
-            soft_deleted: false,
-        };
+        let mut s = Stream::new(uid, incarnation, rec.content_type, rec.lifetime, now, now);
+        debug_assert_eq!(s.json, json);
+        s.created_lsn = lsn;
+        s.write_lsn = lsn;
+        s.tail = data_len as u64;
+        s.closed = rec.closed;
+        s.closed_lsn = lsn;
+        s.last_lsn = lsn;
+        s.fork = rec.fork;
+        self.note_state(&mut s, loc.segment);
         if data_len > 0 {
             s.chunks.push(Chunk { start: 0, len: data_len as u32, loc, data_off: (body.len() - data_len) as u32, lsn });
         }
@@ -964,6 +1565,8 @@ impl<S: SegmentStore> Shard<S> {
                     lsn,
                 });
                 s.tail += data_len as u64;
+            } else {
+                s.note_meta(loc.segment);
             }
             if let Some(seq) = rec.stream_seq {
                 s.stream_seq = Some(seq);
@@ -1057,6 +1660,14 @@ impl<S: SegmentStore> Shard<S> {
         s.last_access_ms = (self.now_ms)();
         let v = s.visible(self.log.durable_lsn());
         let info = s.info(&v);
+        let below_trim = match req.from {
+            ReadFrom::Start => s.trim > 0,
+            ReadFrom::At(o) => o.pos < s.trim,
+            ReadFrom::Now => false,
+        };
+        if below_trim {
+            return Err(Error::Gone("data before the current snapshot was trimmed; read the bootstrap instead"));
+        }
         let start = match req.from {
             ReadFrom::Start => 0,
             ReadFrom::Now => v.tail,
@@ -1133,7 +1744,8 @@ impl<S: SegmentStore> Shard<S> {
                     stream_offset: 0,
                     body_len: 0,
                 };
-                let (_, lsn) = self.log.append(h, &body).map_err(storage_err)?;
+                let (loc, lsn) = self.log.append(h, &body).map_err(storage_err)?;
+                self.note_bucket(&bucket, loc.segment, true);
                 self.buckets_owned.borrow_mut().insert(bucket.clone());
                 self.log.durable(lsn).await.map_err(storage_err)?;
                 self.buckets_known.borrow_mut().insert(bucket.clone());
@@ -1162,7 +1774,8 @@ impl<S: SegmentStore> Shard<S> {
                     stream_offset: 0,
                     body_len: 0,
                 };
-                let (_, lsn) = self.log.append(h, &body).map_err(storage_err)?;
+                let (loc, lsn) = self.log.append(h, &body).map_err(storage_err)?;
+                self.note_bucket(&bucket, loc.segment, false);
                 self.buckets_owned.borrow_mut().remove(&bucket);
                 self.buckets_known.borrow_mut().remove(&bucket);
                 self.log.durable(lsn).await.map_err(storage_err)?;

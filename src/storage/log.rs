@@ -522,6 +522,28 @@ impl<S: SegmentStore> Log<S> {
         Ok(())
     }
 
+    /// Segments that are sealed and durable (never written again), ascending:
+    /// the ones [`Log::remove_segment`] may delete.
+    pub fn sealed_segments(&self) -> Vec<u64> {
+        let st = self.st.borrow();
+        st.segments.iter().filter(|(_, s)| matches!(s, SegData::Mapped(_))).map(|(&no, _)| no).collect()
+    }
+
+    /// Deletes a sealed segment for good (file and directory entry, durably).
+    /// The caller guarantees no record in it is needed any more: recovery
+    /// without it must rebuild the same state. Reads of it fail from now on.
+    pub async fn remove_segment(&self, no: u64) -> Result<()> {
+        {
+            let mut st = self.st.borrow_mut();
+            if !matches!(st.segments.get(&no), Some(SegData::Mapped(_))) {
+                let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "segment is not sealed");
+                return Err(Error::Io { op: "remove", segment: no, source });
+            }
+            st.segments.remove(&no);
+        }
+        self.store.remove(no).await.map_err(|source| Error::Io { op: "remove", segment: no, source })
+    }
+
     fn file_of(&self, no: u64) -> Rc<S::File> {
         match self.st.borrow().segments.get(&no) {
             Some(SegData::Mirror { file: Some(f), .. }) => f.clone(),
