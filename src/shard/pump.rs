@@ -98,6 +98,9 @@ struct Stream {
     /// Recovery only: replayed records resumed here after a gap (records
     /// reclaimed below a trim); a later state record must trim this far.
     gap_end: u64,
+    /// Recovery only: the latest state record lists a snapshot whose record
+    /// was not found (fine if a later state record no longer lists it).
+    blob_missing: bool,
 }
 
 /// A published snapshot: its blob is the data part of its snapshot record.
@@ -169,6 +172,7 @@ impl Stream {
             state_seg: 0,
             meta_segs: Vec::new(),
             gap_end: 0,
+            blob_missing: false,
         }
     }
 
@@ -489,28 +493,37 @@ impl<S: SegmentStore> Shard<S> {
                     if s.incarnation != h.incarnation {
                         s = Stream::new(h.stream_id, h.incarnation, String::new(), Lifetime::Forever, 0, boot_ms);
                     }
-                    // Whatever was replayed must meet the record: gaps only
-                    // below the trim point, data contiguous up to the tail.
-                    let corrupt = |why: &str| {
-                        format!("shard {id}: stream {key:?}: {why} (state record in segment {seg} at {})", r.loc.pos)
-                    };
-                    if s.gap_end > st.trim {
-                        return Err(corrupt("records missing above the trim point"));
+                    // Records between what was replayed and this record may
+                    // have been reclaimed (their data trimmed by a later
+                    // state): a gap. A gap this record's trim covers is
+                    // explained; one it does not must be explained by a later
+                    // state record (checked at the end), as must a snapshot
+                    // listed here whose blob is gone.
+                    if s.tail > st.tail {
+                        return Err(format!(
+                            "shard {id}: stream {key:?}: replayed data ends at {} past the tail {} of the state \
+                             record in segment {seg} at {}",
+                            s.tail, st.tail, r.loc.pos
+                        ));
                     }
                     s.trim_to(st.trim);
-                    let data_start = s.chunks.first().map_or(s.tail, |c| c.start);
-                    if s.tail != st.tail || (data_start > st.trim && st.trim < st.tail) {
-                        return Err(corrupt("data between the trim point and the tail is missing"));
+                    if s.tail < st.tail {
+                        s.gap_end = st.tail;
+                        s.chunks.clear();
                     }
-                    s.gap_end = 0;
+                    if s.gap_end <= st.trim {
+                        s.gap_end = 0;
+                    }
                     s.apply_state(&st);
                     s.snapshots.clear();
+                    s.blob_missing = false;
                     for m in &st.snapshots {
-                        let snap = blobs
-                            .get(&(h.stream_id, m.offset))
-                            .cloned()
-                            .ok_or_else(|| corrupt("snapshot blob missing"))?;
-                        s.snapshots.insert(m.offset, snap);
+                        match blobs.get(&(h.stream_id, m.offset)) {
+                            Some(snap) => {
+                                s.snapshots.insert(m.offset, snap.clone());
+                            }
+                            None => s.blob_missing = true,
+                        }
                     }
                     shard.note_state(&mut s, seg);
                     shard.insert_recovered(key, s);
@@ -552,11 +565,16 @@ impl<S: SegmentStore> Shard<S> {
                 k => return Err(format!("shard {id}: unknown record kind {k}")),
             }
         }
-        if let Some((key, s)) = shard.streams.borrow().iter().find(|(_, s)| s.gap_end > 0) {
-            return Err(format!(
-                "shard {id}: stream {key:?}: records before offset {} are missing and nothing trimmed them",
-                s.gap_end
-            ));
+        for (key, s) in shard.streams.borrow().iter() {
+            if s.gap_end > 0 {
+                return Err(format!(
+                    "shard {id}: stream {key:?}: records before offset {} are missing and nothing trimmed them",
+                    s.gap_end
+                ));
+            }
+            if s.blob_missing {
+                return Err(format!("shard {id}: stream {key:?}: a retained snapshot's record is missing"));
+            }
         }
         // Uids must never repeat, even when every record of the newest
         // streams was reclaimed: start above the wall clock (1024 per ms).
