@@ -277,8 +277,8 @@ fn run(seed: u64, ops: usize) -> (u64, usize) {
         }
     }
     // Everything left behind: with the data gone, few segments remain.
-    for i in 0..STREAMS {
-        if models[i].is_some() {
+    for (i, m) in models.iter().enumerate() {
+        if m.is_some() {
             assert!(rig.op(i, StreamOp::Delete).is_ok(), "seed {seed}: final delete");
         }
     }
