@@ -398,10 +398,12 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     // The shards run until a shutdown; each reports once drained and synced.
+    // A shard that ends outside a shutdown (a panic) ends the process.
     let mut failures = Vec::new();
     for _ in 0..cfg.shards {
         match done_rx.recv() {
             Ok(Ok(())) => {}
+            Ok(Err(e)) if state.load(Ordering::Acquire) != STOPPING => bail!(e),
             Ok(Err(e)) => failures.push(e),
             Err(_) => break,
         }
