@@ -569,22 +569,33 @@ fn sigterm_drains_appends_ends_live_readers_and_exits_zero() {
     drop(c);
 
     // Live readers on a stream nobody appends to: they wait until shutdown.
-    let lp_path = format!("/v1/stream/term/quiet?offset={tail}&live=long-poll");
-    let long_poll = thread::spawn(move || {
-        let mut c = Conn::connect(port);
-        let t = Instant::now();
-        let r = c.request("GET", &lp_path, &[], b"");
-        (r, t.elapsed())
-    });
-    let sse_path = format!("/v1/stream/term/quiet?offset={tail}&live=sse");
-    let sse = thread::spawn(move || {
-        let mut t = send_get(port, &sse_path);
-        let mut out = Vec::new();
-        let r = t.read_to_end(&mut out);
-        (r.is_ok(), String::from_utf8_lossy(&out).into_owned())
-    });
-    wait_metric(&s, "ringstream_live_readers", &[("kind", "long_poll")], 1.0);
-    wait_metric(&s, "ringstream_live_readers", &[("kind", "sse")], 1.0);
+    // Several of each, on separate connections, so that SO_REUSEPORT puts
+    // some on the shard that does not own the stream.
+    const READERS: usize = 4;
+    let long_polls: Vec<_> = (0..READERS)
+        .map(|_| {
+            let lp_path = format!("/v1/stream/term/quiet?offset={tail}&live=long-poll");
+            thread::spawn(move || {
+                let mut c = Conn::connect(port);
+                let t = Instant::now();
+                let r = c.request("GET", &lp_path, &[], b"");
+                (r, t.elapsed())
+            })
+        })
+        .collect();
+    let sses: Vec<_> = (0..READERS)
+        .map(|_| {
+            let sse_path = format!("/v1/stream/term/quiet?offset={tail}&live=sse");
+            thread::spawn(move || {
+                let mut t = send_get(port, &sse_path);
+                let mut out = Vec::new();
+                let r = t.read_to_end(&mut out);
+                (r.is_ok(), String::from_utf8_lossy(&out).into_owned())
+            })
+        })
+        .collect();
+    wait_metric(&s, "ringstream_live_readers", &[("kind", "long_poll")], READERS as f64);
+    wait_metric(&s, "ringstream_live_readers", &[("kind", "sse")], READERS as f64);
     let idle = s.conn();
 
     let running: Vec<Arc<AtomicBool>> = (0..WRITERS).map(|_| Arc::new(AtomicBool::new(false))).collect();
@@ -610,15 +621,19 @@ fn sigterm_drains_appends_ends_live_readers_and_exits_zero() {
     assert!(took < SHUTDOWN_TIMEOUT, "exited after {took:?}");
     assert!(log.contains("shutdown complete"), "log:\n{log}");
 
-    let (lp, waited) = long_poll.join().unwrap();
-    assert_eq!(lp.status, 204, "the long-poll gets a clean timeout answer: {}", lp.summary());
-    assert_eq!(lp.sno(), tail, "positioned at the tail");
-    assert!(waited < Duration::from_secs(30), "answered at shutdown, not at its 60 s timeout ({waited:?})");
-    let (clean, events) = sse.join().unwrap();
-    assert!(clean, "the SSE stream ends with EOF, not an error");
-    assert!(events.starts_with("HTTP/1.1 200"), "{events:?}");
-    assert!(events.contains("event: control"), "{events:?}");
-    assert!(events.ends_with("\n\n"), "the SSE stream ends at an event boundary: {events:?}");
+    for h in long_polls {
+        let (lp, waited) = h.join().unwrap();
+        assert_eq!(lp.status, 204, "the long-poll gets a clean timeout answer: {}", lp.summary());
+        assert_eq!(lp.sno(), tail, "positioned at the tail");
+        assert!(waited < Duration::from_secs(30), "answered at shutdown, not at its 60 s timeout ({waited:?})");
+    }
+    for h in sses {
+        let (clean, events) = h.join().unwrap();
+        assert!(clean, "the SSE stream ends with EOF, not an error");
+        assert!(events.starts_with("HTTP/1.1 200"), "{events:?}");
+        assert!(events.contains("event: control"), "{events:?}");
+        assert!(events.ends_with("\n\n"), "the SSE stream ends at an event boundary: {events:?}");
+    }
     let mut idle = idle;
     assert!(idle.peer_closed_within(Duration::from_secs(1)), "an idle keep-alive connection was closed");
 
