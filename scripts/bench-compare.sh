@@ -119,7 +119,7 @@ wait_listening "$WORK/rs.out" "listening on"
 RS_URL="http://$(grep -o '127.0.0.1:[0-9]*' "$WORK/rs.out" | head -1)"
 measure "$RS_URL" ringstream | tee -a "$OUT/summary.txt"
 curl -s "$RS_URL/metrics" > "$OUT/ringstream-metrics.txt" || true
-grep -E "flush_records|flush_io_us|requests_total|mesh_hops" "$OUT/ringstream-metrics.txt" | tee -a "$OUT/summary.txt" || true
+grep -E "flush_batch_records_(sum|count)|flush_seconds_(sum|count)|shard_requests_total|handoffs_total|mesh_calls_total" "$OUT/ringstream-metrics.txt" | tee -a "$OUT/summary.txt" || true
 kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 
 # --- 3. the reference server ---------------------------------------------------------

@@ -8,6 +8,8 @@
 //!
 //! # Layout
 //! - [`limits`]: every bound, named once.
+//! - [`metrics`]: counters and histograms, Prometheus text; pure, used by
+//!   `http`, `shard` and `storage` like `limits`.
 //! - [`config`], [`cli`]: flags to configuration.
 //! - [`server`]: boot (executors, recovery, listeners), no logic of its own.
 //! - [`http`]: bytes to typed requests and responses back; the /ds vs /v1 dialect.
@@ -18,7 +20,7 @@
 //!
 //! # Dependency rule
 //! `http -> protocol, shard::router`; `shard -> protocol, storage`;
-//! `protocol -> limits`; `storage -> limits`. storage and protocol never
+//! `protocol -> limits`; `storage -> limits, metrics`; `metrics -> limits`. storage and protocol never
 //! import http or glommio networking; glommio appears only in `server`,
 //! `shard::mesh`, `http::conn` and `storage::dma_file` (checked by
 //! tests/tidy.rs).
@@ -27,6 +29,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod limits;
+pub mod metrics;
 pub mod protocol;
 pub mod server;
 pub mod shard;

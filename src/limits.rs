@@ -68,6 +68,23 @@ pub const SSE_CONNECTION_MS_MAX: u64 = 60_000;
 /// `server::start_kicker`): the longest a lost io_uring wake-up can stall.
 pub const EXECUTOR_KICK_INTERVAL_MS: u64 = 5;
 
+/// Graceful shutdown (SIGTERM/SIGINT): the process exits 0 once every shard
+/// drained and synced, and exits 1 (with an error line) if that takes longer
+/// than this.
+pub const SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
+/// During shutdown, how long connections get to finish their request in
+/// flight before the shards make their final sync anyway.
+pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
+/// How often each shard checks the process-wide shutdown flag (and, while
+/// draining, its open connections).
+pub const SHUTDOWN_POLL_MS: u64 = 5;
+
+/// Largest value the latency histograms of /metrics track (microseconds);
+/// longer latencies count as this.
+pub const HISTOGRAM_LATENCY_US_MAX: u64 = 60_000_000;
+/// Largest group-commit batch (records per flush) the batch histogram tracks.
+pub const HISTOGRAM_BATCH_RECORDS_MAX: u64 = 1 << 20;
+
 /// Boot is restarted (the process re-executes itself) when no shard made
 /// progress for this long, at most BOOT_ATTEMPTS_MAX times; see
 /// `server::wait_boot`.
@@ -117,3 +134,4 @@ const _: () = assert!((RECORD_BODY_BYTES_MAX + RECORD_HEADER_BYTES) as u64 <= SE
 const _: () = assert!(SHARD_PENDING_BYTES_MAX >= REQUEST_BODY_BYTES_MAX);
 const _: () = assert!(SHARD_PENDING_BYTES_MIN <= SHARD_PENDING_BYTES_MAX);
 const _: () = assert!(LONG_POLL_TIMEOUT_MS_DEFAULT <= LONG_POLL_TIMEOUT_MS_MAX);
+const _: () = assert!(SHUTDOWN_DRAIN_MS + 1_000 <= SHUTDOWN_TIMEOUT_MS);

@@ -1,10 +1,17 @@
 //! Boot: check the data directory, start one pinned glommio executor per
 //! shard, recover each shard's log, join the cross-core mesh, replicate
 //! bucket metadata, then listen (SO_REUSEPORT, one listener per shard).
+//! Shutdown (SIGTERM/SIGINT): stop accepting, drain, final sync, exit 0
+//! within SHUTDOWN_TIMEOUT_MS (see `start_signal_thread`).
 
 use crate::config::Config;
 use crate::http::conn::{self, ConnContext};
-use crate::limits::{EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX};
+use crate::http::stop::Stop;
+use crate::limits::{
+    EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX, SHUTDOWN_DRAIN_MS,
+    SHUTDOWN_POLL_MS, SHUTDOWN_TIMEOUT_MS,
+};
+use crate::metrics::{EdgeMetrics, Family, Samples};
 use crate::protocol::Outcome;
 use crate::shard::mesh::{self, Mesh, Peers};
 use crate::shard::router::{Dispatch, Reply, ShardRequest};
@@ -14,13 +21,12 @@ use crate::storage::{Log, LogConfig};
 use anyhow::{bail, Context};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
-use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,18 +69,29 @@ fn reserve(addr: SocketAddr) -> anyhow::Result<(socket2::Socket, SocketAddr)> {
     Ok((s, real))
 }
 
+/// Process state, shared by the main thread, the signal thread and the shards.
+const BOOTING: u8 = 0;
+const SERVING: u8 = 1;
+const STOPPING: u8 = 2;
+
 struct Ctx {
     me: usize,
     shards: usize,
     shard: Rc<Shard<DiskStore>>,
     mesh: Rc<Mesh>,
+    edge: Rc<EdgeMetrics>,
+    stop: Rc<Stop>,
+    state: Arc<AtomicU8>,
 }
 
 impl Dispatch for Ctx {
     fn dispatch(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
         Box::pin(async move {
             match req.owner(self.shards) {
-                Some(owner) if owner != self.me => self.mesh.call(owner, req).await,
+                Some(owner) if owner != self.me => {
+                    self.edge.handoffs.set(self.edge.handoffs.get() + 1);
+                    self.mesh.call(owner, req).await
+                }
                 _ => {
                     self.shard.stats.borrow_mut().requests_local += 1;
                     self.shard.handle(req).await
@@ -84,28 +101,58 @@ impl Dispatch for Ctx {
     }
 }
 
+/// One shard's metrics: its streams and log (the pump), its HTTP edge, its
+/// mesh end.
+fn shard_metrics(shard: &Shard<DiskStore>, edge: &EdgeMetrics, mesh: &Mesh) -> Samples {
+    let mut s = shard.metrics();
+    edge.render(shard.id, &mut s);
+    s.sample(Family::MeshCalls, shard.id, "", mesh.hops_out.get());
+    s.sample(Family::MeshWakeups, shard.id, "", mesh.wakeups());
+    s
+}
+
 impl ConnContext for Ctx {
     fn metrics(&self) -> Pin<Box<dyn Future<Output = String> + '_>> {
         Box::pin(async move {
-            let mut text = String::new();
+            let mut all = Samples::default();
             for s in 0..self.shards {
-                let r = if s == self.me {
-                    self.shard.handle(ShardRequest::Stats).await
-                } else {
-                    self.mesh.call(s, ShardRequest::Stats).await
-                };
-                if let Ok(Outcome::Stats(t)) = r {
-                    text.push_str(&t);
+                if s == self.me {
+                    all.merge(&shard_metrics(&self.shard, &self.edge, &self.mesh).into_blocks());
+                } else if let Ok(Outcome::Stats(blocks)) = self.mesh.call(s, ShardRequest::Stats).await {
+                    all.merge(&blocks);
                 }
             }
-            text.push_str(&format!(
-                "ringstream_mesh_hops_out_total{{shard=\"{}\"}} {}\n",
-                self.me,
-                self.mesh.hops_out.get()
-            ));
-            text.push_str(&format!("ringstream_mesh_wakeups_total{{shard=\"{}\"}} {}\n", self.me, self.mesh.wakeups()));
-            text
+            all.render()
         })
+    }
+
+    fn edge(&self) -> &EdgeMetrics {
+        &self.edge
+    }
+
+    fn stop(&self) -> &Rc<Stop> {
+        &self.stop
+    }
+
+    fn ready(&self) -> bool {
+        self.state.load(Ordering::Acquire) == SERVING
+    }
+}
+
+/// Sent when a shard's executor finishes (also on a panic or a failed
+/// boot): clears its thread id so the kicker stops signalling it.
+struct ShardExit {
+    id: usize,
+    threads: Arc<Vec<AtomicU64>>,
+    done: crossbeam_channel::Sender<Result<(), String>>,
+    result: Option<Result<(), String>>,
+}
+
+impl Drop for ShardExit {
+    fn drop(&mut self) {
+        self.threads[self.id].store(0, Ordering::Release);
+        let r = self.result.take().unwrap_or_else(|| Err(format!("shard {} stopped unexpectedly", self.id)));
+        let _ = self.done.send(r);
     }
 }
 
@@ -133,6 +180,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         cfg.direct_io
     );
     check_memlock();
+    // Before any thread starts, so every thread inherits the mask and only
+    // the signal thread receives SIGTERM/SIGINT.
+    let stop_signals = block_stop_signals()?;
+    let state = Arc::new(AtomicU8::new(BOOTING));
+    start_signal_thread(stop_signals, state.clone());
     let (reservation, addr) = reserve(cfg.listen)?;
     let cpus: Vec<usize> = (0..crate::config::online_cpus()).collect();
     let mut mesh_plan = mesh::Plan::new(cfg.shards).context("creating the cross-shard mesh")?;
@@ -144,10 +196,16 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let threads: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.shards).map(|_| AtomicU64::new(0)).collect());
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.shards).map(|_| AtomicU64::new(0)).collect());
     install_kick_handler()?;
-    start_kicker(threads.clone());
+    let kicker_stop = Arc::new(AtomicBool::new(false));
+    let kicker = start_kicker(threads.clone(), kicker_stop.clone());
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<(), String>>(cfg.shards);
+    let drained = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
     for id in 0..cfg.shards {
         let threads = threads.clone();
+        let done = done_tx.clone();
+        let state = state.clone();
+        let drained = drained.clone();
         let progress = progress.clone();
         let placement = if cfg.pin { Placement::Fixed(cpus[id % cpus.len()]) } else { Placement::Unbound };
         let cfg = cfg.clone();
@@ -163,6 +221,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                 // Safety: pthread_self has no preconditions.
                 threads[id].store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
                 async move {
+                    let mut exit = ShardExit { id, threads, done, result: None };
                     let fail = |e: String| {
                         let _ = boot_tx.send(Boot::Failed(e));
                     };
@@ -197,12 +256,16 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     boot_step(&progress[id], &format!("shard {id}: boot: joining the mesh"));
                     let (mesh, inbox) = link.join();
                     shard.set_peers(mesh.clone());
+                    let edge = Rc::new(EdgeMetrics::default());
                     {
-                        let shard = shard.clone();
+                        let (shard, edge, m) = (shard.clone(), edge.clone(), mesh.clone());
                         glommio::spawn_local(mesh.clone().serve(inbox, move |req| {
-                            let shard = shard.clone();
+                            let (shard, edge, m) = (shard.clone(), edge.clone(), m.clone());
                             async move {
                                 shard.stats.borrow_mut().requests_remote_in += 1;
+                                if let ShardRequest::Stats = req {
+                                    return Ok(Outcome::Stats(shard_metrics(&shard, &edge, &m).into_blocks()));
+                                }
                                 shard.handle(req).await
                             }
                         }))
@@ -256,31 +319,63 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         report.segments, report.records, report.torn_tail, report.active_segment
                     );
                     let _ = boot_tx.send(Boot::Ready { shard: id, streams: shard.stream_count(), storage, recovery });
-                    let ctx = Rc::new(Ctx { me: id, shards: cfg.shards, shard, mesh });
-                    let open = Rc::new(Cell::new(0usize));
+                    let stop = Rc::new(Stop::default());
+                    let ctx = Rc::new(Ctx {
+                        me: id,
+                        shards: cfg.shards,
+                        shard: shard.clone(),
+                        mesh,
+                        edge: edge.clone(),
+                        stop: stop.clone(),
+                        state: state.clone(),
+                    });
+                    // The process-wide flag (set by the signal thread) becomes
+                    // this shard's stop: live reads answer, idle connections close.
+                    {
+                        let (shard, stop, state) = (shard.clone(), stop.clone(), state.clone());
+                        glommio::spawn_local(async move {
+                            while state.load(Ordering::Acquire) != STOPPING {
+                                glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
+                            }
+                            shard.begin_shutdown();
+                            stop.trigger();
+                        })
+                        .detach();
+                    }
+                    let accepting = stop.slot();
                     loop {
-                        let stream = match listener.accept().await {
-                            Ok(s) => s,
-                            Err(e) => {
+                        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+                            accepting.wait().await;
+                            None
+                        })
+                        .await;
+                        let stream = match accepted {
+                            None => break,
+                            Some(Ok(s)) => s,
+                            Some(Err(e)) => {
                                 log::warn!("shard {id}: accept failed: {e}");
                                 glommio::timer::sleep(Duration::from_millis(10)).await;
                                 continue;
                             }
                         };
-                        if open.get() >= SHARD_CONNECTIONS_MAX {
+                        edge.accepted.set(edge.accepted.get() + 1);
+                        if edge.connections.get() >= SHARD_CONNECTIONS_MAX as u64 {
                             // Over the bound: close at once rather than queue unbounded work.
+                            edge.refused.set(edge.refused.get() + 1);
                             drop(stream);
                             continue;
                         }
-                        open.set(open.get() + 1);
+                        edge.connections.set(edge.connections.get() + 1);
                         let ctx = ctx.clone();
-                        let open = open.clone();
                         glommio::spawn_local(async move {
-                            conn::serve(stream, ctx).await;
-                            open.set(open.get() - 1);
+                            conn::serve(stream, ctx.clone()).await;
+                            ctx.edge.connections.set(ctx.edge.connections.get() - 1);
                         })
                         .detach();
                     }
+                    drop(listener);
+                    let r = drain(id, cfg.shards, &shard, &edge, &drained).await;
+                    exit.result = Some(r);
                 }
             })
             .map_err(|e| anyhow::anyhow!("starting executor for shard {id}: {e}"))?;
@@ -305,15 +400,150 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         }
     }
     drop(reservation);
+    drop(done_tx);
+    // A signal during boot found BOOTING and ended the process; from here on
+    // it moves SERVING to STOPPING.
+    let _ = state.compare_exchange(BOOTING, SERVING, Ordering::AcqRel, Ordering::Acquire);
     println!("ringstream listening on http://{addr} ({} shards, data in {})", cfg.shards, cfg.data_dir.display());
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    for h in handles {
-        if let Err(e) = h.join() {
-            bail!("a shard stopped: {e:?}");
+    // The shards run until a shutdown; each reports once drained and synced.
+    // A shard that ends outside a shutdown (a panic) ends the process.
+    let mut failures = Vec::new();
+    for _ in 0..cfg.shards {
+        match done_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if state.load(Ordering::Acquire) != STOPPING => bail!(e),
+            Ok(Err(e)) => failures.push(e),
+            Err(_) => break,
         }
     }
+    // No executor is signalled after the kicker stopped, so joining them
+    // cannot race a pthread_kill.
+    kicker_stop.store(true, Ordering::Release);
+    let _ = kicker.join();
+    for h in handles {
+        if let Err(e) = h.join() {
+            failures.push(format!("a shard stopped: {e:?}"));
+        }
+    }
+    if !failures.is_empty() {
+        bail!("shutdown: {}", failures.join("; "));
+    }
+    log::info!("shutdown complete: every shard drained and synced");
     Ok(())
+}
+
+/// Graceful shutdown of one shard, once it stopped accepting: wait for its
+/// connections to finish (at most SHUTDOWN_DRAIN_MS), then for every other
+/// shard to get there (requests still in flight may need this shard's log
+/// or mesh), then a final sync of everything appended, and stop the log's
+/// tasks.
+async fn drain(
+    id: usize,
+    shards: usize,
+    shard: &Shard<DiskStore>,
+    edge: &EdgeMetrics,
+    drained: &AtomicUsize,
+) -> Result<(), String> {
+    let poll = Duration::from_millis(SHUTDOWN_POLL_MS);
+    log::info!("shard {id}: stopped accepting; {} connections to finish", edge.connections.get());
+    let deadline = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS);
+    while edge.connections.get() > 0 && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(poll).await;
+    }
+    if edge.connections.get() > 0 {
+        log::warn!(
+            "shard {id}: {} connections still open after {SHUTDOWN_DRAIN_MS} ms; closing them",
+            edge.connections.get()
+        );
+    }
+    drained.fetch_add(1, Ordering::AcqRel);
+    while drained.load(Ordering::Acquire) < shards {
+        glommio::timer::sleep(poll).await;
+    }
+    let log = shard.log();
+    let tail = log.tail_lsn();
+    let r = log.durable(tail).await.map_err(|e| format!("shard {id}: final sync failed: {e}"));
+    log.stop();
+    if r.is_ok() {
+        log::info!("shard {id}: drained and synced ({tail} log bytes since boot)");
+    }
+    r
+}
+
+/// Blocks SIGTERM and SIGINT in the calling thread (and every thread it
+/// starts later); `start_signal_thread` takes them with sigwait.
+fn block_stop_signals() -> anyhow::Result<libc::sigset_t> {
+    // Safety: sigset operations on a local, zero-initialised set.
+    let rc = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        (rc, set)
+    };
+    if rc.0 != 0 {
+        bail!("blocking SIGTERM/SIGINT: {}", std::io::Error::from_raw_os_error(rc.0));
+    }
+    Ok(rc.1)
+}
+
+fn signal_name(sig: libc::c_int) -> &'static str {
+    match sig {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        _ => "signal",
+    }
+}
+
+/// Waits for SIGTERM or SIGINT (blocked in every thread). The first one
+/// moves the process to STOPPING, which every shard notices within
+/// SHUTDOWN_POLL_MS; the main thread then returns (exit status 0) once all
+/// shards drained and synced. If that takes longer than SHUTDOWN_TIMEOUT_MS,
+/// or a second signal comes, this thread logs it and exits with status 1.
+/// A signal during boot exits at once with status 0: nothing has been
+/// acknowledged that is not already durable, and recovery is idempotent.
+fn start_signal_thread(set: libc::sigset_t, state: Arc<AtomicU8>) {
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let sig = loop {
+                // Safety: `set` is a valid signal set; sigwaitinfo writes nothing when given null.
+                let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+                if sig > 0 {
+                    break sig;
+                }
+            };
+            if state.swap(STOPPING, Ordering::AcqRel) == BOOTING {
+                log::warn!("{} during boot: exiting", signal_name(sig));
+                // Safety: _exit ends the process without running destructors on other threads.
+                unsafe { libc::_exit(0) };
+            }
+            log::info!(
+                "{}: shutting down (stop accepting, finish requests in flight, end live reads, final sync; limit {SHUTDOWN_TIMEOUT_MS} ms)",
+                signal_name(sig)
+            );
+            let deadline = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_TIMEOUT_MS);
+            loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    log::error!("shutdown did not finish within {SHUTDOWN_TIMEOUT_MS} ms; exiting with status 1");
+                    // Safety: as above.
+                    unsafe { libc::_exit(1) };
+                }
+                let ts = libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as _ };
+                // Safety: valid set and timeout; no siginfo wanted.
+                let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+                if sig > 0 {
+                    log::error!("second {} during shutdown: exiting now with status 1", signal_name(sig));
+                    // Safety: as above.
+                    unsafe { libc::_exit(1) };
+                }
+            }
+        })
+        .expect("starting the signal thread");
 }
 
 /// glommio registers its I/O buffers with io_uring, which needs locked
@@ -359,21 +589,24 @@ fn install_kick_handler() -> anyhow::Result<()> {
 /// every EXECUTOR_KICK_INTERVAL_MS bounds such a stall to that interval; a
 /// kicked executor re-checks all its rings and queues, and goes back to sleep
 /// if there is nothing to do.
-fn start_kicker(threads: Arc<Vec<AtomicU64>>) {
+fn start_kicker(threads: Arc<Vec<AtomicU64>>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name("kicker".into())
-        .spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(crate::limits::EXECUTOR_KICK_INTERVAL_MS));
-            for t in threads.iter() {
-                let tid = t.load(Ordering::Acquire);
-                if tid != 0 {
-                    // Safety: the id is a live executor thread of this process
-                    // (executors run until the process exits).
-                    unsafe { libc::pthread_kill(tid as libc::pthread_t, libc::SIGUSR1) };
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(crate::limits::EXECUTOR_KICK_INTERVAL_MS));
+                for t in threads.iter() {
+                    let tid = t.load(Ordering::Acquire);
+                    if tid != 0 {
+                        // Safety: the id is a live executor thread of this process
+                        // (an executor clears its id before it ends, and the main
+                        // thread joins executors only after this thread stopped).
+                        unsafe { libc::pthread_kill(tid as libc::pthread_t, libc::SIGUSR1) };
+                    }
                 }
             }
         })
-        .expect("starting the kicker thread");
+        .expect("starting the kicker thread")
 }
 
 fn boot_step(progress: &AtomicU64, what: &str) {

@@ -12,11 +12,7 @@ use std::time::{Duration, Instant};
 const OCT: (&str, &str) = ("Content-Type", "application/octet-stream");
 
 fn remote_requests(s: &Server) -> f64 {
-    s.metrics()
-        .iter()
-        .filter(|(k, _)| k.starts_with("ringstream_requests_total") && k.contains("remote"))
-        .map(|(_, v)| v)
-        .sum()
+    s.metrics().iter().filter(|(k, _)| k.starts_with("ringstream_handoffs_total{")).map(|(_, v)| v).sum()
 }
 
 #[test]

@@ -8,3 +8,4 @@ pub mod parse;
 pub mod respond;
 pub mod route;
 pub mod sse;
+pub mod stop;

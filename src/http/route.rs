@@ -3,6 +3,7 @@
 
 use super::parse::{Method, RequestHead};
 use crate::limits::BUCKET_LIST_LIMIT_MAX;
+use crate::metrics::RouteLabel;
 use crate::protocol::headers::parse_sub_offset;
 use crate::protocol::headers::{parse_lifetime, parse_producer, stream_closed_requested};
 use crate::protocol::names::{split_v1_path, validate_bucket_id, validate_ds_stream_id};
@@ -21,6 +22,10 @@ pub enum Route {
     Options,
     /// Server counters.
     Metrics,
+    /// `GET /healthz`: the process serves HTTP.
+    Health,
+    /// `GET /readyz`: recovered, every shard serving, not shutting down.
+    Ready,
 }
 
 /// Routing failures the HTTP edge answers itself.
@@ -48,15 +53,40 @@ pub fn surface_of(path: &str) -> Surface {
     }
 }
 
+/// The `route` label a request is counted under in /metrics. Cheap: a few
+/// prefix tests, no allocation.
+pub fn route_label(path: &str) -> RouteLabel {
+    if path.starts_with("/v1/stream/") {
+        return RouteLabel::V1Stream;
+    }
+    if let Some(rest) = path.strip_prefix("/ds/") {
+        return match rest.split_once('/') {
+            None | Some((_, "")) | Some((_, "streams")) => RouteLabel::DsBucket,
+            Some(_) => RouteLabel::DsStream,
+        };
+    }
+    match path {
+        "/metrics" => RouteLabel::Metrics,
+        "/healthz" | "/readyz" => RouteLabel::Health,
+        _ => RouteLabel::Other,
+    }
+}
+
 pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
     if head.method == Method::Options {
         return Ok(Route::Options);
     }
     let path = head.path.as_str();
-    if path == "/metrics" {
+    let fixed = match path {
+        "/metrics" => Some(Route::Metrics),
+        "/healthz" => Some(Route::Health),
+        "/readyz" => Some(Route::Ready),
+        _ => None,
+    };
+    if let Some(r) = fixed {
         return match head.method {
-            Method::Get => Ok(Route::Metrics),
-            _ => Err(RouteError::MethodNotAllowed("GET")),
+            Method::Get | Method::Head => Ok(r),
+            _ => Err(RouteError::MethodNotAllowed("GET, HEAD")),
         };
     }
     if let Some(rest) = path.strip_prefix("/v1/stream/") {
@@ -250,4 +280,27 @@ fn fork_headers(head: &RequestHead) -> Result<Option<ForkReq>, RouteError> {
     };
     let offset = offset.map(parse_offset).transpose()?;
     Ok(Some(ForkReq { source, offset, sub_offset }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_labels() {
+        for (path, want) in [
+            ("/v1/stream/a/b", RouteLabel::V1Stream),
+            ("/ds/bucket1", RouteLabel::DsBucket),
+            ("/ds/bucket1/", RouteLabel::DsBucket),
+            ("/ds/bucket1/streams", RouteLabel::DsBucket),
+            ("/ds/bucket1/orders", RouteLabel::DsStream),
+            ("/metrics", RouteLabel::Metrics),
+            ("/healthz", RouteLabel::Health),
+            ("/readyz", RouteLabel::Health),
+            ("/", RouteLabel::Other),
+            ("/v1/streamx", RouteLabel::Other),
+        ] {
+            assert_eq!(route_label(path), want, "{path}");
+        }
+    }
 }

@@ -258,8 +258,9 @@ pub enum Outcome {
         after_count: u64,
         prefix_count: u64,
     },
-    /// Internal: a shard's counters as metrics text.
-    Stats(String),
+    /// Internal: a shard's metrics, one block of sample lines per family
+    /// (`crate::metrics::Samples::into_blocks`).
+    Stats(Vec<String>),
     /// Internal: what a new fork inherits from its source.
     ForkData {
         data: Vec<u8>,

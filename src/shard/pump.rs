@@ -10,6 +10,7 @@ use super::mesh::Peers;
 use super::router::shard_for_bucket;
 pub use super::router::{Reply, ShardRequest};
 use crate::limits::READ_CHUNK_BYTES_MAX;
+use crate::metrics::{Family, Histo, Samples};
 use crate::protocol::headers::{is_json, stream_content_type, Lifetime};
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::persist::{
@@ -339,6 +340,7 @@ pub struct ShardStats {
     pub requests_local: u64,
     pub requests_remote_in: u64,
     pub appends: u64,
+    pub append_bytes: u64,
     pub rejected_backpressure: u64,
     /// Segment files deleted because no record in them was needed any more.
     pub segments_reclaimed: u64,
@@ -361,6 +363,10 @@ pub struct Shard<S: SegmentStore> {
     buckets_known: RefCell<BTreeSet<String>>,
     peers: RefCell<Option<Rc<dyn Peers>>>,
     pub stats: RefCell<ShardStats>,
+    /// Microseconds from an append reaching this shard to its durable ack.
+    append_us: RefCell<Histo>,
+    /// Shutting down: live reads answer at once instead of waiting.
+    stopping: Cell<bool>,
     now_ms: Box<dyn Fn() -> i64>,
     /// Timer for live reads, injected by the executor (keeps this file free
     /// of glommio). None: live reads answer at once as if timed out.
@@ -407,6 +413,8 @@ impl<S: SegmentStore> Shard<S> {
             buckets_known: RefCell::default(),
             peers: RefCell::new(None),
             stats: RefCell::default(),
+            append_us: RefCell::new(Histo::latency_us()),
+            stopping: Cell::new(false),
             now_ms: Box::new(wall_clock_ms),
             sleep: RefCell::new(None),
             long_poll_timeout: Cell::new(Duration::from_millis(crate::limits::LONG_POLL_TIMEOUT_MS_DEFAULT)),
@@ -685,7 +693,7 @@ impl<S: SegmentStore> Shard<S> {
             ShardRequest::CountBucket { bucket } => Ok(Outcome::Count(self.count_in_bucket(&bucket))),
             ShardRequest::ListBucket { bucket, list } => self.list_bucket(bucket, list).await,
             ShardRequest::ListPart { bucket, list } => self.list_part(&bucket, &list).await,
-            ShardRequest::Stats => Ok(Outcome::Stats(self.metrics_text())),
+            ShardRequest::Stats => Ok(Outcome::Stats(self.metrics().into_blocks())),
             ShardRequest::ForkSnapshot { source, offset, sub_offset, content_type } => {
                 self.fork_snapshot(source, offset, sub_offset, content_type).await
             }
@@ -696,35 +704,42 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
-    fn metrics_text(&self) -> String {
+    /// This shard's storage and stream metrics (the HTTP edge adds its own).
+    pub fn metrics(&self) -> Samples {
         let s = *self.stats.borrow();
         let l = self.log.stats();
         let id = self.id;
-        let mut t = String::new();
-        for (name, v) in [
-            ("ringstream_requests_total{shard=\"{id}\",origin=\"local\"}", s.requests_local),
-            ("ringstream_requests_total{shard=\"{id}\",origin=\"remote\"}", s.requests_remote_in),
-            ("ringstream_appends_total{shard=\"{id}\"}", s.appends),
-            ("ringstream_backpressure_rejections_total{shard=\"{id}\"}", s.rejected_backpressure),
-            ("ringstream_flushes_total{shard=\"{id}\"}", l.flushes),
-            ("ringstream_records_flushed_total{shard=\"{id}\"}", l.records_flushed),
-            ("ringstream_bytes_flushed_total{shard=\"{id}\"}", l.bytes_flushed),
-            ("ringstream_max_records_per_flush{shard=\"{id}\"}", l.max_records_per_flush),
-            ("ringstream_flush_records{shard=\"{id}\",quantile=\"0.5\"}", l.batch_records.value_at_quantile(0.5)),
-            ("ringstream_flush_records{shard=\"{id}\",quantile=\"0.99\"}", l.batch_records.value_at_quantile(0.99)),
-            ("ringstream_flush_io_us{shard=\"{id}\",quantile=\"0.5\"}", l.flush_io_us.value_at_quantile(0.5)),
-            ("ringstream_flush_io_us{shard=\"{id}\",quantile=\"0.99\"}", l.flush_io_us.value_at_quantile(0.99)),
-            ("ringstream_pending_bytes{shard=\"{id}\"}", self.log.pending_bytes()),
-            ("ringstream_streams{shard=\"{id}\"}", self.streams.borrow().len() as u64),
-            ("ringstream_segments_reclaimed_total{shard=\"{id}\"}", s.segments_reclaimed),
-            ("ringstream_segments{shard=\"{id}\"}", self.log.sealed_segments().len() as u64 + 1),
-        ] {
-            t.push_str(&name.replace("{id}", &id.to_string()));
-            t.push(' ');
-            t.push_str(&v.to_string());
-            t.push('\n');
+        let mut out = Samples::default();
+        out.sample(Family::ShardRequests, id, "origin=\"local\"", s.requests_local);
+        out.sample(Family::ShardRequests, id, "origin=\"remote\"", s.requests_remote_in);
+        out.sample(Family::Appends, id, "", s.appends);
+        out.sample(Family::AppendedBytes, id, "", s.append_bytes);
+        out.histogram(Family::AppendSeconds, id, &self.append_us.borrow());
+        out.sample(Family::BackpressureRejections, id, "", s.rejected_backpressure);
+        out.sample(Family::Flushes, id, "", l.flushes);
+        out.sample(Family::FlushedRecords, id, "", l.records_flushed);
+        out.sample(Family::FlushedBytes, id, "", l.bytes_flushed);
+        out.histogram(Family::FlushBatchRecords, id, &l.batch_records);
+        out.histogram(Family::FlushSeconds, id, &l.flush_io_us);
+        out.histogram(Family::WriteSeconds, id, &l.write_us);
+        out.histogram(Family::FdatasyncSeconds, id, &l.sync_us);
+        out.sample(Family::PendingBytes, id, "", self.log.pending_bytes());
+        out.sample(Family::Streams, id, "", self.streams.borrow().len() as u64);
+        out.sample(Family::DirectIo, id, "", l.write_is_durable as u64);
+        out.sample(Family::Segments, id, "", self.log.sealed_segments().len() as u64 + 1);
+        out.sample(Family::SegmentsReclaimed, id, "", s.segments_reclaimed);
+        out
+    }
+
+    /// Graceful shutdown: live reads waiting here answer now (as at their
+    /// timeout), and new ones answer at once.
+    pub fn begin_shutdown(&self) {
+        self.stopping.set(true);
+        for s in self.streams.borrow_mut().values_mut() {
+            for w in s.waiters.drain(..) {
+                let _ = w.send(());
+            }
         }
-        t
     }
 
     fn count_in_bucket(&self, bucket: &str) -> u64 {
@@ -739,6 +754,7 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     async fn stream_op(&self, key: StreamKey, op: StreamOp) -> Reply {
+        let arrived = Instant::now();
         // Let any in-flight record of this stream land first, so what we
         // check and report is what the disk holds.
         let pending = self.streams.borrow().get(&key).map(|s| s.last_lsn);
@@ -754,7 +770,13 @@ impl<S: SegmentStore> Shard<S> {
         }
         match op {
             StreamOp::Create(c) => self.create(key, c).await,
-            StreamOp::Append(a) => self.append(key, a).await,
+            StreamOp::Append(a) => {
+                let r = self.append(key, a).await;
+                if r.is_ok() {
+                    self.append_us.borrow_mut().record(arrived.elapsed().as_micros() as u64);
+                }
+                r
+            }
             StreamOp::Read(r) if r.live == Live::No => self.read(&key, r),
             StreamOp::Read(r) => self.read_live(&key, r).await,
             StreamOp::Head { if_none_match } => {
@@ -1118,6 +1140,10 @@ impl<S: SegmentStore> Shard<S> {
     /// deleted. Recovery then rebuilds the same state from what is left (see
     /// `recover`: appends whose create is gone wait for their state record).
     pub async fn reclaim(&self) {
+        if self.stopping.get() {
+            // Shutting down: write nothing more.
+            return;
+        }
         let now = (self.now_ms)();
         let expired: Vec<StreamKey> = self
             .streams
@@ -1606,7 +1632,11 @@ impl<S: SegmentStore> Shard<S> {
             s.last_lsn = lsn;
             s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
         };
-        self.stats.borrow_mut().appends += 1;
+        {
+            let mut st = self.stats.borrow_mut();
+            st.appends += 1;
+            st.append_bytes += data_len as u64;
+        }
         self.log.durable(lsn).await.map_err(storage_err)?;
         self.wake_readers(&key);
         Ok(Outcome::Appended {
@@ -1643,7 +1673,7 @@ impl<S: SegmentStore> Shard<S> {
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             let sleep = self.sleep.borrow().clone();
-            let (Some(sleep), false) = (sleep, remaining.is_zero()) else {
+            let (Some(sleep), false, false) = (sleep, remaining.is_zero(), self.stopping.get()) else {
                 r.timed_out = true;
                 r.cursor = Some(self.cursor(req.cursor.as_deref()));
                 return Ok(Outcome::Read(r));

@@ -261,6 +261,10 @@ impl SegmentStore for DiskStore {
         self.sync_dir()
     }
 
+    fn write_is_durable(&self) -> bool {
+        self.direct
+    }
+
     fn describe(&self) -> String {
         if self.direct {
             format!("{}: O_DIRECT via io_uring, fdatasync per batch", self.dir.display())

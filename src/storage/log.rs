@@ -17,6 +17,7 @@ use super::io::{SealedBytes, SegmentFile, SegmentStore};
 use super::notify::Notify;
 use super::record::{self, DecodeError, RecordHeader};
 use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES};
+use crate::metrics::Histo;
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -63,21 +64,29 @@ pub struct LogStats {
     pub bytes_flushed: u64,
     pub max_records_per_flush: u64,
     /// Records per flush.
-    pub batch_records: hdrhistogram::Histogram<u64>,
+    pub batch_records: Histo,
     /// Microseconds from the first write of a flush to the end of its sync.
-    pub flush_io_us: hdrhistogram::Histogram<u64>,
+    pub flush_io_us: Histo,
+    /// Microseconds of each segment write (with O_DSYNC: write + sync in one).
+    pub write_us: Histo,
+    /// Microseconds of each fdatasync (none when writes are durable by themselves).
+    pub sync_us: Histo,
+    /// Writes are O_DIRECT|O_DSYNC: durable on completion, no separate sync timed.
+    pub write_is_durable: bool,
 }
 
 impl Default for LogStats {
     fn default() -> Self {
-        let h = |max| hdrhistogram::Histogram::new_with_bounds(1, max, 2).expect("valid histogram bounds");
         LogStats {
             flushes: 0,
             records_flushed: 0,
             bytes_flushed: 0,
             max_records_per_flush: 0,
-            batch_records: h(1 << 20),
-            flush_io_us: h(60_000_000),
+            batch_records: Histo::batch_records(),
+            flush_io_us: Histo::latency_us(),
+            write_us: Histo::latency_us(),
+            sync_us: Histo::latency_us(),
+            write_is_durable: false,
         }
     }
 }
@@ -196,6 +205,7 @@ impl<S: SegmentStore> Log<S> {
         let active = list.last().map(|l| l.0 + 1).unwrap_or(0);
         report.active_segment = active;
         segments.insert(active, SegData::Mirror { buf: Vec::new(), durable_len: 0, sealed: false, file: None });
+        let write_is_durable = store.write_is_durable();
         let log = Log {
             store,
             cfg,
@@ -208,7 +218,7 @@ impl<S: SegmentStore> Log<S> {
                 records_pending: 0,
                 waiters: VecDeque::new(),
                 poisoned: None,
-                stats: LogStats::default(),
+                stats: LogStats { write_is_durable, ..LogStats::default() },
             }),
             wake_writer: Notify::default(),
             wake_preparer: Notify::default(),
@@ -477,14 +487,21 @@ impl<S: SegmentStore> Log<S> {
             }
             let file = self.file_of(job.segment);
             bytes += data.as_ref().len() as u64;
+            let t = std::time::Instant::now();
             file.write_at(data, job.pos).await.map_err(|source| Error::Io {
                 op: "write",
                 segment: job.segment,
                 source,
             })?;
+            let written = std::time::Instant::now();
             // A sealed segment is synced on its own before its successor's
             // bytes go out: only the newest segment may ever be torn.
             file.sync().await.map_err(|source| Error::Io { op: "fdatasync", segment: job.segment, source })?;
+            let mut st = self.st.borrow_mut();
+            st.stats.write_us.record((written - t).as_micros() as u64);
+            if !st.stats.write_is_durable {
+                st.stats.sync_us.record(written.elapsed().as_micros() as u64);
+            }
         }
         let mut st = self.st.borrow_mut();
         for job in &jobs {
@@ -506,8 +523,8 @@ impl<S: SegmentStore> Log<S> {
             st.stats.records_flushed += records;
             st.stats.bytes_flushed += bytes;
             st.stats.max_records_per_flush = st.stats.max_records_per_flush.max(records);
-            st.stats.batch_records.saturating_record(records);
-            st.stats.flush_io_us.saturating_record(io_started.elapsed().as_micros() as u64);
+            st.stats.batch_records.record(records);
+            st.stats.flush_io_us.record(io_started.elapsed().as_micros() as u64);
         }
         // Waiters are mostly in lsn order, but a reader may wait for an
         // older lsn after a newer waiter: release every covered one.

@@ -127,6 +127,35 @@ impl Server {
         self.spawn();
     }
 
+    /// Sends SIGTERM and waits (at most `limit`) for the process to exit.
+    /// Returns its exit status (None: still running at the limit, then
+    /// killed) and how long it took.
+    pub fn terminate(&mut self, limit: Duration) -> (Option<std::process::ExitStatus>, Duration) {
+        let mut c = self.child.take().expect("server running");
+        let started = Instant::now();
+        // Safety: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0, "sending SIGTERM: {}", io::Error::last_os_error());
+        loop {
+            if let Some(status) = c.try_wait().expect("waiting for the server") {
+                return (Some(status), started.elapsed());
+            }
+            if started.elapsed() > limit {
+                let _ = c.kill();
+                let _ = c.wait();
+                return (None, started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Starts the server again (same data directory and flags) after it
+    /// exited; the port usually changes.
+    pub fn start_again(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
     /// The stderr log of the latest start.
     pub fn log_path(&self) -> PathBuf {
         self.root.path().join(format!("stderr-{}.log", self.starts))

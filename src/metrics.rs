@@ -1,0 +1,532 @@
+//! Metrics: what each shard counts, and how it is written out in the
+//! Prometheus text exposition format (version 0.0.4). Pure: no I/O.
+//!
+//! Every family is declared once in [`Family`] with its type and help text;
+//! docs/metrics.md lists them. Each shard renders its own samples into a
+//! [`Samples`] (one text block per family, every sample labelled `shard`);
+//! the shard answering `GET /metrics` gathers every shard's blocks and
+//! [`Samples::render`] writes each family once: `# HELP`, `# TYPE`, then the
+//! samples of all shards, so a family's lines are contiguous as the format
+//! requires.
+//!
+//! Recording is cheap: counters are `Cell`s, latencies and batch sizes go
+//! into hdrhistograms ([`Histo`]), nothing allocates per request. The
+//! exported histograms have fixed buckets (the `le` bounds of each family);
+//! a bucket's cumulative count is derived from the hdrhistogram at scrape
+//! time (`count_between(0, le)`). The hdrhistograms keep 2 significant
+//! digits, so a value within 1% above a bound may be counted in that bound's
+//! bucket; `_sum` is exact (kept beside the histogram).
+
+use crate::limits::{HISTOGRAM_BATCH_RECORDS_MAX, HISTOGRAM_LATENCY_US_MAX};
+use std::cell::Cell;
+use std::fmt::Write;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric family, in exposition order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    HttpRequests,
+    Handoffs,
+    ShardRequests,
+    MeshCalls,
+    MeshWakeups,
+    Connections,
+    ConnectionsAccepted,
+    ConnectionsRefused,
+    LiveReaders,
+    Appends,
+    AppendedBytes,
+    AppendSeconds,
+    BackpressureRejections,
+    Flushes,
+    FlushedRecords,
+    FlushedBytes,
+    FlushBatchRecords,
+    FlushSeconds,
+    WriteSeconds,
+    FdatasyncSeconds,
+    PendingBytes,
+    Streams,
+    DirectIo,
+    Segments,
+    SegmentsReclaimed,
+}
+
+/// Latency bounds in microseconds (exported in seconds): 50 µs to 10 s.
+const LATENCY_BOUNDS_US: &[u64] = &[
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000,
+];
+/// Records per group-commit flush.
+const BATCH_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384];
+
+impl Family {
+    pub const ALL: [Family; 25] = [
+        Family::HttpRequests,
+        Family::Handoffs,
+        Family::ShardRequests,
+        Family::MeshCalls,
+        Family::MeshWakeups,
+        Family::Connections,
+        Family::ConnectionsAccepted,
+        Family::ConnectionsRefused,
+        Family::LiveReaders,
+        Family::Appends,
+        Family::AppendedBytes,
+        Family::AppendSeconds,
+        Family::BackpressureRejections,
+        Family::Flushes,
+        Family::FlushedRecords,
+        Family::FlushedBytes,
+        Family::FlushBatchRecords,
+        Family::FlushSeconds,
+        Family::WriteSeconds,
+        Family::FdatasyncSeconds,
+        Family::PendingBytes,
+        Family::Streams,
+        Family::DirectIo,
+        Family::Segments,
+        Family::SegmentsReclaimed,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        self.def().0
+    }
+
+    pub fn kind(self) -> Kind {
+        self.def().1
+    }
+
+    pub fn help(self) -> &'static str {
+        self.def().2
+    }
+
+    /// (bucket bounds in recorded units, recorded units per exported unit).
+    fn buckets(self) -> (&'static [u64], f64) {
+        match self {
+            Family::FlushBatchRecords => (BATCH_BOUNDS, 1.0),
+            _ => (LATENCY_BOUNDS_US, 1e6),
+        }
+    }
+
+    fn def(self) -> (&'static str, Kind, &'static str) {
+        use Kind::*;
+        match self {
+            Family::HttpRequests => (
+                "ringstream_http_requests_total",
+                Counter,
+                "HTTP requests answered, by the shard whose connection received them, by route (ds_stream, ds_bucket, v1_stream, metrics, health, other) and status code.",
+            ),
+            Family::Handoffs => (
+                "ringstream_handoffs_total",
+                Counter,
+                "Requests this shard's connections handed to the owning shard over the cross-core mesh.",
+            ),
+            Family::ShardRequests => (
+                "ringstream_shard_requests_total",
+                Counter,
+                "Requests run by their owning shard, by origin: local (from its own connections) or remote (handed over by another shard, including internal requests).",
+            ),
+            Family::MeshCalls => (
+                "ringstream_mesh_calls_total",
+                Counter,
+                "Messages this shard sent over the mesh expecting a reply (hand-offs and internal requests).",
+            ),
+            Family::MeshWakeups => (
+                "ringstream_mesh_wakeups_total",
+                Counter,
+                "Doorbell writes that woke this shard's mesh inbox.",
+            ),
+            Family::Connections => ("ringstream_connections", Gauge, "Open client connections."),
+            Family::ConnectionsAccepted => {
+                ("ringstream_connections_accepted_total", Counter, "Client connections accepted.")
+            }
+            Family::ConnectionsRefused => (
+                "ringstream_connections_refused_total",
+                Counter,
+                "Client connections closed at once because the shard held SHARD_CONNECTIONS_MAX.",
+            ),
+            Family::LiveReaders => (
+                "ringstream_live_readers",
+                Gauge,
+                "Live readers held by this shard's connections: kind=long_poll (long-poll requests in flight) and kind=sse (open SSE responses).",
+            ),
+            Family::Appends => (
+                "ringstream_appends_total",
+                Counter,
+                "Append records written by the owning shard (duplicates and rejected appends excluded).",
+            ),
+            Family::AppendedBytes => {
+                ("ringstream_appended_bytes_total", Counter, "Stream data bytes in append records (after JSON normalisation).")
+            }
+            Family::AppendSeconds => (
+                "ringstream_append_seconds",
+                Histogram,
+                "Append latency on the owning shard, from the request reaching the shard to its durable acknowledgement (successful appends, duplicates included).",
+            ),
+            Family::BackpressureRejections => (
+                "ringstream_backpressure_rejections_total",
+                Counter,
+                "Appends answered 503 because the shard's bytes waiting for disk were over --max-pending-bytes.",
+            ),
+            Family::Flushes => ("ringstream_flushes_total", Counter, "Group-commit flushes that carried records."),
+            Family::FlushedRecords => ("ringstream_flushed_records_total", Counter, "Records made durable."),
+            Family::FlushedBytes => {
+                ("ringstream_flushed_bytes_total", Counter, "Bytes written by flushes (aligned blocks, rewrites included).")
+            }
+            Family::FlushBatchRecords => {
+                ("ringstream_flush_batch_records", Histogram, "Records per group-commit flush (the batch size).")
+            }
+            Family::FlushSeconds => (
+                "ringstream_flush_seconds",
+                Histogram,
+                "Time of one group-commit flush's I/O: every write of the batch and its sync.",
+            ),
+            Family::WriteSeconds => (
+                "ringstream_write_seconds",
+                Histogram,
+                "Time of one segment write. With O_DIRECT (ringstream_direct_io 1) the file is opened O_DIRECT|O_DSYNC, so the write IS the sync: it completes once the data is durable, and no fdatasync is issued. Buffered: the write only reaches the page cache; see ringstream_fdatasync_seconds.",
+            ),
+            Family::FdatasyncSeconds => (
+                "ringstream_fdatasync_seconds",
+                Histogram,
+                "Time of one fdatasync after a buffered write. Stays empty with O_DIRECT|O_DSYNC (ringstream_direct_io 1), where the write itself is durable.",
+            ),
+            Family::PendingBytes => {
+                ("ringstream_pending_bytes", Gauge, "Bytes of records appended but not yet durable (backpressure input).")
+            }
+            Family::Streams => ("ringstream_streams", Gauge, "Streams held by this shard (soft-deleted ones included)."),
+            Family::DirectIo => (
+                "ringstream_direct_io",
+                Gauge,
+                "1 when segments are written with O_DIRECT|O_DSYNC, 0 for buffered writes + fdatasync.",
+            ),
+            Family::Segments => ("ringstream_segments", Gauge, "Segment files of this shard's log (sealed + active)."),
+            Family::SegmentsReclaimed => (
+                "ringstream_segments_reclaimed_total",
+                Counter,
+                "Segment files deleted because no record in them was needed any more.",
+            ),
+        }
+    }
+}
+
+/// A histogram for recording: hdrhistogram plus the exact sum.
+#[derive(Debug, Clone)]
+pub struct Histo {
+    hdr: hdrhistogram::Histogram<u64>,
+    sum: u64,
+}
+
+impl Histo {
+    /// Microsecond latencies up to HISTOGRAM_LATENCY_US_MAX (larger values count as that).
+    pub fn latency_us() -> Histo {
+        Histo::with_max(HISTOGRAM_LATENCY_US_MAX)
+    }
+
+    /// Record counts per flush up to HISTOGRAM_BATCH_RECORDS_MAX.
+    pub fn batch_records() -> Histo {
+        Histo::with_max(HISTOGRAM_BATCH_RECORDS_MAX)
+    }
+
+    fn with_max(max: u64) -> Histo {
+        Histo { hdr: hdrhistogram::Histogram::new_with_bounds(1, max, 2).expect("valid histogram bounds"), sum: 0 }
+    }
+
+    pub fn record(&mut self, v: u64) {
+        self.hdr.saturating_record(v);
+        self.sum = self.sum.saturating_add(v);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.hdr.len()
+    }
+
+    pub fn sum(&self) -> u64 {
+        self.sum
+    }
+
+    pub fn value_at_quantile(&self, q: f64) -> u64 {
+        self.hdr.value_at_quantile(q)
+    }
+}
+
+/// The `route` label of `ringstream_http_requests_total`: a fixed set, so
+/// counting needs no allocation and the label set stays small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteLabel {
+    DsStream,
+    DsBucket,
+    V1Stream,
+    Metrics,
+    Health,
+    Other,
+}
+
+impl RouteLabel {
+    const ALL: [RouteLabel; 6] = [
+        RouteLabel::DsStream,
+        RouteLabel::DsBucket,
+        RouteLabel::V1Stream,
+        RouteLabel::Metrics,
+        RouteLabel::Health,
+        RouteLabel::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteLabel::DsStream => "ds_stream",
+            RouteLabel::DsBucket => "ds_bucket",
+            RouteLabel::V1Stream => "v1_stream",
+            RouteLabel::Metrics => "metrics",
+            RouteLabel::Health => "health",
+            RouteLabel::Other => "other",
+        }
+    }
+}
+
+/// Status codes counted one by one: 100..=599 (others count as 599).
+const STATUS_FIRST: u16 = 100;
+const STATUS_SLOTS: usize = 500;
+
+/// What a shard's HTTP edge counts (its connections, whatever shard owns
+/// the streams they touch).
+#[derive(Debug)]
+pub struct EdgeMetrics {
+    /// Route-major: `route * STATUS_SLOTS + (status - 100)`.
+    requests: Box<[Cell<u64>]>,
+    pub handoffs: Cell<u64>,
+    pub connections: Cell<u64>,
+    pub accepted: Cell<u64>,
+    pub refused: Cell<u64>,
+    pub long_polls: Cell<u64>,
+    pub sse: Cell<u64>,
+}
+
+impl Default for EdgeMetrics {
+    fn default() -> Self {
+        EdgeMetrics {
+            requests: (0..RouteLabel::ALL.len() * STATUS_SLOTS).map(|_| Cell::new(0)).collect(),
+            handoffs: Cell::new(0),
+            connections: Cell::new(0),
+            accepted: Cell::new(0),
+            refused: Cell::new(0),
+            long_polls: Cell::new(0),
+            sse: Cell::new(0),
+        }
+    }
+}
+
+/// Adds one to a gauge until dropped.
+pub struct Held<'a>(&'a Cell<u64>);
+
+impl<'a> Held<'a> {
+    pub fn new(g: &'a Cell<u64>) -> Held<'a> {
+        g.set(g.get() + 1);
+        Held(g)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+impl EdgeMetrics {
+    pub fn count_request(&self, route: RouteLabel, status: u16) {
+        let slot = (status.clamp(STATUS_FIRST, STATUS_FIRST + STATUS_SLOTS as u16 - 1) - STATUS_FIRST) as usize;
+        let c = &self.requests[route as usize * STATUS_SLOTS + slot];
+        c.set(c.get() + 1);
+    }
+
+    pub fn requests(&self, route: RouteLabel, status: u16) -> u64 {
+        self.requests[route as usize * STATUS_SLOTS + (status - STATUS_FIRST) as usize].get()
+    }
+
+    pub fn render(&self, shard: usize, out: &mut Samples) {
+        for route in RouteLabel::ALL {
+            for slot in 0..STATUS_SLOTS {
+                let n = self.requests[route as usize * STATUS_SLOTS + slot].get();
+                if n > 0 {
+                    let status = STATUS_FIRST as usize + slot;
+                    let labels = format!("route=\"{}\",status=\"{status}\"", route.as_str());
+                    out.sample(Family::HttpRequests, shard, &labels, n);
+                }
+            }
+        }
+        out.sample(Family::Handoffs, shard, "", self.handoffs.get());
+        out.sample(Family::Connections, shard, "", self.connections.get());
+        out.sample(Family::ConnectionsAccepted, shard, "", self.accepted.get());
+        out.sample(Family::ConnectionsRefused, shard, "", self.refused.get());
+        out.sample(Family::LiveReaders, shard, "kind=\"long_poll\"", self.long_polls.get());
+        out.sample(Family::LiveReaders, shard, "kind=\"sse\"", self.sse.get());
+    }
+}
+
+/// Samples being gathered: one block of sample lines per family.
+#[derive(Debug, Clone)]
+pub struct Samples {
+    blocks: Vec<String>,
+}
+
+impl Default for Samples {
+    fn default() -> Self {
+        Samples { blocks: vec![String::new(); Family::ALL.len()] }
+    }
+}
+
+impl Samples {
+    /// One sample `name{shard="N",extra} value`. `extra`: more labels, already
+    /// formatted (`a="b",c="d"`), or empty.
+    pub fn sample(&mut self, f: Family, shard: usize, extra: &str, v: u64) {
+        debug_assert!(f.kind() != Kind::Histogram);
+        let b = &mut self.blocks[f.index()];
+        let _ = write!(b, "{}{{shard=\"{shard}\"", f.name());
+        if !extra.is_empty() {
+            b.push(',');
+            b.push_str(extra);
+        }
+        let _ = writeln!(b, "}} {v}");
+    }
+
+    /// A histogram's `_bucket` (cumulative, ending with `le="+Inf"`), `_sum`
+    /// and `_count` lines, with the family's fixed bounds.
+    pub fn histogram(&mut self, f: Family, shard: usize, h: &Histo) {
+        debug_assert!(f.kind() == Kind::Histogram);
+        let (bounds, scale) = f.buckets();
+        let name = f.name();
+        let b = &mut self.blocks[f.index()];
+        let total = h.count();
+        for &le in bounds {
+            // Cumulative by construction: every range starts at 0.
+            let n = if total == 0 { 0 } else { h.hdr.count_between(0, le).min(total) };
+            let _ = writeln!(b, "{name}_bucket{{shard=\"{shard}\",le=\"{}\"}} {n}", le as f64 / scale);
+        }
+        let _ = writeln!(b, "{name}_bucket{{shard=\"{shard}\",le=\"+Inf\"}} {total}");
+        let _ = writeln!(b, "{name}_sum{{shard=\"{shard}\"}} {}", h.sum() as f64 / scale);
+        let _ = writeln!(b, "{name}_count{{shard=\"{shard}\"}} {total}");
+    }
+
+    /// The blocks, to send to another shard.
+    pub fn into_blocks(self) -> Vec<String> {
+        self.blocks
+    }
+
+    /// Appends another shard's blocks (from [`Samples::into_blocks`]).
+    pub fn merge(&mut self, blocks: &[String]) {
+        for (mine, theirs) in self.blocks.iter_mut().zip(blocks) {
+            mine.push_str(theirs);
+        }
+    }
+
+    /// The exposition text: every family with its HELP and TYPE lines.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(self.blocks.iter().map(|b| b.len() + 256).sum());
+        for f in Family::ALL {
+            let kind = match f.kind() {
+                Kind::Counter => "counter",
+                Kind::Gauge => "gauge",
+                Kind::Histogram => "histogram",
+            };
+            let _ = writeln!(out, "# HELP {} {}", f.name(), f.help());
+            let _ = writeln!(out, "# TYPE {} {kind}", f.name());
+            out.push_str(&self.blocks[f.index()]);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_are_in_index_order_and_named_by_type() {
+        for (i, f) in Family::ALL.iter().enumerate() {
+            assert_eq!(f.index(), i, "{f:?}");
+            let counter = f.name().ends_with("_total");
+            assert_eq!(counter, f.kind() == Kind::Counter, "{}: counters and only counters end in _total", f.name());
+            assert!(!f.help().contains('\n') && !f.help().contains('\\'), "{}: help needs escaping", f.name());
+        }
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_end_at_count() {
+        let mut h = Histo::latency_us();
+        for v in [10, 60, 60, 300, 2_000, 20_000_000] {
+            h.record(v);
+        }
+        let mut s = Samples::default();
+        s.histogram(Family::WriteSeconds, 3, &h);
+        let text = s.render();
+        let buckets: Vec<u64> = text
+            .lines()
+            .filter(|l| l.starts_with("ringstream_write_seconds_bucket"))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+            .collect();
+        assert_eq!(buckets.len(), LATENCY_BOUNDS_US.len() + 1);
+        assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+        assert_eq!(buckets[0], 1, "only 10 µs is <= 50 µs");
+        assert_eq!(buckets[1], 3, "60 µs twice is <= 100 µs");
+        assert_eq!(buckets[buckets.len() - 2], 5, "20 s is past the last bound");
+        assert_eq!(*buckets.last().unwrap(), 6);
+        assert!(text.contains("ringstream_write_seconds_bucket{shard=\"3\",le=\"0.00005\"} 1\n"), "{text}");
+        assert!(text.contains("ringstream_write_seconds_bucket{shard=\"3\",le=\"+Inf\"} 6\n"));
+        assert!(text.contains("ringstream_write_seconds_count{shard=\"3\"} 6\n"));
+        assert!(text.contains("ringstream_write_seconds_sum{shard=\"3\"} 20.00243\n"), "{text}");
+    }
+
+    #[test]
+    fn merged_shards_keep_each_family_together() {
+        let mut a = Samples::default();
+        a.sample(Family::Appends, 0, "", 1);
+        a.sample(Family::Streams, 0, "", 2);
+        let mut b = Samples::default();
+        b.sample(Family::Appends, 1, "", 3);
+        b.sample(Family::Streams, 1, "", 4);
+        a.merge(&b.into_blocks());
+        let text = a.render();
+        let appends = text.find("ringstream_appends_total{shard=\"0\"} 1\nringstream_appends_total{shard=\"1\"} 3\n");
+        assert!(appends.is_some(), "{text}");
+        assert_eq!(text.matches("# TYPE ringstream_streams gauge").count(), 1);
+    }
+
+    #[test]
+    fn requests_count_by_route_and_status_without_growing() {
+        let m = EdgeMetrics::default();
+        m.count_request(RouteLabel::V1Stream, 200);
+        m.count_request(RouteLabel::V1Stream, 200);
+        m.count_request(RouteLabel::DsBucket, 404);
+        m.count_request(RouteLabel::Other, 999);
+        assert_eq!(m.requests(RouteLabel::V1Stream, 200), 2);
+        assert_eq!(m.requests(RouteLabel::DsBucket, 404), 1);
+        assert_eq!(m.requests(RouteLabel::Other, 599), 1);
+        let mut s = Samples::default();
+        m.render(1, &mut s);
+        let text = s.render();
+        assert!(text.contains("ringstream_http_requests_total{shard=\"1\",route=\"v1_stream\",status=\"200\"} 2\n"));
+        assert!(text.contains("ringstream_live_readers{shard=\"1\",kind=\"sse\"} 0\n"));
+    }
+
+    #[test]
+    fn held_gauge_goes_back_down() {
+        let g = Cell::new(0);
+        {
+            let _a = Held::new(&g);
+            let _b = Held::new(&g);
+            assert_eq!(g.get(), 2);
+        }
+        assert_eq!(g.get(), 0);
+    }
+}
