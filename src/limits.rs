@@ -8,6 +8,10 @@
 /// size (512 B and 4 KiB sectors), so a segment written on one device stays
 /// valid on another.
 pub const DIRECT_IO_ALIGNMENT_BYTES: u64 = 4096;
+/// The unit a device writes atomically on power loss (a logical sector):
+/// recovery assumes a sector holds either its old or its new bytes, never a
+/// mix. The fault-injection backend tears writes at these boundaries.
+pub const SECTOR_BYTES: u64 = 512;
 
 /// Default size of one segment file. Also the bound on the in-memory mirror
 /// of the active segment that serves recent reads.
@@ -125,6 +129,7 @@ pub const BUCKET_LIST_LIMIT_MAX: usize = 1000;
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
+const _: () = assert!(DIRECT_IO_ALIGNMENT_BYTES.is_multiple_of(SECTOR_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
 // A maximal request body must fit in one record and one record in a default segment.

@@ -13,8 +13,14 @@
 //! - on producer streams, retrying that in-flight request after the restart
 //!   with the same (id, epoch, seq) leaves it in the stream exactly once.
 //!
-//! The cycle runs three times on the same data directory, so data recovered
-//! once must survive the next crash too.
+//! Lifecycle threads meanwhile create streams, append, close and delete
+//! them; after each restart every stream they touched must be as
+//! acknowledged (created ones exist, closed ones are closed, deleted ones are
+//! gone), with the request in flight at the kill applied whole or not at all.
+//!
+//! The cycle runs four times on the same data directory, each killing the
+//! server at a random moment (seed printed; `RINGSTREAM_KILL_SEED` replays
+//! the moments), so data recovered once must survive the next crash too.
 
 mod common;
 
@@ -26,8 +32,9 @@ use std::time::{Duration, Instant};
 
 const THREADS: usize = 8;
 const STREAMS_PER_THREAD: usize = 3;
-const CYCLES: usize = 3;
-const WRITE_TIME: Duration = Duration::from_millis(1500);
+const CYCLES: usize = 4;
+/// Each cycle kills the server after a random time in this range (ms).
+const WRITE_TIME_MS: std::ops::Range<u64> = 300..1800;
 const BUCKET: &str = "crash-bucket";
 const CT: &str = "application/octet-stream";
 
@@ -275,9 +282,21 @@ fn acknowledged_appends_survive_kill9() {
         assert!(n > 0.0, "shard {shard} holds none of the {} test streams", THREADS * STREAMS_PER_THREAD);
     }
 
+    let seed = kill_seed();
+    eprintln!("kill -9 seed {seed} (replay the kill moments with RINGSTREAM_KILL_SEED={seed})");
+    let mut rng = Rng(seed);
+    let mut life_models: Vec<LifeModel> = Vec::new();
+    let mut life_total = LifeCount::default();
+    let mut appends_verified = 0usize;
     for cycle in 0..CYCLES {
         let stop = Arc::new(AtomicBool::new(false));
         let port = srv.port();
+        let life_handles: Vec<_> = (0..LIFE_THREADS)
+            .map(|t| {
+                let stop = stop.clone();
+                thread::spawn(move || lifecycle(port, t, cycle, seed, stop))
+            })
+            .collect();
         let handles: Vec<_> = models
             .drain(..)
             .enumerate()
@@ -286,7 +305,9 @@ fn acknowledged_appends_survive_kill9() {
                 thread::spawn(move || writer(port, t, cycle, ms, stop))
             })
             .collect();
-        thread::sleep(WRITE_TIME);
+        let write_time =
+            Duration::from_millis(WRITE_TIME_MS.start + rng.below(WRITE_TIME_MS.end - WRITE_TIME_MS.start));
+        thread::sleep(write_time);
         // SIGKILL while every writer has a request in flight or about to be.
         srv.kill9();
         let killed_at = Instant::now();
@@ -297,11 +318,30 @@ fn acknowledged_appends_survive_kill9() {
             models.push(ms);
             errors.extend(errs);
         }
+        let mut life_inflight = Vec::new();
+        for h in life_handles {
+            let (ms, n, errs) = h.join().expect("lifecycle thread panicked");
+            life_inflight.extend(ms.iter().filter_map(|m| m.inflight.clone()).map(|op| match op {
+                LifeOp::Append(_) => "append",
+                LifeOp::Create => "create",
+                LifeOp::Close => "close",
+                LifeOp::Delete => "delete",
+            }));
+            life_models.extend(ms);
+            errors.extend(errs);
+            life_total.creates += n.creates;
+            life_total.appends += n.appends;
+            life_total.closes += n.closes;
+            life_total.deletes += n.deletes;
+        }
         assert!(killed_at.elapsed() < Duration::from_secs(20), "writers took too long to notice the kill");
         assert!(errors.is_empty(), "cycle {cycle}: protocol errors while writing:\n{}", errors.join("\n"));
         let acked: usize = models.iter().flatten().map(|m| m.acked_this_cycle).sum();
+        appends_verified += acked;
         let inflight = models.iter().flatten().filter(|m| m.inflight.is_some()).count();
-        eprintln!("cycle {cycle}: {acked} appends acknowledged before the kill, {inflight} in flight");
+        eprintln!(
+            "cycle {cycle}: killed after {write_time:?}: {acked} appends acknowledged, {inflight} in flight; lifecycle ops in flight: {life_inflight:?}"
+        );
         assert!(acked > 0, "cycle {cycle}: no append was acknowledged");
         for m in models.iter_mut().flatten() {
             m.acked_this_cycle = 0;
@@ -338,12 +378,26 @@ fn acknowledged_appends_survive_kill9() {
             errors.extend(errs);
             persisted += p;
         }
+        // Every lifecycle stream of every cycle so far: deleted ones stay
+        // deleted, closed ones closed, across later crashes too.
+        let mut c = Conn::connect(port);
+        for m in life_models.iter_mut() {
+            if let Err(e) = verify_life(&mut c, m, cycle) {
+                errors.push(e);
+            }
+        }
         eprintln!(
-            "cycle {cycle}: verified in {:?}; {persisted} unacknowledged in-flight appends were recovered",
-            t.elapsed()
+            "cycle {cycle}: verified in {:?}; {persisted} unacknowledged in-flight appends were recovered; {} lifecycle streams checked",
+            t.elapsed(),
+            life_models.len()
         );
-        assert!(errors.is_empty(), "after kill -9 number {}:\n{}", cycle + 1, errors.join("\n"));
+        assert!(errors.is_empty(), "after kill -9 number {} (seed {seed}):\n{}", cycle + 1, errors.join("\n"));
     }
+    eprintln!(
+        "kill -9: {CYCLES} cycles, {appends_verified} acknowledged appends verified, lifecycle {life_total:?} over {} streams",
+        life_models.len()
+    );
+    assert!(life_total.creates > 0 && life_total.closes > 0 && life_total.deletes > 0, "{life_total:?}");
 
     // The recovered server still takes and serves writes on every stream.
     let mut c = srv.conn();
@@ -359,4 +413,207 @@ fn acknowledged_appends_survive_kill9() {
         let (full, _, _) = read_from(&mut c, &m.path, "-1");
         assert!(full == m.expected, "{}: final content differs ({} vs {} bytes)", m.path, full.len(), m.expected.len());
     }
+}
+
+// ---------------------------------------------------------------------------
+// Lifecycle threads: create, append, close and delete streams while the
+// server is killed, so crashes land in every kind of write.
+
+/// Lifecycle threads per run, alternating /v1 and /ds.
+const LIFE_THREADS: usize = 4;
+
+/// splitmix64, for kill moments and lifecycle choices.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+/// The run's seed: `RINGSTREAM_KILL_SEED` replays one, else the clock.
+fn kill_seed() -> u64 {
+    match std::env::var("RINGSTREAM_KILL_SEED") {
+        Ok(s) => s.parse().expect("RINGSTREAM_KILL_SEED is a u64"),
+        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64,
+    }
+}
+
+/// A stream's acknowledged state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Life {
+    /// Never created, or deleted.
+    Absent,
+    Open,
+    Closed,
+}
+
+/// A request sent without a response when the server died.
+#[derive(Debug, Clone)]
+enum LifeOp {
+    Create,
+    Append(Vec<u8>),
+    Close,
+    Delete,
+}
+
+#[derive(Debug)]
+struct LifeModel {
+    path: String,
+    state: Life,
+    content: Vec<u8>,
+    inflight: Option<LifeOp>,
+}
+
+/// Acknowledged lifecycle operations, by kind.
+#[derive(Debug, Default, Clone, Copy)]
+struct LifeCount {
+    creates: usize,
+    appends: usize,
+    closes: usize,
+    deletes: usize,
+}
+
+/// Runs create → appends → close and/or delete on fresh streams until the
+/// server dies or `stop`. Returns the models of every stream it touched.
+fn lifecycle(
+    port: u16,
+    thread: usize,
+    cycle: usize,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> (Vec<LifeModel>, LifeCount, Vec<String>) {
+    let mut rng = Rng(seed ^ ((thread as u64) << 32) ^ cycle as u64);
+    let mut models = Vec::new();
+    let mut count = LifeCount::default();
+    let mut errors = Vec::new();
+    let Ok(mut c) = Conn::try_connect(port) else {
+        errors.push(format!("lifecycle {thread}: connect failed"));
+        return (models, count, errors);
+    };
+    let base = if thread.is_multiple_of(2) { "/v1/stream/crash-life".to_string() } else { format!("/ds/{BUCKET}") };
+    'streams: for i in 0.. {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let path = format!("{base}/l{thread}-c{cycle}-{i}");
+        let mut m = LifeModel { path, state: Life::Absent, content: Vec::new(), inflight: None };
+        let appends = rng.below(4);
+        // 0: leave open, 1: close, 2: delete, 3: close then delete.
+        let end = rng.below(4);
+        let mut ops = vec![LifeOp::Create];
+        ops.extend((0..appends).map(|n| LifeOp::Append(format!("<l{thread}.c{cycle}.{i}.{n}>").into_bytes())));
+        if end & 1 == 1 {
+            ops.push(LifeOp::Close);
+        }
+        if end & 2 == 2 {
+            ops.push(LifeOp::Delete);
+        }
+        for op in ops {
+            m.inflight = Some(op.clone());
+            let r = match &op {
+                LifeOp::Create => c.try_request("PUT", &m.path, &[("Content-Type", CT)], b""),
+                LifeOp::Append(b) => c.try_request("POST", &m.path, &[("Content-Type", CT)], b),
+                LifeOp::Close => c.try_request("POST", &m.path, &[("Stream-Closed", "true")], b""),
+                LifeOp::Delete => c.try_request("DELETE", &m.path, &[], b""),
+            };
+            let r = match r {
+                Ok(r) => r,
+                // The server is gone: this request stays in flight.
+                Err(_) => {
+                    models.push(m);
+                    break 'streams;
+                }
+            };
+            m.inflight = None;
+            let ok = match (&op, r.status) {
+                (LifeOp::Create, 201) => {
+                    m.state = Life::Open;
+                    count.creates += 1;
+                    true
+                }
+                (LifeOp::Append(b), 200 | 204) => {
+                    m.content.extend_from_slice(b);
+                    count.appends += 1;
+                    true
+                }
+                (LifeOp::Close, 200 | 204) => {
+                    m.state = Life::Closed;
+                    count.closes += 1;
+                    true
+                }
+                (LifeOp::Delete, 200 | 204) => {
+                    m.state = Life::Absent;
+                    m.content.clear();
+                    count.deletes += 1;
+                    true
+                }
+                // Backpressure: nothing written; give up on this stream.
+                (_, 503) => false,
+                (op, _) => {
+                    errors.push(format!("{}: {op:?} answered {}", m.path, r.summary()));
+                    false
+                }
+            };
+            if !ok {
+                break;
+            }
+        }
+        models.push(m);
+    }
+    (models, count, errors)
+}
+
+/// Checks a lifecycle stream after a restart: what was acknowledged holds
+/// (created streams exist with their content, closed ones are closed,
+/// deleted ones are gone); the request in flight at the kill happened whole
+/// or not at all. Then folds what was found into the model.
+fn verify_life(c: &mut Conn, m: &mut LifeModel, cycle: usize) -> Result<(), String> {
+    let p = m.path.clone();
+    let r = c.request("HEAD", &p, &[], b"");
+    let found = match r.status {
+        404 => None,
+        200 => {
+            let (content, _, _) = read_from(c, &p, "-1");
+            let state = if r.header("stream-closed") == Some("true") { Life::Closed } else { Life::Open };
+            Some((state, content))
+        }
+        _ => return Err(format!("cycle {cycle}: HEAD {p}: {}", r.summary())),
+    };
+    let acked = match m.state {
+        Life::Absent => None,
+        s => Some((s, m.content.clone())),
+    };
+    let mut allowed = vec![acked.clone()];
+    match (&m.inflight, &acked) {
+        (None, _) => {}
+        (Some(LifeOp::Create), None) => allowed.push(Some((Life::Open, Vec::new()))),
+        (Some(LifeOp::Append(b)), Some((Life::Open, c))) => {
+            allowed.push(Some((Life::Open, [c.as_slice(), b].concat())));
+        }
+        (Some(LifeOp::Close), Some((Life::Open, c))) => allowed.push(Some((Life::Closed, c.clone()))),
+        (Some(LifeOp::Delete), Some(_)) => allowed.push(None),
+        (op, _) => return Err(format!("cycle {cycle}: {p}: model error: {op:?} in flight in state {:?}", m.state)),
+    }
+    if !allowed.contains(&found) {
+        let show = |x: &Option<(Life, Vec<u8>)>| match x {
+            None => "absent".to_string(),
+            Some((s, c)) => format!("{s:?} with {:?}", String::from_utf8_lossy(c)),
+        };
+        return Err(format!(
+            "cycle {cycle}: {p}: found {}, acknowledged {} with {:?} in flight; allowed: {}",
+            show(&found),
+            show(&acked),
+            m.inflight,
+            allowed.iter().map(show).collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    // What was found is the acknowledged state from now on.
+    (m.state, m.content) = found.unwrap_or((Life::Absent, Vec::new()));
+    m.inflight = None;
+    Ok(())
 }

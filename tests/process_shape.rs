@@ -8,6 +8,10 @@ use common::Server;
 use std::fs;
 
 const O_DIRECT: u32 = 0o40000;
+/// O_DSYNC: a write completes only once its data (and the metadata needed
+/// to read it) is on stable storage; this is what makes an acknowledged
+/// append survive a power cut in O_DIRECT mode (docs/recovery.md).
+const O_DSYNC: u32 = 0o10000;
 
 fn cpus_allowed(status: &str) -> Option<String> {
     status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_string())
@@ -62,6 +66,11 @@ fn pinned_threads_io_uring_and_o_direct_segments() {
         // the segment being written must always have it.
         let direct: Vec<_> = segments.iter().filter(|(_, f)| f & O_DIRECT != 0).collect();
         assert!(!direct.is_empty(), "no segment file is open with O_DIRECT: {segments:?}");
+        // Without O_DSYNC a completed O_DIRECT write may still sit in the
+        // device's volatile cache, and acknowledged appends could die in a power cut.
+        for (path, flags) in &direct {
+            assert!(flags & O_DSYNC != 0, "{path} is written with O_DIRECT but without O_DSYNC (flags {flags:o})");
+        }
     } else {
         // tmpfs and friends: the server said so at boot, and must not claim O_DIRECT.
         assert!(log.contains("direct I/O: off"), "boot log does not say which I/O mode is in effect:\n{log}");

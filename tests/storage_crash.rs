@@ -8,13 +8,16 @@
 //!
 //! The central property (test `acknowledged_prefix_survives_every_crash_point`):
 //! whatever write or sync fails, and however much of the last unsynced write
-//! reached the media, a restarted process recovers a prefix of the append
-//! order that contains every acknowledged record, byte for byte, and nothing
-//! else; and the recovered log keeps working.
+//! reached the media (any subset of its sectors, a tear at any byte, bits
+//! garbled in the bytes it changed), a restarted process recovers a prefix of
+//! the append order that contains every acknowledged record, byte for byte,
+//! and nothing else; and the recovered log keeps working. Its workloads are
+//! drawn from a seed printed at the start (and in every failure message);
+//! `RINGSTREAM_CRASH_SEED=<seed>` replays a run.
 
 use futures::executor::{block_on, LocalPool, LocalSpawner};
 use futures::task::LocalSpawnExt;
-use ringstream::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES, SEGMENT_BYTES_MIN};
+use ringstream::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES, SECTOR_BYTES, SEGMENT_BYTES_MIN};
 use ringstream::storage::io::{SealedBytes, SegmentFile, SegmentStore};
 use ringstream::storage::sim_file::{SimFile, SimStore};
 use ringstream::storage::{Error, Log, LogConfig, RecordHeader, RecordLoc, Recovered, RecoveryReport};
@@ -342,11 +345,145 @@ fn check_prefix<S: SegmentStore>(log: &Log<S>, recovered: &[Recovered], expected
 // ---------------------------------------------------------------------------
 // 1. Acknowledged prefix survives any crash point
 
-/// Leading bytes of the last unsynced write that reach the media in a crash.
-/// Writes are whole 4 KiB blocks starting at the block of the durable end,
-/// so these tear inside the rewritten old bytes, inside the first block, and
-/// past it; `usize::MAX` keeps the whole write.
-const TORN: [Option<usize>; 7] = [None, Some(0), Some(1), Some(700), Some(2048), Some(4096 + 100), Some(usize::MAX)];
+/// Seeded random workloads per run; each is crashed at every write and sync.
+const WORKLOADS: u64 = 16;
+
+/// splitmix64: a small deterministic generator for workloads and crash images.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in 0..n (n > 0).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The run's seed: `RINGSTREAM_CRASH_SEED` to replay a failure, else the clock.
+fn crash_seed() -> u64 {
+    match std::env::var("RINGSTREAM_CRASH_SEED") {
+        Ok(s) => s.parse().expect("RINGSTREAM_CRASH_SEED is a u64"),
+        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64,
+    }
+}
+
+/// A workload drawn from a seed: how many clients, how many records each.
+/// Bodies are mostly small, sometimes several blocks, rarely a fifth of a
+/// segment; think times vary, so batches differ in size and records
+/// straddle blocks, sectors and segments in many ways.
+#[derive(Clone, Copy, Debug)]
+struct Workload {
+    seed: u64,
+    clients: u64,
+    per_client: u64,
+}
+
+impl Workload {
+    fn from_seed(seed: u64) -> Self {
+        let mut r = Rng::new(seed);
+        Workload { seed, clients: 2 + r.below(5), per_client: 15 + r.below(26) }
+    }
+
+    /// Runs the workload on a fresh log over `store`, failing the `fail_at`-th write/sync.
+    fn run(&self, store: &SimStore, fail_at: Option<u64>) -> (Rc<Log<TestStore>>, Rc<RefCell<Journal>>) {
+        let (log, recovered, _) = open(TestStore::new(store.clone()), config());
+        assert!(recovered.is_empty());
+        if let Some(n) = fail_at {
+            store.fail_after_ops(n);
+        }
+        let journal = Rc::new(RefCell::new(Journal::default()));
+        let tasks = (0..self.clients)
+            .map(|s| Box::pin(random_client(log.clone(), journal.clone(), self.seed, s, self.per_client)) as Task)
+            .collect();
+        drive(&log, tasks);
+        (log, journal)
+    }
+}
+
+/// `client` with lengths and think times drawn from `seed`.
+async fn random_client<S: SegmentStore>(
+    log: Rc<Log<S>>,
+    journal: Rc<RefCell<Journal>>,
+    seed: u64,
+    stream: u64,
+    n: u64,
+) {
+    let mut rng = Rng::new(seed ^ (stream + 1).wrapping_mul(0xA076_1D64_78BD_642F));
+    let mut offset = 0u64;
+    for _ in 0..n {
+        for _ in 0..rng.below(4) {
+            YieldOnce(false).await;
+        }
+        let len = 1 + match rng.below(20) {
+            0 => rng.below(SEGMENT_BYTES / 5),
+            1..=5 => rng.below(BODY_BYTES_MAX),
+            _ => rng.below(300),
+        } as usize;
+        let body = body_bytes(stream, offset, len);
+        let h = header(stream, offset, len);
+        let Ok((loc, lsn)) = log.append(h, &body) else { return };
+        let idx = {
+            let mut j = journal.borrow_mut();
+            j.appended.push(Appended { header: h, loc, body });
+            j.acked.push(false);
+            j.appended.len() - 1
+        };
+        if log.durable(lsn).await.is_err() {
+            return;
+        }
+        journal.borrow_mut().acked[idx] = true;
+        offset += len as u64;
+    }
+}
+
+/// What the crash matrix exercised, over all workloads.
+#[derive(Default, Debug)]
+struct MatrixCount {
+    /// (workload, write/sync at which it crashed) pairs, plus one clean end per workload.
+    crash_points: u64,
+    /// Crash images recovered and checked (several per crash point).
+    images: u64,
+    /// Images whose recovery cut a torn tail.
+    torn_cuts: u64,
+    /// Images with bits flipped in bytes the unsynced write changed.
+    garbled: u64,
+    /// Images also checked to take new appends and survive another crash.
+    reused: u64,
+    newest_acked_segment: u64,
+}
+
+/// Crash images of `store` after a crash at an unsynced write, drawn from
+/// `rng`: the power cut (nothing unsynced survives) always; the first k
+/// sectors; a random subset of sectors (devices reorder); a tear at any byte;
+/// every sector reached but some bits garbled.
+fn crash_images(store: &SimStore, rng: &mut Rng) -> Vec<(String, SimStore, bool)> {
+    let mut out = vec![("power cut".to_string(), store.crash_image(None), false)];
+    let Some(w) = store.unsynced_write() else { return out };
+    let sectors = w.len.div_ceil(SECTOR_BYTES as usize) as u64;
+    let k = rng.below(sectors + 1) as usize;
+    out.push((format!("first {k} of {sectors} sectors"), store.crash_image_with(&|i| i < k, &[]), false));
+    let mask: Vec<bool> = (0..sectors).map(|_| rng.below(2) == 1).collect();
+    out.push((format!("sectors {mask:?}"), store.crash_image_with(&|i| mask[i], &[]), false));
+    let b = rng.below(w.len as u64 + 1) as usize;
+    out.push((format!("torn at byte {b} of {}", w.len), store.crash_image(Some(b)), false));
+    if let Some(from) = w.changed_from {
+        let bits = (w.len - from) as u64 * 8;
+        let flips: Vec<usize> = (0..1 + rng.below(8)).map(|_| from * 8 + rng.below(bits) as usize).collect();
+        let kept = rng.below(sectors + 1) as usize;
+        let image = store.crash_image_with(&|i| i < kept, &flips);
+        out.push((format!("first {kept} sectors, bits {flips:?} flipped"), image, true));
+    }
+    out
+}
 
 #[test]
 fn acknowledged_prefix_survives_every_crash_point() {
@@ -354,67 +491,83 @@ fn acknowledged_prefix_survives_every_crash_point() {
 }
 
 fn acknowledged_prefix_survives_every_crash_point_body() {
-    const CLIENTS: u64 = 4;
-    const PER_CLIENT: u64 = 45;
-    let workload = |store: &SimStore, fail_at: Option<u64>| {
-        let (log, recovered, _) = open(TestStore::new(store.clone()), config());
-        assert!(recovered.is_empty());
-        if let Some(n) = fail_at {
-            store.fail_after_ops(n);
+    let seed = crash_seed();
+    // Printed first, so a failure's captured output names the seed to replay.
+    eprintln!("crash matrix seed {seed} (replay with RINGSTREAM_CRASH_SEED={seed})");
+    let mut count = MatrixCount::default();
+    let mut seeds = Rng::new(seed);
+    for w in 0..WORKLOADS {
+        let mut wl = Workload::from_seed(seeds.next());
+        if w == 0 {
+            // One workload of the largest shape, so every run crosses several segments.
+            (wl.clients, wl.per_client) = (6, 50);
         }
-        let journal = Rc::new(RefCell::new(Journal::default()));
-        drive(&log, clients(&log, &journal, 0..CLIENTS, PER_CLIENT));
-        (log, journal)
-    };
+        crash_matrix(wl, seed, &mut count);
+    }
+    eprintln!("crash matrix: {count:?}");
+    // The sweep must have exercised what it claims to.
+    assert!(count.crash_points >= 1000, "only {} crash points (seed {seed})", count.crash_points);
+    assert!(count.newest_acked_segment >= 2, "too few segments crossed (seed {seed}): {count:?}");
+    assert!(count.torn_cuts >= 300, "too few torn tails cut (seed {seed}): {count:?}");
+    assert!(count.garbled >= 300, "too few garbled images (seed {seed}): {count:?}");
+}
+
+/// Crashes `wl` at every write and sync; recovers several crash images of
+/// each crash and checks the acknowledged prefix, byte for byte.
+fn crash_matrix(wl: Workload, seed: u64, count: &mut MatrixCount) {
     // The run is deterministic up to the fault, so a clean run counts the
     // crash points: one per write or sync it issues.
     let clean = SimStore::new();
-    workload(&clean, None);
+    wl.run(&clean, None);
     let total_ops = clean.ops();
-    let mut torn_cuts = 0;
-    let mut newest_acked_segment = 0;
+    let mut rng = Rng::new(wl.seed ^ 0x5EED);
     // The last crash point falls after the workload: nothing fails.
     for n in 1..=total_ops + 1 {
+        let at = format!("seed {seed}, {wl:?}, crash at op {n} of {total_ops}");
         let store = SimStore::new();
-        let (log, journal) = workload(&store, Some(n));
+        let (log, journal) = wl.run(&store, Some(n));
+        count.crash_points += 1;
         let j = journal.borrow();
         let must = j.must_survive();
         // Waiters are released in lsn order: an acknowledgement covers everything before it.
-        assert!(j.acked[..must].iter().all(|&a| a), "crash {n}: acknowledgements out of order");
-        assert_eq!(store.is_dead(), n <= total_ops, "crash {n}: the run was not deterministic");
+        assert!(j.acked[..must].iter().all(|&a| a), "{at}: acknowledgements out of order");
+        assert_eq!(store.is_dead(), n <= total_ops, "{at}: the run was not deterministic");
         if store.is_dead() {
-            assert!(log.is_poisoned(), "crash {n}: failed I/O did not poison the log");
-            assert!(log.append(header(99, 0, 1), b"x").is_err(), "crash {n}: poisoned log accepted an append");
+            assert!(log.is_poisoned(), "{at}: failed I/O did not poison the log");
+            assert!(log.append(header(99, 0, 1), b"x").is_err(), "{at}: poisoned log accepted an append");
         } else {
-            assert_eq!(must as u64, CLIENTS * PER_CLIENT, "crash {n}: no fault, yet not everything acknowledged");
+            assert_eq!(must, j.appended.len(), "{at}: no fault, yet not everything acknowledged");
         }
         if let Some(last) = j.appended[..must].last() {
-            newest_acked_segment = newest_acked_segment.max(last.loc.segment);
+            count.newest_acked_segment = count.newest_acked_segment.max(last.loc.segment);
         }
         drop(log);
 
-        for torn in TORN {
-            let ctx = format!("crash at op {n}, torn {torn:?}");
-            let image = store.crash_image(torn);
+        let images = crash_images(&store, &mut rng);
+        let reuse = rng.below(images.len() as u64) as usize;
+        for (i, (what, image, garbled)) in images.into_iter().enumerate() {
+            let ctx = format!("{at}, {what}");
             let (log, recovered, report) = open(TestStore::new(image.clone()), config());
             check_prefix(&log, &recovered, &j.appended, must, &ctx);
-            if torn.is_none() {
+            count.images += 1;
+            count.garbled += garbled as u64;
+            if i == 0 {
                 // Durable images hold only whole synced flushes.
                 assert_eq!(report.torn_tail, None, "{ctx}: a durable image had a torn tail");
             }
-            if report.torn_tail.is_some() {
-                torn_cuts += 1;
+            count.torn_cuts += report.torn_tail.is_some() as u64;
+            if i != reuse {
+                continue;
             }
+            count.reused += 1;
             let mut expected: Vec<Appended> = j.appended[..recovered.len()].to_vec();
-
             // The recovered log takes new appends and serves them.
-            let new = append_all(&log, 100..102, 12);
+            let new = append_all(&log, 100..102, 6);
             for a in &new {
                 assert!(read_body(&log, a.loc) == a.body, "{ctx}: new record unreadable");
             }
             expected.extend(new);
             drop(log);
-
             // A second crash and reopen sees the old prefix and the new records.
             let (log, recovered, report) = open(image.crash_image(None), config());
             assert_eq!(report.torn_tail, None, "{ctx}: second reopen found a torn tail");
@@ -422,10 +575,6 @@ fn acknowledged_prefix_survives_every_crash_point_body() {
             check_prefix(&log, &recovered, &expected, expected.len(), &format!("{ctx}, second reopen"));
         }
     }
-    // The sweep must have exercised what it claims to.
-    assert!(total_ops >= 100, "only {total_ops} crash points");
-    assert!(newest_acked_segment >= 3, "the workload crossed too few segments ({newest_acked_segment})");
-    assert!(torn_cuts >= 20, "only {torn_cuts} torn tails were cut");
 }
 
 // ---------------------------------------------------------------------------

@@ -51,6 +51,7 @@ fn reason(status: u16) -> &'static str {
         500 => "Internal Server Error",
         501 => "Not Implemented",
         503 => "Service Unavailable",
+        507 => "Insufficient Storage",
         _ => "",
     }
 }
@@ -371,6 +372,7 @@ pub fn error(surface: Surface, e: &Error) -> Response {
             Response::new(503).header("Retry-After", retry_after_secs.to_string()).text(&e.to_string())
         }
         Error::Unavailable(m) => Response::new(503).header("Retry-After", "5").text(m),
+        Error::InsufficientStorage(m) => Response::new(507).header("Retry-After", "5").text(m),
     }
 }
 

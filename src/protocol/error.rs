@@ -34,4 +34,8 @@ pub enum Error {
     /// Storage failed underneath (a failed fsync poisons the shard): 503.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The shard's disk is full (ENOSPC/EDQUOT): 507 + Retry-After. Like
+    /// `Unavailable`, the shard refuses writes until restarted; reads go on.
+    #[error("insufficient storage: {0}")]
+    InsufficientStorage(String),
 }

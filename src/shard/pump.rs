@@ -390,6 +390,7 @@ fn storage_err(e: storage::Error) -> Error {
     match e {
         storage::Error::Full => Error::Overloaded { retry_after_secs: crate::limits::RETRY_AFTER_SECS },
         storage::Error::TooLarge(_) => Error::TooLarge,
+        e @ storage::Error::NoSpace { .. } => Error::InsufficientStorage(e.to_string()),
         e => Error::Unavailable(e.to_string()),
     }
 }
@@ -759,7 +760,16 @@ impl<S: SegmentStore> Shard<S> {
         // check and report is what the disk holds.
         let pending = self.streams.borrow().get(&key).map(|s| s.last_lsn);
         if let Some(lsn) = pending {
-            self.log.durable(lsn).await.map_err(storage_err)?;
+            if let Err(e) = self.log.durable(lsn).await {
+                // A failed write poisoned the log: writes fail from now on,
+                // but reads still serve the durable part of a stream whose
+                // create is durable.
+                let read = matches!(op, StreamOp::Read(_) | StreamOp::Head { .. });
+                let created = self.streams.borrow().get(&key).is_some_and(|s| s.created_lsn <= self.log.durable_lsn());
+                if !(read && created) {
+                    return Err(storage_err(e));
+                }
+            }
         }
         self.expire_if_due(&key);
         if self.streams.borrow().get(&key).is_some_and(|s| s.soft_deleted) {

@@ -166,6 +166,51 @@ impl DiskStore {
         self.dir.join(format!("{no:016}.seg"))
     }
 
+    /// Creates segment `no` zero-filled under `tmp`, then renames it in place.
+    async fn create_via(&self, tmp: &Path, no: u64, len: u64) -> io::Result<GFile> {
+        let path = self.path_of(no);
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true).create(true).truncate(true);
+        let chunk = 1024 * 1024u64;
+        log::debug!("creating segment {}", path.display());
+        let file = if self.direct {
+            let f = opts.dma_open(tmp).await?;
+            log::debug!("creating segment {}: opened", path.display());
+            f.pre_allocate(len, false).await?;
+            log::debug!("creating segment {}: allocated", path.display());
+            let mut pos = 0;
+            while pos < len {
+                let n = chunk.min(len - pos) as usize;
+                let mut b = f.alloc_dma_buffer(n);
+                b.as_bytes_mut().fill(0);
+                f.write_at(b, pos).await?;
+                pos += n as u64;
+            }
+            f.fdatasync().await?;
+            log::debug!("creating segment {}: zeroed", path.display());
+            f.rename(&path).await?;
+            f.close().await?;
+            log::debug!("creating segment {}: renamed", path.display());
+            // Zero-filled without O_DSYNC (one sync at the end); written with it.
+            let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DSYNC).dma_open(&path).await?;
+            GFile::Direct(f)
+        } else {
+            let mut f = opts.buffered_open(tmp).await?;
+            f.pre_allocate(len, false).await?;
+            let mut pos = 0;
+            while pos < len {
+                let n = chunk.min(len - pos) as usize;
+                f.write_at(vec![0; n], pos).await?;
+                pos += n as u64;
+            }
+            f.fdatasync().await?;
+            f.rename(&path).await?;
+            GFile::Buffered(f)
+        };
+        self.sync_dir()?;
+        Ok(file)
+    }
+
     fn sync_dir(&self) -> io::Result<()> {
         std::fs::File::open(&self.dir)?.sync_all()
     }
@@ -192,50 +237,15 @@ impl SegmentStore for DiskStore {
     }
 
     async fn create(&self, no: u64, len: u64) -> io::Result<GFile> {
-        let path = self.path_of(no);
         // Zero-fill through a temporary name so a half-made file is never
         // mistaken for a segment after a crash.
         let tmp = self.dir.join(format!("{no:016}.seg.tmp"));
-        let mut opts = OpenOptions::new();
-        opts.read(true).write(true).create(true).truncate(true);
-        let chunk = 1024 * 1024u64;
-        log::debug!("creating segment {}", path.display());
-        let file = if self.direct {
-            let f = opts.dma_open(&tmp).await?;
-            log::debug!("creating segment {}: opened", path.display());
-            f.pre_allocate(len, false).await?;
-            log::debug!("creating segment {}: allocated", path.display());
-            let mut pos = 0;
-            while pos < len {
-                let n = chunk.min(len - pos) as usize;
-                let mut b = f.alloc_dma_buffer(n);
-                b.as_bytes_mut().fill(0);
-                f.write_at(b, pos).await?;
-                pos += n as u64;
-            }
-            f.fdatasync().await?;
-            log::debug!("creating segment {}: zeroed", path.display());
-            f.rename(&path).await?;
-            f.close().await?;
-            log::debug!("creating segment {}: renamed", path.display());
-            // Zero-filled without O_DSYNC (one sync at the end); written with it.
-            let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DSYNC).dma_open(&path).await?;
-            GFile::Direct(f)
-        } else {
-            let mut f = opts.buffered_open(&tmp).await?;
-            f.pre_allocate(len, false).await?;
-            let mut pos = 0;
-            while pos < len {
-                let n = chunk.min(len - pos) as usize;
-                f.write_at(vec![0; n], pos).await?;
-                pos += n as u64;
-            }
-            f.fdatasync().await?;
-            f.rename(&path).await?;
-            GFile::Buffered(f)
-        };
-        self.sync_dir()?;
-        Ok(file)
+        let r = self.create_via(&tmp, no, len).await;
+        if r.is_err() {
+            // Give back the space of a half-made file (ENOSPC while zero-filling).
+            let _ = std::fs::remove_file(&tmp);
+        }
+        r
     }
 
     fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>> {

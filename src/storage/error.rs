@@ -13,6 +13,12 @@ pub enum Error {
     },
     #[error("corrupt record in segment {segment} at byte {position}, followed by newer data: refusing to serve it")]
     Corrupt { segment: u64, position: u64 },
+    /// The device is out of space (ENOSPC, or EDQUOT for a quota) on a
+    /// write or while creating a segment. Poisons the log like any other
+    /// failed write: the shard refuses writes until it is restarted with
+    /// space available; what was durable stays readable and intact.
+    #[error("{op} on segment {segment} failed: no space left on the device; writes refused until space is freed and the server restarted")]
+    NoSpace { op: &'static str, segment: u64 },
     #[error("an earlier write or sync failed; the shard refuses writes until restarted")]
     Poisoned,
     #[error("too many bytes waiting for disk")]
@@ -27,10 +33,22 @@ impl Clone for Error {
             Error::Io { op, segment, source } => {
                 Error::Io { op, segment: *segment, source: io::Error::new(source.kind(), source.to_string()) }
             }
+            Error::NoSpace { op, segment } => Error::NoSpace { op, segment: *segment },
             Error::Corrupt { segment, position } => Error::Corrupt { segment: *segment, position: *position },
             Error::Poisoned => Error::Poisoned,
             Error::Full => Error::Full,
             Error::TooLarge(n) => Error::TooLarge(*n),
+        }
+    }
+}
+
+impl Error {
+    /// A failed I/O call on `segment`: `NoSpace` for ENOSPC and EDQUOT, so
+    /// the HTTP edge can tell "disk full" from "disk broken"; `Io` otherwise.
+    pub fn io(op: &'static str, segment: u64, source: io::Error) -> Error {
+        match source.kind() {
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => Error::NoSpace { op, segment },
+            _ => Error::Io { op, segment, source },
         }
     }
 }

@@ -143,7 +143,7 @@ impl<S: SegmentStore> Log<S> {
     /// followed by valid newer data is corruption and fails the open.
     pub async fn open(store: S, cfg: LogConfig) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
         assert!(cfg.segment_bytes.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
-        let io = |op, segment| move |source| Error::Io { op, segment, source };
+        let io = |op, segment| move |source| Error::io(op, segment, source);
         let list = store.list().await.map_err(io("list", 0))?;
         let mut recovered = Vec::new();
         // (segment, valid end, number of records, ended cleanly)
@@ -371,11 +371,11 @@ impl<S: SegmentStore> Log<S> {
                 passed_over.or_else(|| (active..active + wanted).find(|&no| !has(no)))
             };
             let Some(no) = want else { return Ok(()) };
-            let file = self.store.create(no, self.cfg.segment_bytes).await.map_err(|source| Error::Io {
-                op: "create",
-                segment: no,
-                source,
-            })?;
+            let file = self
+                .store
+                .create(no, self.cfg.segment_bytes)
+                .await
+                .map_err(|source| Error::io("create", no, source))?;
             let mut st = self.st.borrow_mut();
             match st.segments.get_mut(&no) {
                 Some(SegData::Mirror { file: slot @ None, .. }) => *slot = Some(Rc::new(file)),
@@ -399,14 +399,25 @@ impl<S: SegmentStore> Log<S> {
         }
     }
 
+    /// A write, sync or segment creation failed: from now on every waiter
+    /// and every append fails with the first error. After a failed
+    /// fdatasync the kernel may have dropped the dirty pages and a later
+    /// sync may succeed without them, so nothing written after the failure
+    /// may ever be acknowledged; the in-memory state may also be ahead of the
+    /// disk. Reads of what was durable before keep working. A restart
+    /// recovers from what the disk holds.
     fn poison(&self, e: Error) {
         let mut st = self.st.borrow_mut();
-        log::error!("storage failure, shard stops accepting writes: {e}");
-        if st.poisoned.is_none() {
-            st.poisoned = Some(e.clone());
-        }
+        let first = st.poisoned.get_or_insert_with(|| {
+            log::error!(
+                "STORAGE FAILURE: {e}; this shard now refuses every write until the server is restarted \
+                 (reads of durable data continue; recovery at restart keeps every acknowledged record)"
+            );
+            e
+        });
+        let first = first.clone();
         for (_, tx) in st.waiters.drain(..) {
-            let _ = tx.send(Err(e.clone()));
+            let _ = tx.send(Err(first.clone()));
         }
         drop(st);
         // A writer waiting for a segment file must see the failure too.
@@ -488,15 +499,11 @@ impl<S: SegmentStore> Log<S> {
             let file = self.file_of(job.segment);
             bytes += data.as_ref().len() as u64;
             let t = std::time::Instant::now();
-            file.write_at(data, job.pos).await.map_err(|source| Error::Io {
-                op: "write",
-                segment: job.segment,
-                source,
-            })?;
+            file.write_at(data, job.pos).await.map_err(|source| Error::io("write", job.segment, source))?;
             let written = std::time::Instant::now();
             // A sealed segment is synced on its own before its successor's
             // bytes go out: only the newest segment may ever be torn.
-            file.sync().await.map_err(|source| Error::Io { op: "fdatasync", segment: job.segment, source })?;
+            file.sync().await.map_err(|source| Error::io("fdatasync", job.segment, source))?;
             let mut st = self.st.borrow_mut();
             st.stats.write_us.record((written - t).as_micros() as u64);
             if !st.stats.write_is_durable {
@@ -506,11 +513,7 @@ impl<S: SegmentStore> Log<S> {
         let mut st = self.st.borrow_mut();
         for job in &jobs {
             if job.sealed {
-                let map = self.store.map(job.segment).map_err(|source| Error::Io {
-                    op: "map",
-                    segment: job.segment,
-                    source,
-                })?;
+                let map = self.store.map(job.segment).map_err(|source| Error::io("map", job.segment, source))?;
                 st.segments.insert(job.segment, SegData::Mapped(map));
             } else if let Some(SegData::Mirror { durable_len, .. }) = st.segments.get_mut(&job.segment) {
                 *durable_len = job.end;

@@ -5,9 +5,21 @@
 //! store a restarted process would find: the durable images, plus optionally a
 //! torn prefix of the last unsynced write. A fault plan makes the N-th
 //! write or sync fail, after which every operation fails, like a dead process.
+//!
+//! Disk faults a live process survives: `error_at_op` makes one write or sync
+//! fail with a chosen errno (EIO, ENOSPC, ...) and leaves the disk working;
+//! `set_capacity` bounds the bytes all files may hold, so creating a segment
+//! or growing a file beyond it fails with ENOSPC.
+//!
+//! Power loss: `crash_image_with` keeps any subset of the sectors of the last
+//! unsynced write and garbles chosen bits of the bytes it changed, modelling
+//! a device that writes sectors atomically but in no particular order, and
+//! whose unsynced blocks may hold garbage.
+//!
 //! Never a substitute for the real files: only fault-injection tests use it.
 
 use super::io::{SealedBytes, SegmentFile, SegmentStore};
+use crate::limits::SECTOR_BYTES;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io;
@@ -24,6 +36,11 @@ struct Disk {
     files: BTreeMap<u64, FileImage>,
     /// Fail the operation when `ops` reaches this count.
     fail_at_op: Option<u64>,
+    /// Fail the operation when `ops` reaches this count with this errno, and
+    /// keep working afterwards (nothing of a failed write reaches the file).
+    error_at_op: Option<(u64, i32)>,
+    /// Most bytes all files together may hold.
+    capacity: Option<u64>,
     ops: u64,
     dead: bool,
     /// The last write not yet covered by a sync: (segment, position, bytes).
@@ -40,8 +57,37 @@ impl Disk {
             self.dead = true;
             return Err(io::Error::other("simulated crash"));
         }
+        if let Some((at, errno)) = self.error_at_op {
+            if at == self.ops {
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+        }
         Ok(())
     }
+
+    fn used(&self) -> u64 {
+        self.files.values().map(|f| f.live.len() as u64).sum()
+    }
+
+    /// ENOSPC if `more` bytes would not fit.
+    fn reserve(&self, more: u64) -> io::Result<()> {
+        match self.capacity {
+            Some(cap) if self.used() + more > cap => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The last write not yet covered by a sync, as a crash would find it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnsyncedWrite {
+    pub segment: u64,
+    pub pos: u64,
+    pub len: usize,
+    /// Offset in the write of the first byte that differs from the durable
+    /// image (None: the write changed nothing). Bytes before it are durable
+    /// bytes rewritten unchanged (the partial block the log rewrites).
+    pub changed_from: Option<usize>,
 }
 
 #[derive(Clone, Default)]
@@ -58,6 +104,71 @@ impl SimStore {
     pub fn fail_after_ops(&self, n: u64) {
         let mut d = self.disk.borrow_mut();
         d.fail_at_op = Some(d.ops + n);
+    }
+
+    /// Make the `n`-th write/sync from now fail with `errno`; the disk keeps
+    /// working afterwards.
+    pub fn error_after_ops(&self, n: u64, errno: i32) {
+        let mut d = self.disk.borrow_mut();
+        d.error_at_op = Some((d.ops + n, errno));
+    }
+
+    /// Bound the bytes all files may hold (None: unbounded). Creating a file
+    /// or growing one beyond it fails with ENOSPC.
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.disk.borrow_mut().capacity = bytes;
+    }
+
+    /// Bytes all files hold now.
+    pub fn used_bytes(&self) -> u64 {
+        self.disk.borrow().used()
+    }
+
+    pub fn unsynced_write(&self) -> Option<UnsyncedWrite> {
+        let d = self.disk.borrow();
+        let (no, pos, bytes) = d.last_unsynced.as_ref()?;
+        let durable = &d.files.get(no)?.durable;
+        let changed_from =
+            bytes.iter().enumerate().position(|(i, b)| durable.get(*pos as usize + i).copied().unwrap_or(0) != *b);
+        Some(UnsyncedWrite { segment: *no, pos: *pos, len: bytes.len(), changed_from })
+    }
+
+    /// What a restarted process finds after a power cut now: the durable
+    /// images; of the last unsynced write, the sectors (numbered from its
+    /// start) for which `reached` is true; then each bit in `flips` (bit
+    /// numbers from the write's start) inverted, if it lies in a byte the
+    /// write changed: bytes it rewrote unchanged are durable data, which an
+    /// atomic sector write cannot garble.
+    pub fn crash_image_with(&self, reached: &dyn Fn(usize) -> bool, flips: &[usize]) -> SimStore {
+        let image = self.crash_image(None);
+        let Some(w) = self.unsynced_write() else {
+            return image;
+        };
+        let d = self.disk.borrow();
+        let (_, _, bytes) = d.last_unsynced.as_ref().expect("unsynced_write saw it");
+        let mut img = image.disk.borrow_mut();
+        let f = img.files.get_mut(&w.segment).expect("the crash image has the written file");
+        let start = w.pos as usize;
+        if f.live.len() < start + w.len {
+            f.live.resize(start + w.len, 0);
+        }
+        let sector = SECTOR_BYTES as usize;
+        for (i, chunk) in bytes.chunks(sector).enumerate() {
+            if reached(i) {
+                f.live[start + i * sector..start + i * sector + chunk.len()].copy_from_slice(chunk);
+            }
+        }
+        if let Some(from) = w.changed_from {
+            for &bit in flips {
+                let byte = bit / 8;
+                if byte >= from && byte < w.len {
+                    f.live[start + byte] ^= 1 << (bit % 8);
+                }
+            }
+        }
+        f.durable = f.live.clone();
+        drop(img);
+        image
     }
 
     pub fn ops(&self) -> u64 {
@@ -121,8 +232,10 @@ impl SegmentFile for SimFile {
     async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
         let mut d = self.disk.borrow_mut();
         d.tick()?;
-        let f = d.files.get_mut(&self.no).ok_or_else(|| io::Error::other("no such file"))?;
         let end = pos as usize + buf.len();
+        let len = d.files.get(&self.no).ok_or_else(|| io::Error::other("no such file"))?.live.len();
+        d.reserve((end as u64).saturating_sub(len as u64))?;
+        let f = d.files.get_mut(&self.no).expect("checked above");
         if f.live.len() < end {
             f.live.resize(end, 0);
         }
@@ -153,6 +266,8 @@ impl SegmentStore for SimStore {
         if d.dead {
             return Err(io::Error::other("simulated crash: disk gone"));
         }
+        let replaced = d.files.get(&no).map_or(0, |f| f.live.len() as u64);
+        d.reserve(len.saturating_sub(replaced))?;
         let zeros = vec![0; len as usize];
         d.files.insert(no, FileImage { live: zeros.clone(), durable: zeros });
         Ok(SimFile { no, disk: self.disk.clone() })
