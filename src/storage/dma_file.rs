@@ -188,8 +188,10 @@ impl DiskStore {
             }
             f.fdatasync().await?;
             log::debug!("creating segment {}: zeroed", path.display());
-            f.rename(&path).await?;
+            // Closed before the rename: a handle without O_DSYNC must never
+            // be open on a `.seg` name (tests/process_shape.rs checks).
             f.close().await?;
+            std::fs::rename(tmp, &path)?;
             log::debug!("creating segment {}: renamed", path.display());
             // Zero-filled without O_DSYNC (one sync at the end); written with it.
             let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DSYNC).dma_open(&path).await?;
