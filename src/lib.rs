@@ -8,7 +8,9 @@
 //!
 //! # Layout
 //! - [`limits`]: every bound, named once.
-//! - [`config`], [`cli`]: flags to configuration.
+//! - [`config`], [`cli`]: flags, environment and config file to configuration.
+//! - [`preflight`]: startup checks (io_uring, locked memory, O_DIRECT, the
+//!   data directory's lock) with messages that say what to change.
 //! - [`server`]: boot (executors, recovery, listeners), no logic of its own.
 //! - [`http`]: bytes to typed requests and responses back; the /ds vs /v1 dialect.
 //! - [`shard`]: ownership (stable hash), the cross-core mesh, the pump that
@@ -27,6 +29,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod limits;
+pub mod preflight;
 pub mod protocol;
 pub mod server;
 pub mod shard;

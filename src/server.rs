@@ -1,10 +1,11 @@
-//! Boot: check the data directory, start one pinned glommio executor per
-//! shard, recover each shard's log, join the cross-core mesh, replicate
+//! Boot: lock and check the data directory, check the host (`preflight`),
+//! start one pinned glommio executor per shard, recover each shard's log, join the cross-core mesh, replicate
 //! bucket metadata, then listen (SO_REUSEPORT, one listener per shard).
 
 use crate::config::Config;
 use crate::http::conn::{self, ConnContext};
 use crate::limits::{EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX};
+use crate::preflight;
 use crate::protocol::Outcome;
 use crate::shard::mesh::{self, Mesh, Peers};
 use crate::shard::router::{Dispatch, Reply, ShardRequest};
@@ -22,7 +23,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const FORMAT_VERSION: u32 = 1;
 
@@ -34,11 +35,16 @@ fn check_layout(dir: &Path, shards: usize) -> anyhow::Result<()> {
     let want = format!("format={FORMAT_VERSION}\nshards={shards}\n");
     match std::fs::read_to_string(&meta) {
         Ok(have) if have == want => Ok(()),
-        Ok(have) => bail!(
-            "data directory {} was written with a different layout ({}); start with the same --shards or use another --data-dir",
-            dir.display(),
-            have.trim().replace('\n', ", ")
-        ),
+        Ok(have) => {
+            let written = have.lines().find_map(|l| l.strip_prefix("shards=")).unwrap_or("?");
+            bail!(
+                "data directory {} was written by {written} shards ({}), but this server has {shards} (--shards, \
+                 RINGSTREAM_SHARDS or `shards` in the config file; the default is the number of online CPUs): \
+                 streams are placed by shard, so start with --shards {written}, or use another --data-dir",
+                dir.display(),
+                have.trim().replace('\n', ", ")
+            )
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let tmp = dir.join("ringstream.meta.tmp");
             std::fs::write(&tmp, &want)?;
@@ -110,31 +116,59 @@ impl ConnContext for Ctx {
 }
 
 enum Boot {
-    Ready { shard: usize, streams: usize, storage: String, recovery: String },
+    Ready(Recovered),
     Failed(String),
+}
+
+/// One shard's recovery, for the startup log.
+struct Recovered {
+    shard: usize,
+    storage: String,
+    streams: usize,
+    /// Record bodies found in the log.
+    bytes: u64,
+    report: crate::storage::RecoveryReport,
+    elapsed: Duration,
 }
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     assert!(cfg.shards > 0 && cfg.shards <= SHARDS_MAX);
-    check_layout(&cfg.data_dir, cfg.shards)?;
-    let direct = match cfg.direct_io {
-        DirectIoMode::Disabled => false,
-        mode => {
-            let ok = supports_direct_io(&cfg.data_dir).context("probing O_DIRECT support")?;
-            if !ok && mode == DirectIoMode::Required {
-                bail!("--direct-io required, but {} does not support O_DIRECT (tmpfs?)", cfg.data_dir.display());
-            }
-            ok
-        }
-    };
-    log::info!(
-        "direct I/O: {} (--direct-io {:?})",
-        if direct { "on (O_DIRECT)" } else { "off (buffered + fdatasync)" },
-        cfg.direct_io
+    let boot_started = Instant::now();
+    let cpus_online = crate::config::online_cpus();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        shards = cfg.shards,
+        cpus = cpus_online,
+        pinned = cfg.pin,
+        data_dir = %cfg.data_dir.display(),
+        listen = %cfg.listen,
+        config_file = %cfg.config_file.as_ref().map_or("none".to_string(), |p| p.display().to_string()),
+        "ringstream starting"
     );
-    check_memlock();
+    // Held until run returns (the kernel drops it if the process dies).
+    let lock = preflight::lock_data_dir(&cfg.data_dir).map_err(anyhow::Error::msg)?;
+    tracing::debug!("holding {}", lock.path.display());
+    check_layout(&cfg.data_dir, cfg.shards)?;
+    preflight::probe_io_uring().map_err(anyhow::Error::msg)?;
+    let memlock = preflight::ensure_memlock(cfg.shards, EXECUTOR_IO_MEMORY_BYTES).map_err(anyhow::Error::msg)?;
+    if let Some(to) = memlock.raised_to {
+        tracing::info!(from = memlock.facts.soft, to, need = memlock.need, "raised the RLIMIT_MEMLOCK soft limit");
+    }
+    if let Some(w) = &memlock.warning {
+        tracing::warn!("{w}");
+    }
+    let supported = match cfg.direct_io {
+        DirectIoMode::Disabled => false,
+        _ => supports_direct_io(&cfg.data_dir).context("probing O_DIRECT support")?,
+    };
+    let direct = preflight::direct_io_decision(cfg.direct_io, supported, &cfg.data_dir).map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        "direct I/O: {} (--direct-io {})",
+        if direct { "on (O_DIRECT)" } else { "off (buffered + fdatasync)" },
+        clap::ValueEnum::to_possible_value(&cfg.direct_io).map_or_else(String::new, |v| v.get_name().to_string())
+    );
     let (reservation, addr) = reserve(cfg.listen)?;
-    let cpus: Vec<usize> = (0..crate::config::online_cpus()).collect();
+    let cpus: Vec<usize> = (0..cpus_online).collect();
     let mut mesh_plan = mesh::Plan::new(cfg.shards).context("creating the cross-shard mesh")?;
     let (boot_tx, boot_rx) = crossbeam_channel::bounded::<Boot>(cfg.shards);
     // Two barriers driven from here: "every shard recovered and replicated
@@ -176,6 +210,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     let log_cfg =
                         LogConfig { segment_bytes: cfg.segment_bytes, pending_bytes_max: cfg.max_pending_bytes };
                     boot_step(&progress[id], &format!("shard {id}: boot: recovering the log"));
+                    let recovery_started = Instant::now();
                     let (log, records, report) = match Log::open(store, log_cfg).await {
                         Ok(x) => x,
                         Err(e) => return fail(format!("shard {id}: recovery failed: {e}")),
@@ -185,6 +220,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         Ok(s) => Rc::new(s),
                         Err(e) => return fail(e),
                     };
+                    let recovered_bytes: u64 = records.iter().map(|r| u64::from(r.loc.body_len)).sum();
+                    let recovery_elapsed = recovery_started.elapsed();
                     drop(records);
                     shard.set_live(
                         Rc::new(|d| Box::pin(glommio::timer::sleep(d))),
@@ -241,18 +278,21 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         Ok(l) => l,
                         Err(e) => return fail(format!("shard {id}: listening on {addr}: {e}")),
                     };
-                    let recovery = format!(
-                        "{} segments, {} records, torn tail: {:?}, active segment {}",
-                        report.segments, report.records, report.torn_tail, report.active_segment
-                    );
-                    let _ = boot_tx.send(Boot::Ready { shard: id, streams: shard.stream_count(), storage, recovery });
+                    let _ = boot_tx.send(Boot::Ready(Recovered {
+                        shard: id,
+                        storage,
+                        streams: shard.stream_count(),
+                        bytes: recovered_bytes,
+                        report,
+                        elapsed: recovery_elapsed,
+                    }));
                     let ctx = Rc::new(Ctx { me: id, shards: cfg.shards, shard, mesh });
                     let open = Rc::new(Cell::new(0usize));
                     loop {
                         let stream = match listener.accept().await {
                             Ok(s) => s,
                             Err(e) => {
-                                log::warn!("shard {id}: accept failed: {e}");
+                                tracing::warn!("shard {id}: accept failed: {e}");
                                 glommio::timer::sleep(Duration::from_millis(10)).await;
                                 continue;
                             }
@@ -286,14 +326,52 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     for _ in 0..cfg.shards {
         let _ = go_tx.send(());
     }
+    let (mut streams, mut bytes, mut records, mut segments, mut torn, mut slowest) = (0, 0, 0, 0, 0, Duration::ZERO);
     for _ in 0..cfg.shards {
         match wait_boot(&boot_rx, &boot_rx, &progress)? {
-            Boot::Ready { shard, streams, storage, recovery } => {
-                log::info!("shard {shard}: {storage}; recovered {streams} streams ({recovery})")
+            Boot::Ready(r) => {
+                macro_rules! shard_recovered {
+                    ($level:ident) => {
+                        tracing::$level!(
+                            shard = r.shard,
+                            storage = %r.storage,
+                            streams = r.streams,
+                            bytes = r.bytes,
+                            records = r.report.records,
+                            segments = r.report.segments,
+                            recovery_ms = r.elapsed.as_millis() as u64,
+                            torn_tail_cut = ?r.report.torn_tail,
+                            active_segment = r.report.active_segment,
+                            "shard recovered"
+                        )
+                    };
+                }
+                // A torn tail (the normal trace of a crash) is worth a line at info.
+                if r.report.torn_tail.is_some() {
+                    shard_recovered!(info);
+                } else {
+                    shard_recovered!(debug);
+                }
+                streams += r.streams;
+                bytes += r.bytes;
+                records += r.report.records;
+                segments += r.report.segments;
+                torn += usize::from(r.report.torn_tail.is_some());
+                slowest = slowest.max(r.elapsed);
             }
             Boot::Failed(e) => bail!(e),
         }
     }
+    tracing::info!(
+        streams,
+        bytes,
+        records,
+        segments,
+        torn_tails_cut = torn,
+        recovery_ms = slowest.as_millis() as u64,
+        boot_ms = boot_started.elapsed().as_millis() as u64,
+        "recovered the logs (shards in parallel; recovery_ms: the slowest shard)"
+    );
     drop(reservation);
     println!("ringstream listening on http://{addr} ({} shards, data in {})", cfg.shards, cfg.data_dir.display());
     use std::io::Write;
@@ -304,22 +382,6 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// glommio registers its I/O buffers with io_uring, which needs locked
-/// memory; without enough it silently falls back to slower unregistered I/O.
-fn check_memlock() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // Safety: getrlimit only writes the struct we pass.
-    let ok = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } == 0;
-    let is_root = unsafe { libc::geteuid() } == 0;
-    let need = 3 * EXECUTOR_IO_MEMORY_BYTES as u64;
-    if ok && !is_root && lim.rlim_cur != libc::RLIM_INFINITY && lim.rlim_cur < need {
-        log::warn!(
-            "RLIMIT_MEMLOCK is {} bytes, below the ~{need} bytes per shard glommio wants for registered buffers; I/O will be slower (raise it with ulimit -l)",
-            lim.rlim_cur
-        );
-    }
 }
 
 extern "C" fn on_kick(_: libc::c_int) {}
@@ -367,7 +429,7 @@ fn start_kicker(threads: Arc<Vec<AtomicU64>>) {
 }
 
 fn boot_step(progress: &AtomicU64, what: &str) {
-    log::debug!("{what}");
+    tracing::debug!("{what}");
     progress.fetch_add(1, Ordering::Release);
 }
 
@@ -407,11 +469,11 @@ fn wait_boot<T>(
         }
         let attempt: u32 = std::env::var("RINGSTREAM_BOOT_ATTEMPT").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
         if attempt >= BOOT_ATTEMPTS_MAX {
-            log::error!("boot made no progress for {BOOT_STALL_SECS} s (attempt {attempt}); still waiting");
+            tracing::error!("boot made no progress for {BOOT_STALL_SECS} s (attempt {attempt}); still waiting");
             since = std::time::Instant::now();
             continue;
         }
-        log::error!("boot made no progress for {BOOT_STALL_SECS} s (an executor lost an I/O completion); restarting the process, attempt {}", attempt + 1);
+        tracing::error!("boot made no progress for {BOOT_STALL_SECS} s (an executor lost an I/O completion); restarting the process, attempt {}", attempt + 1);
         use std::os::unix::process::CommandExt;
         let err = std::process::Command::new("/proc/self/exe")
             .args(std::env::args_os().skip(1))

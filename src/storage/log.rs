@@ -391,7 +391,7 @@ impl<S: SegmentStore> Log<S> {
 
     fn poison(&self, e: Error) {
         let mut st = self.st.borrow_mut();
-        log::error!("storage failure, shard stops accepting writes: {e}");
+        tracing::error!("storage failure, shard stops accepting writes: {e}");
         if st.poisoned.is_none() {
             st.poisoned = Some(e.clone());
         }
