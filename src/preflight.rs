@@ -201,6 +201,31 @@ pub struct MemlockOutcome {
 }
 
 // ---------------------------------------------------------------------------
+// CPUs
+
+/// The CPUs this process may run on (its affinity mask, as set by `taskset`,
+/// systemd's `CPUAffinity=` or a cpuset), in ascending order. Shard *i* is
+/// pinned to the *i*-th of them, so restricting the mask moves the shards
+/// off CPUs kept for interrupts or other work. Falls back to 0..online.
+pub fn allowed_cpus() -> Vec<usize> {
+    // Safety: a zeroed cpu_set_t is a valid empty set; sched_getaffinity
+    // writes at most the size we pass; CPU_ISSET reads within the set.
+    let cpus: Vec<usize> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+        } else {
+            Vec::new()
+        }
+    };
+    if cpus.is_empty() {
+        (0..crate::config::online_cpus()).collect()
+    } else {
+        cpus
+    }
+}
+
+// ---------------------------------------------------------------------------
 // O_DIRECT
 
 /// Whether to use O_DIRECT, given the operator's mode and whether the data

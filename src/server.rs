@@ -35,11 +35,17 @@ fn check_layout(dir: &Path, shards: usize) -> anyhow::Result<()> {
     let want = format!("format={FORMAT_VERSION}\nshards={shards}\n");
     match std::fs::read_to_string(&meta) {
         Ok(have) if have == want => Ok(()),
+        Ok(have) if !have.starts_with(&format!("format={FORMAT_VERSION}\n")) => bail!(
+            "data directory {} has a storage format this version does not read ({}; this version reads \
+             format={FORMAT_VERSION}): run the version that wrote it, or use another --data-dir",
+            dir.display(),
+            have.trim().replace('\n', ", ")
+        ),
         Ok(have) => {
             let written = have.lines().find_map(|l| l.strip_prefix("shards=")).unwrap_or("?");
             bail!(
                 "data directory {} was written by {written} shards ({}), but this server has {shards} (--shards, \
-                 RINGSTREAM_SHARDS or `shards` in the config file; the default is the number of online CPUs): \
+                 RINGSTREAM_SHARDS or `shards` in the config file; the default is the number of CPUs it may use): \
                  streams are placed by shard, so start with --shards {written}, or use another --data-dir",
                 dir.display(),
                 have.trim().replace('\n', ", ")
@@ -134,11 +140,11 @@ struct Recovered {
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     assert!(cfg.shards > 0 && cfg.shards <= SHARDS_MAX);
     let boot_started = Instant::now();
-    let cpus_online = crate::config::online_cpus();
+    let cpus = preflight::allowed_cpus();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         shards = cfg.shards,
-        cpus = cpus_online,
+        cpus = ?cpus,
         pinned = cfg.pin,
         data_dir = %cfg.data_dir.display(),
         listen = %cfg.listen,
@@ -168,7 +174,6 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         clap::ValueEnum::to_possible_value(&cfg.direct_io).map_or_else(String::new, |v| v.get_name().to_string())
     );
     let (reservation, addr) = reserve(cfg.listen)?;
-    let cpus: Vec<usize> = (0..cpus_online).collect();
     let mut mesh_plan = mesh::Plan::new(cfg.shards).context("creating the cross-shard mesh")?;
     let (boot_tx, boot_rx) = crossbeam_channel::bounded::<Boot>(cfg.shards);
     // Two barriers driven from here: "every shard recovered and replicated
