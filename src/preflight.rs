@@ -104,7 +104,7 @@ pub enum MemlockPlan {
 
 const MEMLOCK_FIX: &str = "raise it with `ulimit -l` (KiB; `unlimited` is fine) before starting, \
      `LimitMEMLOCK=` in the systemd unit (docs/deploy/ringstream.service), a memlock line in \
-     /etc/security/limits.conf, or grant CAP_IPC_LOCK";
+     /etc/security/limits.conf";
 
 pub fn memlock_plan(f: MemlockFacts, need: u64) -> MemlockPlan {
     let want = if f.cap_ipc_lock { GLOMMIO_MEMLOCK_FLOOR_BYTES } else { need.max(GLOMMIO_MEMLOCK_FLOOR_BYTES) };
@@ -126,7 +126,8 @@ pub fn memlock_plan(f: MemlockFacts, need: u64) -> MemlockPlan {
         raise_to: f.hard,
         message: format!(
             "RLIMIT_MEMLOCK hard limit is {} bytes, below the {need} bytes the shards' registered io_uring \
-             buffers need; I/O falls back to unregistered buffers (correct, but slower): {MEMLOCK_FIX}",
+             buffers need; I/O falls back to unregistered buffers (correct, but slower): {MEMLOCK_FIX}, \
+             or grant CAP_IPC_LOCK",
             show_limit(f.hard)
         ),
     }
