@@ -1,14 +1,22 @@
-//! Command line: flags -> [`Config`].
+//! Settings -> [`Config`]: command-line flags, `RINGSTREAM_*` environment
+//! variables and an optional TOML file (`--config`).
+//!
+//! Precedence, per setting: flag > environment variable > config file >
+//! built-in default. An invalid value, or an unknown key in the file, fails
+//! at startup with a message that names the setting and where the value came
+//! from. docs/operations.md lists every setting.
 
-use crate::config::{online_cpus, Config};
+use crate::config::{online_cpus, Config, LogFormat};
 use crate::limits::{
     LONG_POLL_TIMEOUT_MS_DEFAULT, LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
     SEGMENT_BYTES_MIN, SHARDS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN,
 };
 use crate::storage::dma_file::DirectIoMode;
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use serde::Deserialize;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// ringstream: a durable-streams HTTP server.
 ///
@@ -17,36 +25,49 @@ use std::path::PathBuf;
 /// pinned io_uring executor per shard; every append is acknowledged only
 /// after it is on stable storage (group-committed O_DIRECT|O_DSYNC write,
 /// or buffered write + fdatasync without O_DIRECT).
+///
+/// Every setting can be given as a flag, as the environment variable shown,
+/// or as a key in the --config TOML file (the flag name without `--`, e.g.
+/// `data-dir = "/var/lib/ringstream"`). A flag beats the environment, which
+/// beats the file, which beats the default. See docs/operations.md.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 pub struct Cli {
+    /// TOML file of settings (keys: the flag names without `--`). Unknown
+    /// keys are an error. Default: none.
+    #[arg(long, env = "RINGSTREAM_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
     /// Address to listen on (every shard listens on it with SO_REUSEPORT).
     /// Port 0 picks a free port; the chosen address is printed at startup.
     #[arg(long, default_value = "127.0.0.1:4437", env = "RINGSTREAM_LISTEN")]
     pub listen: SocketAddr,
 
     /// Directory for the segment logs (one sub-directory per shard). Created
-    /// if missing. A directory written with N shards must be served with N.
+    /// if missing. A directory written with N shards must be served with N;
+    /// only one server may use it at a time (ringstream.lock).
     #[arg(long, default_value = "./data", env = "RINGSTREAM_DATA_DIR")]
     pub data_dir: PathBuf,
 
-    /// Number of shards (executors, one per core). Default: the number of
-    /// online CPUs.
+    /// Number of shards (executors, one per core), 1 to 256. [default: the
+    /// number of online CPUs]
     #[arg(long, env = "RINGSTREAM_SHARDS")]
     pub shards: Option<usize>,
 
     /// O_DIRECT use: `required` fails at boot if the data directory's file
-    /// system cannot do it; `optional` uses it where possible (tmpfs cannot);
-    /// `disabled` uses buffered writes. Every mode makes a write durable
-    /// (O_DSYNC, or fdatasync) before acknowledging it.
+    /// system cannot do it; `optional` uses it where possible; `disabled`
+    /// uses buffered writes. Every mode makes a write durable (O_DSYNC, or
+    /// fdatasync) before acknowledging it.
     #[arg(long, value_enum, default_value = "optional", env = "RINGSTREAM_DIRECT_IO")]
     pub direct_io: DirectIoMode,
 
-    /// How long a long-poll read waits at the tail before answering 204.
+    /// How long a long-poll read waits at the tail before answering 204
+    /// (1 to 600000).
     #[arg(long, default_value_t = LONG_POLL_TIMEOUT_MS_DEFAULT, env = "RINGSTREAM_LONG_POLL_TIMEOUT_MS")]
     pub long_poll_timeout_ms: u64,
 
-    /// Size of each segment file in bytes (advanced; a multiple of 4096).
+    /// Size of each segment file in bytes (advanced; a multiple of 4096,
+    /// 65536 to 1073741824).
     #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT, env = "RINGSTREAM_SEGMENT_BYTES")]
     pub segment_bytes: u64,
 
@@ -58,39 +79,253 @@ pub struct Cli {
     pub max_pending_bytes: u64,
 
     /// Do not pin shard executors to CPUs (for running many test servers on
-    /// a small machine; production wants pinning).
-    #[arg(long)]
+    /// a small machine; production wants pinning). The variable and the
+    /// file key take true/false. [default: false]
+    #[arg(long, env = "RINGSTREAM_NO_PIN", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_pin: bool,
+
+    /// Log filter: a level (error, warn, info, debug, trace, off) or tracing
+    /// directives such as `info,ringstream::storage=debug`. Without the flag
+    /// or RINGSTREAM_LOG: `log-level` in the config file, then RUST_LOG.
+    #[arg(long, default_value = "info", env = "RINGSTREAM_LOG", value_name = "FILTER")]
+    pub log_level: String,
+
+    /// Format of the log lines on stderr.
+    #[arg(long, value_enum, default_value = "text", env = "RINGSTREAM_LOG_FORMAT")]
+    pub log_format: LogFormat,
 }
 
-impl Cli {
-    pub fn into_config(self) -> Result<Config, String> {
-        let shards = self.shards.unwrap_or_else(online_cpus);
-        if shards == 0 || shards > SHARDS_MAX {
-            return Err(format!("--shards must be between 1 and {SHARDS_MAX}, got {shards}"));
+/// The config file. Keys are the flag names; anything else is an error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct FileSettings {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    shards: Option<usize>,
+    direct_io: Option<String>,
+    long_poll_timeout_ms: Option<u64>,
+    segment_bytes: Option<u64>,
+    max_pending_bytes: Option<u64>,
+    no_pin: Option<bool>,
+    log_level: Option<String>,
+    log_format: Option<String>,
+}
+
+/// Parses the process's arguments and environment (exiting with clap's
+/// message on a malformed flag, and for --help/--version) and resolves them.
+pub fn load() -> Result<Config, String> {
+    let matches = Cli::command().get_matches();
+    resolve(&matches, std::env::var("RUST_LOG").ok())
+}
+
+/// Resolves parsed flags (which already include the environment), the
+/// config file they name, and the RUST_LOG fallback into a [`Config`].
+pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config, String> {
+    let cli = Cli::from_arg_matches(matches).map_err(|e| e.to_string())?;
+    let file = match &cli.config {
+        Some(path) => read_file(path)?,
+        None => FileSettings::default(),
+    };
+    let r = Resolver { matches, command: Cli::command(), file_path: cli.config.as_deref() };
+
+    let file_listen = match &file.listen {
+        Some(s) => Some(s.parse::<SocketAddr>().map_err(|e| {
+            format!("--listen: {s:?} is not an address like 127.0.0.1:4437 ({e}) (set by {})", r.file_origin("listen"))
+        })?),
+        None => None,
+    };
+    let file_direct_io = match &file.direct_io {
+        Some(s) => Some(DirectIoMode::from_str(s, true).map_err(|_| {
+            format!(
+                "--direct-io: {s:?} is not one of required, optional, disabled (set by {})",
+                r.file_origin("direct-io")
+            )
+        })?),
+        None => None,
+    };
+    let file_log_format = match &file.log_format {
+        Some(s) => Some(LogFormat::from_str(s, true).map_err(|_| {
+            format!("--log-format: {s:?} is not one of text, json (set by {})", r.file_origin("log-format"))
+        })?),
+        None => None,
+    };
+
+    let (listen, _) = r.pick("listen", cli.listen, file_listen);
+    let (data_dir, _) = r.pick("data_dir", cli.data_dir, file.data_dir);
+    let (shards, from) = match r.explicit("shards") {
+        Some(from) => (cli.shards.unwrap_or(0), from),
+        None => match file.shards {
+            Some(n) => (n, r.file_origin("shards")),
+            None => (online_cpus(), "the default (online CPUs)".to_string()),
+        },
+    };
+    if shards == 0 || shards > SHARDS_MAX {
+        return Err(format!("--shards must be between 1 and {SHARDS_MAX}, got {shards} (set by {from})"));
+    }
+    let (direct_io, _) = r.pick("direct_io", cli.direct_io, file_direct_io);
+    let (long_poll_timeout_ms, from) =
+        r.pick("long_poll_timeout_ms", cli.long_poll_timeout_ms, file.long_poll_timeout_ms);
+    if long_poll_timeout_ms == 0 || long_poll_timeout_ms > LONG_POLL_TIMEOUT_MS_MAX {
+        return Err(format!(
+            "--long-poll-timeout-ms must be between 1 and {LONG_POLL_TIMEOUT_MS_MAX}, got {long_poll_timeout_ms} (set by {from})"
+        ));
+    }
+    let (segment_bytes, from) = r.pick("segment_bytes", cli.segment_bytes, file.segment_bytes);
+    if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&segment_bytes) || !segment_bytes.is_multiple_of(4096) {
+        return Err(format!(
+            "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}, got {segment_bytes} (set by {from})"
+        ));
+    }
+    let (max_pending_bytes, from) = r.pick("max_pending_bytes", cli.max_pending_bytes, file.max_pending_bytes);
+    if max_pending_bytes < SHARD_PENDING_BYTES_MIN {
+        return Err(format!(
+            "--max-pending-bytes must be at least {SHARD_PENDING_BYTES_MIN}, got {max_pending_bytes} (set by {from})"
+        ));
+    }
+    let (no_pin, _) = r.pick("no_pin", cli.no_pin, file.no_pin);
+    let (log_level, from) = match r.explicit("log_level") {
+        Some(from) => (cli.log_level, from),
+        None => match (file.log_level, rust_log.filter(|s| !s.trim().is_empty())) {
+            (Some(l), _) => (l, r.file_origin("log-level")),
+            (None, Some(l)) => (l, "RUST_LOG".to_string()),
+            (None, None) => (cli.log_level, "the default".to_string()),
+        },
+    };
+    check_log_filter(&log_level).map_err(|e| format!("--log-level: {e} (set by {from})"))?;
+    let (log_format, _) = r.pick("log_format", cli.log_format, file_log_format);
+    Ok(Config {
+        listen,
+        data_dir,
+        shards,
+        direct_io,
+        long_poll_timeout_ms,
+        segment_bytes,
+        max_pending_bytes,
+        pin: !no_pin,
+        log_level,
+        log_format,
+        config_file: cli.config,
+    })
+}
+
+fn show(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn read_file(path: &Path) -> Result<FileSettings, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--config: reading {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| format!("--config: {}: {}", path.display(), e.to_string().trim_end()))
+}
+
+struct Resolver<'a> {
+    matches: &'a ArgMatches,
+    command: clap::Command,
+    file_path: Option<&'a Path>,
+}
+
+impl Resolver<'_> {
+    /// Where a value given on the command line or in the environment came
+    /// from; None when clap fell back to its default (or nothing).
+    fn explicit(&self, id: &str) -> Option<String> {
+        match self.matches.value_source(id) {
+            Some(ValueSource::CommandLine) => Some(format!("--{}", id.replace('_', "-"))),
+            Some(ValueSource::EnvVariable) => {
+                let arg = self.command.get_arguments().find(|a| a.get_id() == id);
+                let env = arg.and_then(|a| a.get_env()).map(|e| e.to_string_lossy().into_owned());
+                Some(env.unwrap_or_else(|| "the environment".to_string()))
+            }
+            _ => None,
         }
-        if self.long_poll_timeout_ms == 0 || self.long_poll_timeout_ms > LONG_POLL_TIMEOUT_MS_MAX {
-            return Err(format!("--long-poll-timeout-ms must be between 1 and {LONG_POLL_TIMEOUT_MS_MAX}"));
+    }
+
+    fn file_origin(&self, key: &str) -> String {
+        format!("`{key}` in {}", self.file_path.map_or(String::new(), show))
+    }
+
+    /// flag > environment > file > clap's default.
+    fn pick<T>(&self, id: &str, cli: T, file: Option<T>) -> (T, String) {
+        match (self.explicit(id), file) {
+            (Some(from), _) => (cli, from),
+            (None, Some(v)) => (v, self.file_origin(&id.replace('_', "-"))),
+            (None, None) => (cli, "the default".to_string()),
         }
-        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes)
-            || !self.segment_bytes.is_multiple_of(4096)
-        {
+    }
+}
+
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// A log filter is a level, or comma-separated `tracing` directives. A bare
+/// word that is not a level would silently mean "trace for target <word>",
+/// so it is refused.
+pub fn check_log_filter(filter: &str) -> Result<(), String> {
+    if filter.trim().is_empty() {
+        return Err("empty log filter; use one of off, error, warn, info, debug, trace".to_string());
+    }
+    for d in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if !d.contains('=') && !d.contains('[') && !LEVELS.contains(&d.to_ascii_lowercase().as_str()) {
             return Err(format!(
-                "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}"
+                "{d:?} is not a level (off, error, warn, info, debug, trace) or a target=level directive"
             ));
         }
-        if self.max_pending_bytes < SHARD_PENDING_BYTES_MIN {
-            return Err(format!("--max-pending-bytes must be at least {SHARD_PENDING_BYTES_MIN}"));
+    }
+    tracing_subscriber::EnvFilter::builder().parse(filter).map(|_| ()).map_err(|e| format!("{filter:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve_args(args: &[&str], rust_log: Option<&str>) -> Result<Config, String> {
+        let mut argv = vec!["ringstream"];
+        argv.extend_from_slice(args);
+        let m = Cli::command().try_get_matches_from(argv).map_err(|e| e.to_string())?;
+        resolve(&m, rust_log.map(String::from))
+    }
+
+    fn temp_file(name: &str, text: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("ringstream-cli-{}-{name}.toml", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_file_fills_what_flags_leave_out_and_flags_win() {
+        let f = temp_file("prec", "shards = 3\nsegment-bytes = 131072\nlog-level = \"warn\"\nno-pin = true\n");
+        let path = f.to_str().unwrap();
+        let c = resolve_args(&["--config", path, "--segment-bytes", "262144"], Some("debug")).unwrap();
+        assert_eq!(c.shards, 3);
+        assert_eq!(c.segment_bytes, 262144);
+        assert_eq!(c.log_level, "warn", "the file beats RUST_LOG");
+        assert!(!c.pin);
+        let c = resolve_args(&[], Some("debug")).unwrap();
+        assert_eq!(c.log_level, "debug", "RUST_LOG is the fallback");
+        assert_eq!(c.segment_bytes, SEGMENT_BYTES_DEFAULT);
+        std::fs::remove_file(f).unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_the_setting_and_the_source() {
+        let f = temp_file("bad", "segment-bytes = 1000\n");
+        let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
+        assert!(e.contains("--segment-bytes") && e.contains("`segment-bytes` in"), "{e}");
+        let e = resolve_args(&["--shards", "0"], None).unwrap_err();
+        assert!(e.contains("--shards must be between 1 and") && e.contains("(set by --shards)"), "{e}");
+        std::fs::write(&f, "colour = \"blue\"\n").unwrap();
+        let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
+        assert!(e.contains("colour"), "{e}");
+        std::fs::write(&f, "listen = \"nowhere\"\n").unwrap();
+        let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
+        assert!(e.contains("--listen") && e.contains("nowhere"), "{e}");
+        std::fs::remove_file(f).unwrap();
+    }
+
+    #[test]
+    fn log_filters() {
+        for ok in ["info", "WARN", "off", "info,ringstream::storage=debug", "glommio=error"] {
+            check_log_filter(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
-        Ok(Config {
-            listen: self.listen,
-            data_dir: self.data_dir,
-            shards,
-            direct_io: self.direct_io,
-            long_poll_timeout_ms: self.long_poll_timeout_ms,
-            segment_bytes: self.segment_bytes,
-            max_pending_bytes: self.max_pending_bytes,
-            pin: !self.no_pin,
-        })
+        for bad in ["", "verbose", "info,loud"] {
+            assert!(check_log_filter(bad).is_err(), "{bad:?} accepted");
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! The server's configuration, decided once at boot.
+//! The server's configuration, decided once at boot (see `cli` for where
+//! each value comes from: flag > environment > config file > default).
 
 use crate::storage::dma_file::DirectIoMode;
 use std::net::SocketAddr;
@@ -17,6 +18,20 @@ pub struct Config {
     /// Pin each shard's executor to one CPU (off only for tests that run
     /// several servers on a small machine).
     pub pin: bool,
+    /// A `tracing` filter: a level (`info`) or directives (`info,ringstream::storage=debug`).
+    pub log_level: String,
+    pub log_format: LogFormat,
+    /// The TOML file the settings were read from, if any.
+    pub config_file: Option<PathBuf>,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line (for log shippers).
+    Json,
 }
 
 pub fn online_cpus() -> usize {

@@ -10,7 +10,9 @@
 //! - [`limits`]: every bound, named once.
 //! - [`metrics`]: counters and histograms, Prometheus text; pure, used by
 //!   `http`, `shard` and `storage` like `limits`.
-//! - [`config`], [`cli`]: flags to configuration.
+//! - [`config`], [`cli`]: flags, environment and config file to configuration.
+//! - [`preflight`]: startup checks (io_uring, locked memory, O_DIRECT, the
+//!   data directory's lock) with messages that say what to change.
 //! - [`server`]: boot (executors, recovery, listeners), no logic of its own.
 //! - [`http`]: bytes to typed requests and responses back; the /ds vs /v1 dialect.
 //! - [`shard`]: ownership (stable hash), the cross-core mesh, the pump that
@@ -30,6 +32,7 @@ pub mod config;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+pub mod preflight;
 pub mod protocol;
 pub mod server;
 pub mod shard;

@@ -111,6 +111,9 @@ pub const SHARDS_MAX: usize = 256;
 
 /// glommio I/O memory per executor (DMA buffer pool).
 pub const EXECUTOR_IO_MEMORY_BYTES: usize = 4 * 1024 * 1024;
+/// glommio 0.9 refuses to start an executor when RLIMIT_MEMLOCK is below
+/// this (its `Reactor::new`), whatever the capabilities; see `preflight`.
+pub const GLOMMIO_MEMLOCK_FLOOR_BYTES: u64 = 512 * 1024;
 /// glommio preemption timer: how long a task may run before the executor
 /// checks for other queues. Far below glommio's 100 ms default, because a
 /// latency-sensitive server cannot let one task hold a core that long.

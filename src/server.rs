@@ -1,5 +1,5 @@
-//! Boot: check the data directory, start one pinned glommio executor per
-//! shard, recover each shard's log, join the cross-core mesh, replicate
+//! Boot: lock and check the data directory, check the host (`preflight`),
+//! start one pinned glommio executor per shard, recover each shard's log, join the cross-core mesh, replicate
 //! bucket metadata, then listen (SO_REUSEPORT, one listener per shard).
 //! Shutdown (SIGTERM/SIGINT): stop accepting, drain, final sync, exit 0
 //! within SHUTDOWN_TIMEOUT_MS (see `start_signal_thread`).
@@ -12,6 +12,7 @@ use crate::limits::{
     SHUTDOWN_POLL_MS, SHUTDOWN_TIMEOUT_MS,
 };
 use crate::metrics::{EdgeMetrics, Family, Samples};
+use crate::preflight;
 use crate::protocol::Outcome;
 use crate::shard::mesh::{self, Mesh, Peers};
 use crate::shard::router::{Dispatch, Reply, ShardRequest};
@@ -28,7 +29,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const FORMAT_VERSION: u32 = 1;
 
@@ -40,11 +41,22 @@ fn check_layout(dir: &Path, shards: usize) -> anyhow::Result<()> {
     let want = format!("format={FORMAT_VERSION}\nshards={shards}\n");
     match std::fs::read_to_string(&meta) {
         Ok(have) if have == want => Ok(()),
-        Ok(have) => bail!(
-            "data directory {} was written with a different layout ({}); start with the same --shards or use another --data-dir",
+        Ok(have) if !have.starts_with(&format!("format={FORMAT_VERSION}\n")) => bail!(
+            "data directory {} has a storage format this version does not read ({}; this version reads \
+             format={FORMAT_VERSION}): run the version that wrote it, or use another --data-dir",
             dir.display(),
             have.trim().replace('\n', ", ")
         ),
+        Ok(have) => {
+            let written = have.lines().find_map(|l| l.strip_prefix("shards=")).unwrap_or("?");
+            bail!(
+                "data directory {} was written by {written} shards ({}), but this server has {shards} (--shards, \
+                 RINGSTREAM_SHARDS or `shards` in the config file; the default is the number of CPUs it may use): \
+                 streams are placed by shard, so start with --shards {written}, or use another --data-dir",
+                dir.display(),
+                have.trim().replace('\n', ", ")
+            )
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let tmp = dir.join("ringstream.meta.tmp");
             std::fs::write(&tmp, &want)?;
@@ -157,36 +169,63 @@ impl Drop for ShardExit {
 }
 
 enum Boot {
-    Ready { shard: usize, streams: usize, storage: String, recovery: String },
+    Ready(Recovered),
     Failed(String),
+}
+
+/// One shard's recovery, for the startup log.
+struct Recovered {
+    shard: usize,
+    storage: String,
+    streams: usize,
+    /// Record bodies found in the log.
+    bytes: u64,
+    report: crate::storage::RecoveryReport,
+    elapsed: Duration,
 }
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     assert!(cfg.shards > 0 && cfg.shards <= SHARDS_MAX);
-    check_layout(&cfg.data_dir, cfg.shards)?;
-    let direct = match cfg.direct_io {
-        DirectIoMode::Disabled => false,
-        mode => {
-            let ok = supports_direct_io(&cfg.data_dir).context("probing O_DIRECT support")?;
-            if !ok && mode == DirectIoMode::Required {
-                bail!("--direct-io required, but {} does not support O_DIRECT (tmpfs?)", cfg.data_dir.display());
-            }
-            ok
-        }
-    };
-    log::info!(
-        "direct I/O: {} (--direct-io {:?})",
-        if direct { "on (O_DIRECT)" } else { "off (buffered + fdatasync)" },
-        cfg.direct_io
+    let boot_started = Instant::now();
+    let cpus = preflight::allowed_cpus();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        shards = cfg.shards,
+        cpus = ?cpus,
+        pinned = cfg.pin,
+        data_dir = %cfg.data_dir.display(),
+        listen = %cfg.listen,
+        config_file = %cfg.config_file.as_ref().map_or("none".to_string(), |p| p.display().to_string()),
+        "ringstream starting"
     );
-    check_memlock();
+    // Held until run returns (the kernel drops it if the process dies).
+    let lock = preflight::lock_data_dir(&cfg.data_dir).map_err(anyhow::Error::msg)?;
+    tracing::debug!("holding {}", lock.path.display());
+    check_layout(&cfg.data_dir, cfg.shards)?;
+    preflight::probe_io_uring().map_err(anyhow::Error::msg)?;
+    let memlock = preflight::ensure_memlock(cfg.shards, EXECUTOR_IO_MEMORY_BYTES).map_err(anyhow::Error::msg)?;
+    if let Some(to) = memlock.raised_to {
+        tracing::info!(from = memlock.facts.soft, to, need = memlock.need, "raised the RLIMIT_MEMLOCK soft limit");
+    }
+    if let Some(w) = &memlock.warning {
+        tracing::warn!("{w}");
+    }
+    let supported = match cfg.direct_io {
+        DirectIoMode::Disabled => false,
+        _ => supports_direct_io(&cfg.data_dir).context("probing O_DIRECT support")?,
+    };
+    let direct = preflight::direct_io_decision(cfg.direct_io, supported, &cfg.data_dir).map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        "direct I/O: {} (--direct-io {})",
+        if direct { "on (O_DIRECT)" } else { "off (buffered + fdatasync)" },
+        clap::ValueEnum::to_possible_value(&cfg.direct_io).map_or_else(String::new, |v| v.get_name().to_string())
+    );
     // Before any thread starts, so every thread inherits the mask and only
     // the signal thread receives SIGTERM/SIGINT.
     let stop_signals = block_stop_signals()?;
     let state = Arc::new(AtomicU8::new(BOOTING));
     start_signal_thread(stop_signals, state.clone());
     let (reservation, addr) = reserve(cfg.listen)?;
-    let cpus: Vec<usize> = (0..crate::config::online_cpus()).collect();
     let mut mesh_plan = mesh::Plan::new(cfg.shards).context("creating the cross-shard mesh")?;
     let (boot_tx, boot_rx) = crossbeam_channel::bounded::<Boot>(cfg.shards);
     // Two barriers driven from here: "every shard recovered and replicated
@@ -235,6 +274,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     let log_cfg =
                         LogConfig { segment_bytes: cfg.segment_bytes, pending_bytes_max: cfg.max_pending_bytes };
                     boot_step(&progress[id], &format!("shard {id}: boot: recovering the log"));
+                    let recovery_started = Instant::now();
                     let (log, records, report) = match Log::open(store, log_cfg).await {
                         Ok(x) => x,
                         Err(e) => return fail(format!("shard {id}: recovery failed: {e}")),
@@ -244,6 +284,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         Ok(s) => Rc::new(s),
                         Err(e) => return fail(e),
                     };
+                    let recovered_bytes: u64 = records.iter().map(|r| u64::from(r.loc.body_len)).sum();
+                    let recovery_elapsed = recovery_started.elapsed();
                     drop(records);
                     shard.set_live(
                         Rc::new(|d| Box::pin(glommio::timer::sleep(d))),
@@ -314,11 +356,14 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         Ok(l) => l,
                         Err(e) => return fail(format!("shard {id}: listening on {addr}: {e}")),
                     };
-                    let recovery = format!(
-                        "{} segments, {} records, torn tail: {:?}, active segment {}",
-                        report.segments, report.records, report.torn_tail, report.active_segment
-                    );
-                    let _ = boot_tx.send(Boot::Ready { shard: id, streams: shard.stream_count(), storage, recovery });
+                    let _ = boot_tx.send(Boot::Ready(Recovered {
+                        shard: id,
+                        storage,
+                        streams: shard.stream_count(),
+                        bytes: recovered_bytes,
+                        report,
+                        elapsed: recovery_elapsed,
+                    }));
                     let stop = Rc::new(Stop::default());
                     let ctx = Rc::new(Ctx {
                         me: id,
@@ -353,7 +398,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                             None => break,
                             Some(Ok(s)) => s,
                             Some(Err(e)) => {
-                                log::warn!("shard {id}: accept failed: {e}");
+                                tracing::warn!("shard {id}: accept failed: {e}");
                                 glommio::timer::sleep(Duration::from_millis(10)).await;
                                 continue;
                             }
@@ -391,14 +436,52 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     for _ in 0..cfg.shards {
         let _ = go_tx.send(());
     }
+    let (mut streams, mut bytes, mut records, mut segments, mut torn, mut slowest) = (0, 0, 0, 0, 0, Duration::ZERO);
     for _ in 0..cfg.shards {
         match wait_boot(&boot_rx, &boot_rx, &progress)? {
-            Boot::Ready { shard, streams, storage, recovery } => {
-                log::info!("shard {shard}: {storage}; recovered {streams} streams ({recovery})")
+            Boot::Ready(r) => {
+                macro_rules! shard_recovered {
+                    ($level:ident) => {
+                        tracing::$level!(
+                            shard = r.shard,
+                            storage = %r.storage,
+                            streams = r.streams,
+                            bytes = r.bytes,
+                            records = r.report.records,
+                            segments = r.report.segments,
+                            recovery_ms = r.elapsed.as_millis() as u64,
+                            torn_tail_cut = ?r.report.torn_tail,
+                            active_segment = r.report.active_segment,
+                            "shard recovered"
+                        )
+                    };
+                }
+                // A torn tail (the normal trace of a crash) is worth a line at info.
+                if r.report.torn_tail.is_some() {
+                    shard_recovered!(info);
+                } else {
+                    shard_recovered!(debug);
+                }
+                streams += r.streams;
+                bytes += r.bytes;
+                records += r.report.records;
+                segments += r.report.segments;
+                torn += usize::from(r.report.torn_tail.is_some());
+                slowest = slowest.max(r.elapsed);
             }
             Boot::Failed(e) => bail!(e),
         }
     }
+    tracing::info!(
+        streams,
+        bytes,
+        records,
+        segments,
+        torn_tails_cut = torn,
+        recovery_ms = slowest.as_millis() as u64,
+        boot_ms = boot_started.elapsed().as_millis() as u64,
+        "recovered the logs (shards in parallel; recovery_ms: the slowest shard)"
+    );
     drop(reservation);
     drop(done_tx);
     // A signal during boot found BOOTING and ended the process; from here on
@@ -430,7 +513,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     if !failures.is_empty() {
         bail!("shutdown: {}", failures.join("; "));
     }
-    log::info!("shutdown complete: every shard drained and synced");
+    tracing::info!("shutdown complete: every shard drained and synced");
     Ok(())
 }
 
@@ -447,13 +530,13 @@ async fn drain(
     drained: &AtomicUsize,
 ) -> Result<(), String> {
     let poll = Duration::from_millis(SHUTDOWN_POLL_MS);
-    log::info!("shard {id}: stopped accepting; {} connections to finish", edge.connections.get());
+    tracing::info!("shard {id}: stopped accepting; {} connections to finish", edge.connections.get());
     let deadline = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS);
     while edge.connections.get() > 0 && std::time::Instant::now() < deadline {
         glommio::timer::sleep(poll).await;
     }
     if edge.connections.get() > 0 {
-        log::warn!(
+        tracing::warn!(
             "shard {id}: {} connections still open after {SHUTDOWN_DRAIN_MS} ms; closing them",
             edge.connections.get()
         );
@@ -467,7 +550,7 @@ async fn drain(
     let r = log.durable(tail).await.map_err(|e| format!("shard {id}: final sync failed: {e}"));
     log.stop();
     if r.is_ok() {
-        log::info!("shard {id}: drained and synced ({tail} log bytes since boot)");
+        tracing::info!("shard {id}: drained and synced ({tail} log bytes since boot)");
     }
     r
 }
@@ -517,11 +600,11 @@ fn start_signal_thread(set: libc::sigset_t, state: Arc<AtomicU8>) {
                 }
             };
             if state.swap(STOPPING, Ordering::AcqRel) == BOOTING {
-                log::warn!("{} during boot: exiting", signal_name(sig));
+                tracing::warn!("{} during boot: exiting", signal_name(sig));
                 // Safety: _exit ends the process without running destructors on other threads.
                 unsafe { libc::_exit(0) };
             }
-            log::info!(
+            tracing::info!(
                 "{}: shutting down (stop accepting, finish requests in flight, end live reads, final sync; limit {SHUTDOWN_TIMEOUT_MS} ms)",
                 signal_name(sig)
             );
@@ -529,7 +612,7 @@ fn start_signal_thread(set: libc::sigset_t, state: Arc<AtomicU8>) {
             loop {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {
-                    log::error!("shutdown did not finish within {SHUTDOWN_TIMEOUT_MS} ms; exiting with status 1");
+                    tracing::error!("shutdown did not finish within {SHUTDOWN_TIMEOUT_MS} ms; exiting with status 1");
                     // Safety: as above.
                     unsafe { libc::_exit(1) };
                 }
@@ -537,29 +620,13 @@ fn start_signal_thread(set: libc::sigset_t, state: Arc<AtomicU8>) {
                 // Safety: valid set and timeout; no siginfo wanted.
                 let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
                 if sig > 0 {
-                    log::error!("second {} during shutdown: exiting now with status 1", signal_name(sig));
+                    tracing::error!("second {} during shutdown: exiting now with status 1", signal_name(sig));
                     // Safety: as above.
                     unsafe { libc::_exit(1) };
                 }
             }
         })
         .expect("starting the signal thread");
-}
-
-/// glommio registers its I/O buffers with io_uring, which needs locked
-/// memory; without enough it silently falls back to slower unregistered I/O.
-fn check_memlock() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // Safety: getrlimit only writes the struct we pass.
-    let ok = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } == 0;
-    let is_root = unsafe { libc::geteuid() } == 0;
-    let need = 3 * EXECUTOR_IO_MEMORY_BYTES as u64;
-    if ok && !is_root && lim.rlim_cur != libc::RLIM_INFINITY && lim.rlim_cur < need {
-        log::warn!(
-            "RLIMIT_MEMLOCK is {} bytes, below the ~{need} bytes per shard glommio wants for registered buffers; I/O will be slower (raise it with ulimit -l)",
-            lim.rlim_cur
-        );
-    }
 }
 
 extern "C" fn on_kick(_: libc::c_int) {}
@@ -610,7 +677,7 @@ fn start_kicker(threads: Arc<Vec<AtomicU64>>, stop: Arc<AtomicBool>) -> std::thr
 }
 
 fn boot_step(progress: &AtomicU64, what: &str) {
-    log::debug!("{what}");
+    tracing::debug!("{what}");
     progress.fetch_add(1, Ordering::Release);
 }
 
@@ -650,11 +717,11 @@ fn wait_boot<T>(
         }
         let attempt: u32 = std::env::var("RINGSTREAM_BOOT_ATTEMPT").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
         if attempt >= BOOT_ATTEMPTS_MAX {
-            log::error!("boot made no progress for {BOOT_STALL_SECS} s (attempt {attempt}); still waiting");
+            tracing::error!("boot made no progress for {BOOT_STALL_SECS} s (attempt {attempt}); still waiting");
             since = std::time::Instant::now();
             continue;
         }
-        log::error!("boot made no progress for {BOOT_STALL_SECS} s (an executor lost an I/O completion); restarting the process, attempt {}", attempt + 1);
+        tracing::error!("boot made no progress for {BOOT_STALL_SECS} s (an executor lost an I/O completion); restarting the process, attempt {}", attempt + 1);
         use std::os::unix::process::CommandExt;
         let err = std::process::Command::new("/proc/self/exe")
             .args(std::env::args_os().skip(1))

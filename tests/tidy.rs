@@ -98,3 +98,20 @@ fn every_limit_is_used() {
         }
     }
 }
+
+#[test]
+fn every_limit_is_documented_for_operators() {
+    let limits = fs::read_to_string(src().join("limits.rs")).unwrap();
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md");
+    let doc = fs::read_to_string(&doc_path).unwrap();
+    let mut missing = Vec::new();
+    for line in limits.lines() {
+        if let Some(rest) = line.strip_prefix("pub const ") {
+            let name = rest.split(':').next().unwrap();
+            if !doc.contains(&format!("`{name}`")) {
+                missing.push(name);
+            }
+        }
+    }
+    assert!(missing.is_empty(), "limits missing from {} (the Limits table): {missing:?}", doc_path.display());
+}

@@ -1236,7 +1236,7 @@ impl<S: SegmentStore> Shard<S> {
                 continue;
             }
             if let Err(e) = self.log.remove_segment(seg).await {
-                log::warn!("shard {}: could not reclaim segment {seg}: {e}", self.id);
+                tracing::warn!("shard {}: could not reclaim segment {seg}: {e}", self.id);
                 self.reclaim_due.set(true);
                 break;
             }

@@ -140,9 +140,9 @@ impl DiskStore {
         if direct {
             let probe = dir.join(".io-probe");
             std::fs::write(&probe, vec![0x5au8; DIRECT_IO_ALIGNMENT_BYTES as usize])?;
-            log::debug!("{}: O_DIRECT self-test", dir.display());
+            tracing::debug!("{}: O_DIRECT self-test", dir.display());
             let f = OpenOptions::new().read(true).write(true).dma_open(&probe).await?;
-            log::debug!("{}: O_DIRECT self-test: opened", dir.display());
+            tracing::debug!("{}: O_DIRECT self-test: opened", dir.display());
             let first = f.read_at(0, DIRECT_IO_ALIGNMENT_BYTES as usize).await?;
             if first.first() != Some(&0x5a) {
                 return Err(io::Error::other("O_DIRECT self-test read back the wrong bytes"));
@@ -156,7 +156,7 @@ impl DiskStore {
                 return Err(io::Error::other("O_DIRECT self-test: write then read-back mismatch"));
             }
             f.close().await?;
-            log::debug!("{}: O_DIRECT self-test: done", dir.display());
+            tracing::debug!("{}: O_DIRECT self-test: done", dir.display());
             std::fs::remove_file(&probe)?;
         }
         Ok(DiskStore { dir: dir.to_path_buf(), direct })
@@ -172,12 +172,12 @@ impl DiskStore {
         let mut opts = OpenOptions::new();
         opts.read(true).write(true).create(true).truncate(true);
         let chunk = 1024 * 1024u64;
-        log::debug!("creating segment {}", path.display());
+        tracing::debug!("creating segment {}", path.display());
         let file = if self.direct {
             let f = opts.dma_open(tmp).await?;
-            log::debug!("creating segment {}: opened", path.display());
+            tracing::debug!("creating segment {}: opened", path.display());
             f.pre_allocate(len, false).await?;
-            log::debug!("creating segment {}: allocated", path.display());
+            tracing::debug!("creating segment {}: allocated", path.display());
             let mut pos = 0;
             while pos < len {
                 let n = chunk.min(len - pos) as usize;
@@ -187,12 +187,12 @@ impl DiskStore {
                 pos += n as u64;
             }
             f.fdatasync().await?;
-            log::debug!("creating segment {}: zeroed", path.display());
+            tracing::debug!("creating segment {}: zeroed", path.display());
             // Closed before the rename: a handle without O_DSYNC must never
             // be open on a `.seg` name (tests/process_shape.rs checks).
             f.close().await?;
             std::fs::rename(tmp, &path)?;
-            log::debug!("creating segment {}: renamed", path.display());
+            tracing::debug!("creating segment {}: renamed", path.display());
             // Zero-filled without O_DSYNC (one sync at the end); written with it.
             let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DSYNC).dma_open(&path).await?;
             GFile::Direct(f)

@@ -409,7 +409,7 @@ impl<S: SegmentStore> Log<S> {
     fn poison(&self, e: Error) {
         let mut st = self.st.borrow_mut();
         let first = st.poisoned.get_or_insert_with(|| {
-            log::error!(
+            tracing::error!(
                 "STORAGE FAILURE: {e}; this shard now refuses every write until the server is restarted \
                  (reads of durable data continue; recovery at restart keeps every acknowledged record)"
             );

@@ -1,0 +1,392 @@
+//! Operations, through the real binary: where settings come from (flag >
+//! environment > config file > default), that bad settings fail at startup
+//! naming the setting, the startup checks (data-directory lock, shard count,
+//! O_DIRECT), the log level and format, and that docs/operations.md lists
+//! every setting. The io_uring and RLIMIT_MEMLOCK decisions cannot be
+//! provoked from a test (they need sysctls and limits changed); their
+//! decision functions are unit-tested in src/preflight.rs.
+
+mod common;
+
+use clap::CommandFactory;
+use common::{Conn, TempDir, START_TIMEOUT};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How a start ended: listening (the child still runs), or exited.
+enum Start {
+    Listening { child: Child, line: String, port: u16, stderr: std::path::PathBuf },
+    Exited { code: Option<i32>, stderr: String },
+}
+
+impl Start {
+    fn listening(self, what: &str) -> Listening {
+        match self {
+            Start::Listening { child, line, port, stderr } => Listening { child, line, port, stderr },
+            Start::Exited { code, stderr } => {
+                panic!("{what}: server exited ({code:?}) instead of listening:\n{stderr}")
+            }
+        }
+    }
+    /// The exit's stderr; panics when the server started.
+    fn failed(self, what: &str) -> String {
+        match self {
+            Start::Exited { code, stderr } => {
+                assert_ne!(code, Some(0), "{what}: exit status 0 for a failed start:\n{stderr}");
+                assert!(code.is_some(), "{what}: killed by a signal:\n{stderr}");
+                stderr
+            }
+            Start::Listening { line, .. } => panic!("{what}: expected a startup failure, but: {line}"),
+        }
+    }
+}
+
+struct Listening {
+    child: Child,
+    line: String,
+    port: u16,
+    stderr: std::path::PathBuf,
+}
+
+impl Listening {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+    /// SIGKILL and reap.
+    fn kill(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr()
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the server with exactly these arguments and environment (every
+/// inherited RINGSTREAM_* and RUST_LOG variable removed), and waits for the
+/// listening line or the exit.
+fn start(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Start {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let stderr_path = root.join(format!("stderr-{n}.log"));
+    let mut cmd = Command::new(common::server_binary());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RINGSTREAM_") || k == "RUST_LOG" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let mut child = cmd.spawn().expect("spawning ringstream");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(20)) {
+            if let Some(port) = parse_port(&line) {
+                return Start::Listening { child, line, port, stderr: stderr_path };
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            return Start::Exited {
+                code: status.code(),
+                stderr: std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+            };
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "no listening line or exit within {START_TIMEOUT:?}; stderr:\n{}",
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
+        }
+    }
+}
+
+fn parse_port(line: &str) -> Option<u16> {
+    let rest = line.strip_prefix("ringstream listening on http://")?;
+    rest.split_whitespace().next()?.rsplit_once(':')?.1.parse().ok()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn settings_come_from_file_then_env_then_flags() {
+    let root = TempDir::new("ops-prec");
+    let file = root.path().join("ringstream.toml");
+    let (a, b, c) = (root.path().join("a"), root.path().join("b"), root.path().join("c"));
+    std::fs::write(
+        &file,
+        format!("listen = \"127.0.0.1:0\"\ndata-dir = \"{}\"\nshards = 1\nno-pin = true\n", a.display()),
+    )
+    .unwrap();
+
+    // The file alone.
+    let srv = start(root.path(), &["--config", s(&file)], &[]).listening("file only");
+    assert!(srv.line.contains(&format!("(1 shards, data in {})", a.display())), "{}", srv.line);
+    let r = Conn::connect(srv.port).request("GET", "/v1/stream/none", &[], b"");
+    assert_eq!(r.status, 404, "a server started from the file serves: {}", r.summary());
+    srv.kill();
+
+    // The environment beats the file (the file is named by the environment too).
+    let env = [("RINGSTREAM_CONFIG", s(&file)), ("RINGSTREAM_SHARDS", "2"), ("RINGSTREAM_DATA_DIR", s(&b))];
+    let srv = start(root.path(), &[], &env).listening("env over file");
+    assert!(srv.line.contains(&format!("(2 shards, data in {})", b.display())), "{}", srv.line);
+    srv.kill();
+
+    // Flags beat both.
+    let srv = start(root.path(), &["--shards", "3", "--data-dir", s(&c)], &env).listening("flags over env");
+    assert!(srv.line.contains(&format!("(3 shards, data in {})", c.display())), "{}", srv.line);
+    srv.kill();
+}
+
+#[test]
+fn an_unknown_key_in_the_file_fails_naming_the_key() {
+    let root = TempDir::new("ops-unknown");
+    let file = root.path().join("bad.toml");
+    std::fs::write(&file, "shards = 1\nsegment_size = 65536\n").unwrap();
+    let data = root.path().join("data");
+    let err = start(root.path(), &["--config", s(&file), "--data-dir", s(&data)], &[]).failed("unknown key");
+    assert!(err.contains("unknown field `segment_size`"), "{err}");
+    assert!(err.contains(s(&file)), "the message names the file: {err}");
+    assert!(!data.exists(), "nothing was created before the settings were checked");
+}
+
+#[test]
+fn invalid_values_name_the_setting_and_where_it_came_from() {
+    let root = TempDir::new("ops-invalid");
+    let data = root.path().join("data");
+    let d = ["--data-dir", s(&data)];
+
+    let err = start(root.path(), &d, &[("RINGSTREAM_SEGMENT_BYTES", "1000")]).failed("segment bytes");
+    assert!(err.contains("--segment-bytes must be") && err.contains("RINGSTREAM_SEGMENT_BYTES"), "{err}");
+
+    let file = root.path().join("f.toml");
+    std::fs::write(&file, "direct-io = \"sometimes\"\n").unwrap();
+    let err = start(root.path(), &["--config", s(&file), d[0], d[1]], &[]).failed("direct-io in file");
+    assert!(err.contains("--direct-io") && err.contains("\"sometimes\"") && err.contains("`direct-io` in"), "{err}");
+
+    let err = start(root.path(), &["--log-level", "verbose", d[0], d[1]], &[]).failed("log level");
+    assert!(err.contains("--log-level") && err.contains("verbose"), "{err}");
+
+    let err = start(root.path(), &["--shards", "0", d[0], d[1]], &[]).failed("shards");
+    assert!(err.contains("--shards must be between 1 and"), "{err}");
+
+    // Malformed on the command line: clap's own message, naming the flag.
+    let err = start(root.path(), &["--listen", "localhost", d[0], d[1]], &[]).failed("listen");
+    assert!(err.contains("--listen"), "{err}");
+}
+
+#[test]
+fn a_second_server_on_the_same_dir_fails_at_once_then_the_shard_count_is_checked() {
+    let root = TempDir::new("ops-lock");
+    let data = root.path().join("data");
+    let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "2", "--no-pin"];
+    let first = start(root.path(), &args, &[]).listening("first server");
+
+    let t = Instant::now();
+    let err = start(root.path(), &args, &[]).failed("second server");
+    assert!(err.contains(&format!("data directory {} is in use", data.display())), "{err}");
+    assert!(err.contains(&format!("pid {}", first.pid())), "the message names the holder: {err}");
+    assert!(t.elapsed() < Duration::from_secs(10), "the second server must fail at once, took {:?}", t.elapsed());
+    // The first server is unharmed.
+    let r = Conn::connect(first.port).request("PUT", "/v1/stream/still-here", &[], b"");
+    assert_eq!(r.status, 201, "{}", r.summary());
+
+    // SIGKILL releases the lock (the kernel drops it with the process).
+    first.kill();
+    let err = start(root.path(), &["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1"], &[])
+        .failed("another shard count");
+    assert!(err.contains("was written by 2 shards") && err.contains("this server has 1"), "{err}");
+    assert!(err.contains("start with --shards 2"), "the message says what to do: {err}");
+
+    let again = start(root.path(), &args, &[]).listening("same shard count again");
+    let r = Conn::connect(again.port).request("HEAD", "/v1/stream/still-here", &[], b"");
+    assert_eq!(r.status, 200, "{}", r.summary());
+}
+
+#[test]
+fn direct_io_required_on_tmpfs_fails_clearly_or_really_uses_o_direct() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm; skipped");
+        return;
+    }
+    let root = TempDir::new("ops-dio");
+    let data = shm.join(format!("ringstream-ops-dio-{}", std::process::id()));
+    let args =
+        ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1", "--no-pin", "--direct-io", "required"];
+    let outcome = start(root.path(), &args, &[]);
+    // tmpfs refuses O_DIRECT before Linux 6.6 and accepts it since.
+    match outcome {
+        Start::Exited { .. } => {
+            let err = outcome.failed("direct-io required on tmpfs");
+            assert!(err.contains("--direct-io required") && err.contains(s(&data)), "{err}");
+        }
+        Start::Listening { .. } => {
+            let srv = outcome.listening("direct-io required on tmpfs");
+            std::thread::sleep(Duration::from_millis(100));
+            let log = srv.kill();
+            assert!(log.contains("direct I/O: on (O_DIRECT)"), "required must mean on when it starts:\n{log}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[test]
+fn the_log_level_hides_info_lines_but_not_the_listening_line() {
+    let root = TempDir::new("ops-log");
+    let args = |dir: &'static str, extra: &'static [&'static str]| -> Vec<String> {
+        let mut v: Vec<String> = ["--listen", "127.0.0.1:0", "--shards", "1", "--no-pin", "--data-dir"]
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        v.push(root.path().join(dir).display().to_string());
+        v.extend(extra.iter().map(|x| x.to_string()));
+        v
+    };
+    let run = |a: Vec<String>, env: &[(&str, &str)]| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let srv = start(root.path(), &a, env).listening("log test");
+        std::thread::sleep(Duration::from_millis(100));
+        srv.kill()
+    };
+
+    // The default level (info) shows the startup summary...
+    let log = run(args("a", &[]), &[]);
+    for want in ["ringstream starting", "shards=1", "direct I/O:", "recovered the logs", "recovery_ms="] {
+        assert!(log.contains(want), "info log lacks {want:?}:\n{log}");
+    }
+    // ...and `--log-level warn` hides it, although RUST_LOG asks for debug.
+    let log = run(args("b", &["--log-level", "warn"]), &[("RUST_LOG", "debug")]);
+    assert!(!log.contains("ringstream starting") && !log.contains("direct I/O"), "warn level logged info:\n{log}");
+    // RINGSTREAM_LOG too.
+    let log = run(args("c", &[]), &[("RINGSTREAM_LOG", "error")]);
+    assert!(!log.contains("ringstream starting"), "RINGSTREAM_LOG=error logged info:\n{log}");
+
+    // JSON lines with the startup fields.
+    let log = run(args("d", &["--log-format", "json"]), &[]);
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let starting = events
+        .iter()
+        .find(|e| e["fields"]["message"] == "ringstream starting")
+        .unwrap_or_else(|| panic!("no starting event in {log}"));
+    assert_eq!(starting["fields"]["shards"], 1, "{starting}");
+    assert_eq!(starting["level"], "INFO", "{starting}");
+}
+
+#[test]
+fn a_request_does_not_log_a_line_at_the_default_level() {
+    let root = TempDir::new("ops-quiet");
+    let data = root.path().join("data");
+    let srv =
+        start(root.path(), &["--listen", "127.0.0.1:0", "--shards", "1", "--no-pin", "--data-dir", s(&data)], &[])
+            .listening("quiet");
+    std::thread::sleep(Duration::from_millis(100));
+    let before = srv.stderr().lines().count();
+    let mut c = Conn::connect(srv.port);
+    for i in 0..20 {
+        let (path, text) = (format!("/v1/stream/q{i}"), [("Content-Type", "text/plain")]);
+        assert_eq!(c.request("PUT", &path, &text, b"").status, 201);
+        assert_eq!(c.request("POST", &path, &text, b"x").status, 204);
+        assert_eq!(c.request("GET", &format!("{path}?offset=-1"), &[], b"").status, 200);
+    }
+    let log = srv.kill();
+    assert_eq!(log.lines().count(), before, "requests logged lines:\n{log}");
+}
+
+#[test]
+fn docs_list_every_setting_with_its_environment_variable() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md")).unwrap();
+    let cmd = ringstream::cli::Cli::command();
+    let mut missing = Vec::new();
+    for arg in cmd.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if ["help", "version"].contains(&long) {
+            continue;
+        }
+        if !doc.contains(&format!("--{long}")) {
+            missing.push(format!("--{long}"));
+        }
+        if let Some(env) = arg.get_env() {
+            let env = env.to_string_lossy();
+            if !doc.contains(env.as_ref()) {
+                missing.push(env.into_owned());
+            }
+        }
+        if let Some(default) = arg.get_default_values().first() {
+            let default = default.to_string_lossy();
+            if !doc.contains(&format!("`{default}`")) {
+                missing.push(format!("default `{default}` of --{long}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "docs/operations.md does not mention: {missing:?}");
+}
+
+#[test]
+fn shards_pin_to_the_cpus_the_process_is_allowed() {
+    let taskset = Path::new("/usr/bin/taskset");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if !taskset.exists() || cpus < 2 {
+        eprintln!("needs taskset and 2 CPUs; skipped");
+        return;
+    }
+    // Allowed only the last CPU: shard 0 must be pinned there, not to CPU 0.
+    let last = (cpus - 1).to_string();
+    let root = TempDir::new("ops-cpus");
+    let data = root.path().join("data");
+    let mut cmd = Command::new(taskset);
+    cmd.args(["-c", &last]).arg(common::server_binary());
+    cmd.args(["--listen", "127.0.0.1:0", "--shards", "1", "--data-dir", s(&data)]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RINGSTREAM_") || k == "RUST_LOG" {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(parse_port(&line).is_some(), "{line}");
+    let pid = child.id(); // taskset execs the server, so this is its pid
+    let mut shard_cpus = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("shard-0") {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("").trim();
+            shard_cpus.push(allowed.to_string());
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!shard_cpus.is_empty(), "no shard-0 thread found");
+    assert!(shard_cpus.iter().all(|c| *c == last), "shard 0 threads allowed on {shard_cpus:?}, want {last}");
+}
