@@ -1207,7 +1207,7 @@ impl<S: SegmentStore> Shard<S> {
                         self.log_state(key, &rec, None).map(|(_, lsn)| lsn)
                     }
                     MetaPin::Stream(_) => continue,
-                    MetaPin::Bucket(b) => self.relog_bucket(b),
+                    MetaPin::Bucket(b) => self.log_bucket_create(b),
                 };
                 match lsn {
                     Ok(lsn) => {
@@ -1289,8 +1289,10 @@ impl<S: SegmentStore> Shard<S> {
             || here.bucket_deletes.iter().any(|b| older().any(|i| i.bucket_creates.contains(b)))
     }
 
-    /// Writes a bucket's create record again (recovery treats repeats as one).
-    fn relog_bucket(&self, bucket: &str) -> Result<u64, Error> {
+    /// Writes a bucket's create record: at creation, and again when the
+    /// reclaim pass moves it out of an old segment (recovery treats repeats
+    /// as one). Returns its lsn.
+    fn log_bucket_create(&self, bucket: &str) -> Result<u64, Error> {
         let h = RecordHeader {
             kind: persist::KIND_BUCKET_CREATE,
             stream_id: 0,
@@ -1794,16 +1796,7 @@ impl<S: SegmentStore> Shard<S> {
                 if self.buckets_owned.borrow().contains(&bucket) {
                     return Err(Error::Conflict(format!("bucket {bucket} already exists")));
                 }
-                let body = persist::encode_bucket(&bucket);
-                let h = RecordHeader {
-                    kind: persist::KIND_BUCKET_CREATE,
-                    stream_id: 0,
-                    incarnation: 0,
-                    stream_offset: 0,
-                    body_len: 0,
-                };
-                let (loc, lsn) = self.log.append(h, &body).map_err(storage_err)?;
-                self.note_bucket(&bucket, loc.segment, true);
+                let lsn = self.log_bucket_create(&bucket)?;
                 self.buckets_owned.borrow_mut().insert(bucket.clone());
                 self.log.durable(lsn).await.map_err(storage_err)?;
                 self.buckets_known.borrow_mut().insert(bucket.clone());
