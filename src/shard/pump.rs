@@ -1255,12 +1255,13 @@ impl<S: SegmentStore> Shard<S> {
         let mut data = HashSet::new();
         let mut pins: BTreeMap<u64, Vec<MetaPin>> = BTreeMap::new();
         for (key, s) in self.streams.borrow().iter() {
-            let mut last = u64::MAX;
-            for c in &s.chunks {
-                if c.loc.segment != last {
-                    last = c.loc.segment;
-                    data.insert(last);
-                }
+            // A stream's chunks are in log order, so their segments do not
+            // decrease: visit each distinct segment once (O(segments × log chunks)).
+            let mut i = 0;
+            while let Some(c) = s.chunks.get(i) {
+                let seg = c.loc.segment;
+                data.insert(seg);
+                i += s.chunks[i..].partition_point(|c| c.loc.segment <= seg);
             }
             data.extend(s.snapshots.values().map(|sn| sn.loc.segment));
             for &seg in std::iter::once(&s.state_seg).chain(&s.meta_segs) {
