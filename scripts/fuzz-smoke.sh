@@ -32,7 +32,8 @@ for t in "${targets[@]}"; do
   log="$(mktemp "${TMPDIR:-/tmp}/fuzz-$t.XXXXXX")"
   if ! cargo fuzz run -s none "$t" "${dirs[@]}" -- -max_total_time="$seconds" -timeout=10 \
     -print_final_stats=1 >"$log" 2>&1; then
-    tail -n 60 "$log"
+    grep -A1 "panicked at" "$log" || true
+    tail -n 15 "$log"
     echo "fuzz-smoke: $t failed; the input is in fuzz/artifacts/$t/ (see docs/testing.md)" >&2
     exit 1
   fi
