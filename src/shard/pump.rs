@@ -443,7 +443,7 @@ impl<S: SegmentStore> Shard<S> {
                 format!("shard {id}: malformed {what} record in segment {} at {}", r.loc.segment, r.loc.pos)
             };
             let seg = r.loc.segment;
-            shard.next_uid.set(shard.next_uid.get().max(h.stream_id + 1));
+            shard.next_uid.set(shard.next_uid.get().max(h.stream_id.saturating_add(1)));
             match h.kind {
                 persist::KIND_CREATE => {
                     let c = CreateRecord::decode(&body).map_err(|_| bad("create"))?;
