@@ -1,6 +1,7 @@
 //! Command line: flags -> [`Config`].
 
 use crate::config::{online_cpus, Config};
+use crate::limits::{CONN_BODY_TIMEOUT_MS, CONN_HEADER_TIMEOUT_MS, CONN_REQUEST_TIMEOUT_MS_MIN, SHARD_CONNECTIONS_MAX};
 use crate::limits::{
     LONG_POLL_TIMEOUT_MS_DEFAULT, LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
     SEGMENT_BYTES_MIN, SHARDS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN,
@@ -57,6 +58,23 @@ pub struct Cli {
     #[arg(long, default_value_t = SHARD_PENDING_BYTES_MAX, env = "RINGSTREAM_MAX_PENDING_BYTES")]
     pub max_pending_bytes: u64,
 
+    /// Open connections per shard. A new connection beyond it closes the
+    /// connection that has waited longest for its next request (idle
+    /// keep-alive, or a head still arriving); if every connection is busy
+    /// with a request, the newcomer gets 503 + Retry-After.
+    #[arg(long, default_value_t = SHARD_CONNECTIONS_MAX, env = "RINGSTREAM_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+
+    /// A request head must be complete within this many milliseconds of its
+    /// first byte, else 408 and the connection is closed (slowloris).
+    #[arg(long, default_value_t = CONN_HEADER_TIMEOUT_MS, env = "RINGSTREAM_HEADER_TIMEOUT_MS")]
+    pub header_timeout_ms: u64,
+
+    /// A request body must be complete within this many milliseconds of the
+    /// end of its head, else 408 and the connection is closed.
+    #[arg(long, default_value_t = CONN_BODY_TIMEOUT_MS, env = "RINGSTREAM_BODY_TIMEOUT_MS")]
+    pub body_timeout_ms: u64,
+
     /// Do not pin shard executors to CPUs (for running many test servers on
     /// a small machine; production wants pinning).
     #[arg(long)]
@@ -82,6 +100,14 @@ impl Cli {
         if self.max_pending_bytes < SHARD_PENDING_BYTES_MIN {
             return Err(format!("--max-pending-bytes must be at least {SHARD_PENDING_BYTES_MIN}"));
         }
+        if self.max_connections == 0 {
+            return Err("--max-connections must be at least 1".to_string());
+        }
+        if self.header_timeout_ms < CONN_REQUEST_TIMEOUT_MS_MIN || self.body_timeout_ms < CONN_REQUEST_TIMEOUT_MS_MIN {
+            return Err(format!(
+                "--header-timeout-ms and --body-timeout-ms must be at least {CONN_REQUEST_TIMEOUT_MS_MIN}"
+            ));
+        }
         Ok(Config {
             listen: self.listen,
             data_dir: self.data_dir,
@@ -90,6 +116,9 @@ impl Cli {
             long_poll_timeout_ms: self.long_poll_timeout_ms,
             segment_bytes: self.segment_bytes,
             max_pending_bytes: self.max_pending_bytes,
+            max_connections: self.max_connections,
+            header_timeout_ms: self.header_timeout_ms,
+            body_timeout_ms: self.body_timeout_ms,
             pin: !self.no_pin,
         })
     }

@@ -4,7 +4,7 @@
 
 use crate::config::Config;
 use crate::http::conn::{self, ConnContext};
-use crate::limits::{EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX};
+use crate::limits::{EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX};
 use crate::protocol::Outcome;
 use crate::shard::mesh::{self, Mesh, Peers};
 use crate::shard::router::{Dispatch, Reply, ShardRequest};
@@ -14,7 +14,6 @@ use crate::storage::{Log, LogConfig};
 use anyhow::{bail, Context};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
-use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -247,29 +246,19 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     );
                     let _ = boot_tx.send(Boot::Ready { shard: id, streams: shard.stream_count(), storage, recovery });
                     let ctx = Rc::new(Ctx { me: id, shards: cfg.shards, shard, mesh });
-                    let open = Rc::new(Cell::new(0usize));
+                    let timeouts = conn::RequestTimeouts {
+                        header: Duration::from_millis(cfg.header_timeout_ms),
+                        body: Duration::from_millis(cfg.body_timeout_ms),
+                    };
+                    let gate = Rc::new(conn::Gate::new(cfg.max_connections, timeouts));
                     loop {
-                        let stream = match listener.accept().await {
-                            Ok(s) => s,
+                        match listener.accept().await {
+                            Ok(stream) => conn::admit(stream, ctx.clone(), &gate),
                             Err(e) => {
                                 log::warn!("shard {id}: accept failed: {e}");
                                 glommio::timer::sleep(Duration::from_millis(10)).await;
-                                continue;
                             }
-                        };
-                        if open.get() >= SHARD_CONNECTIONS_MAX {
-                            // Over the bound: close at once rather than queue unbounded work.
-                            drop(stream);
-                            continue;
                         }
-                        open.set(open.get() + 1);
-                        let ctx = ctx.clone();
-                        let open = open.clone();
-                        glommio::spawn_local(async move {
-                            conn::serve(stream, ctx).await;
-                            open.set(open.get() - 1);
-                        })
-                        .detach();
                     }
                 }
             })

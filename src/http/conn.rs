@@ -6,10 +6,10 @@ use super::parse::{parse_head, BodyKind, ChunkProgress, ChunkedDecoder, Method, 
 use super::respond::{self, Response};
 use super::route::{route, surface_of, Route, RouteError};
 use super::sse;
-use crate::limits::SSE_CONNECTION_MS_MAX;
 use crate::limits::{
-    CONN_IDLE_TIMEOUT_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS, CONN_WRITE_TIMEOUT_MS, REQUEST_BODY_BYTES_MAX,
-    REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
+    CONN_IDLE_TIMEOUT_MS, CONN_LINGER_BYTES_MAX, CONN_LINGER_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS,
+    CONN_WRITE_TIMEOUT_MS, REQUEST_BODY_BYTES_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
+    RETRY_AFTER_SECS, SHARD_REFUSALS_IN_FLIGHT_MAX, SSE_CONNECTION_MS_MAX,
 };
 use crate::protocol::headers::sse_is_text;
 use crate::protocol::offset::ReadFrom;
@@ -17,8 +17,13 @@ use crate::protocol::{Live, Outcome, ReadReq, StreamKey, StreamOp, Surface};
 use crate::shard::router::{Dispatch, ShardRequest};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::time::Duration;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 /// What the connection loop needs from the server besides dispatch.
 pub trait ConnContext: Dispatch {
@@ -35,20 +40,213 @@ const LIMITS: ParseLimits = ParseLimits {
 enum ReadMore {
     Got,
     Eof,
+    /// The gate closed this connection to make room for a new one.
+    Evicted,
 }
 
 /// Reads once from the socket into `rd.scratch` and appends what came to
-/// `buf`. The scratch space is zeroed once per connection, not per read.
-/// `idle`: None = decide from the buffer (empty means between requests).
-async fn read_more(stream: &mut TcpStream, rd: &mut Reader, idle: Option<bool>) -> std::io::Result<ReadMore> {
-    let idle = idle.unwrap_or(rd.buf.is_empty());
-    let timeout = if idle { CONN_IDLE_TIMEOUT_MS } else { CONN_READ_TIMEOUT_MS };
-    stream.set_read_timeout(Some(Duration::from_millis(timeout)))?;
-    match stream.read(&mut rd.scratch).await? {
+/// `buf`, waiting at most `timeout` (an error of kind `TimedOut` after it).
+/// The scratch space is zeroed once per connection, not per read. With
+/// `evict`, the read also ends when the gate evicts this connection.
+async fn read_more(
+    stream: &mut TcpStream,
+    rd: &mut Reader,
+    timeout: Duration,
+    evict: Option<&Evict>,
+) -> std::io::Result<ReadMore> {
+    stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    let n = match evict {
+        None => stream.read(&mut rd.scratch).await?,
+        Some(e) => {
+            let read = async { stream.read(&mut rd.scratch).await.map(Some) };
+            let evicted = async {
+                Evicted(e).await;
+                Ok(None)
+            };
+            match futures_lite::future::or(evicted, read).await? {
+                Some(n) => n,
+                None => return Ok(ReadMore::Evicted),
+            }
+        }
+    };
+    match n {
         0 => Ok(ReadMore::Eof),
         n => {
             rd.buf.extend_from_slice(&rd.scratch[..n]);
             Ok(ReadMore::Got)
+        }
+    }
+}
+
+/// Time left before `deadline`, capped at the per-read timeout; None when
+/// the deadline has passed.
+fn until(deadline: Instant) -> Option<Duration> {
+    let left = deadline.checked_duration_since(Instant::now())?;
+    (!left.is_zero()).then(|| left.min(Duration::from_millis(CONN_READ_TIMEOUT_MS)))
+}
+
+/// How long a request may take to arrive, per connection.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestTimeouts {
+    /// From the first byte of a head to its end.
+    pub header: Duration,
+    /// From the end of a head to the end of its body.
+    pub body: Duration,
+}
+
+/// Per shard: the bound on open connections and the request timeouts.
+///
+/// Over the bound, a new connection evicts the connection that has waited
+/// longest for a request head (an idle keep-alive connection, or one whose
+/// head is still arriving); connections busy with a request are never
+/// evicted. When every connection is busy, the newcomer is answered 503 +
+/// Retry-After and closed. Evicted connections close at once, so the count
+/// exceeds the bound only until they have ended.
+pub struct Gate {
+    max: usize,
+    timeouts: RequestTimeouts,
+    open: Cell<usize>,
+    refusing: Cell<usize>,
+    next_wait: Cell<u64>,
+    /// Connections waiting for a request head, oldest wait first.
+    waiting: RefCell<BTreeMap<u64, Rc<Evict>>>,
+}
+
+impl Gate {
+    pub fn new(max_connections: usize, timeouts: RequestTimeouts) -> Gate {
+        Gate {
+            max: max_connections,
+            timeouts,
+            open: Cell::new(0),
+            refusing: Cell::new(0),
+            next_wait: Cell::new(0),
+            waiting: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// A slot for a new connection, evicting the longest-waiting one when
+    /// full; None when every open connection is busy.
+    fn admit(self: &Rc<Self>) -> Option<Slot> {
+        if self.open.get() >= self.max {
+            let (_, oldest) = self.waiting.borrow_mut().pop_first()?;
+            oldest.fire();
+        }
+        self.open.set(self.open.get() + 1);
+        Some(Slot { gate: self.clone(), evict: Rc::new(Evict::default()) })
+    }
+
+    /// Marks `slot` evictable until the guard is dropped.
+    fn waiting(&self, slot: &Slot) -> Waiting<'_> {
+        let n = self.next_wait.get();
+        self.next_wait.set(n + 1);
+        self.waiting.borrow_mut().insert(n, slot.evict.clone());
+        Waiting { gate: self, n }
+    }
+}
+
+/// One admitted connection; frees its place in the gate when dropped.
+struct Slot {
+    gate: Rc<Gate>,
+    evict: Rc<Evict>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.gate.open.set(self.gate.open.get() - 1);
+    }
+}
+
+struct Waiting<'a> {
+    gate: &'a Gate,
+    n: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.gate.waiting.borrow_mut().remove(&self.n);
+    }
+}
+
+/// Set once, when the gate evicts a connection; wakes its pending read.
+#[derive(Default)]
+struct Evict {
+    fired: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl Evict {
+    fn fire(&self) {
+        self.fired.set(true);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+struct Evicted<'a>(&'a Evict);
+
+impl Future for Evicted<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.fired.get() {
+            Poll::Ready(())
+        } else {
+            self.0.waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        }
+    }
+}
+
+/// Takes a freshly accepted connection: serves it on its own task, or, when
+/// the shard is full of busy connections, answers 503 and closes it.
+pub fn admit<C: ConnContext + ?Sized + 'static>(stream: TcpStream, cx: Rc<C>, gate: &Rc<Gate>) {
+    match gate.admit() {
+        Some(slot) => {
+            glommio::spawn_local(async move { serve(stream, cx, slot).await }).detach();
+        }
+        None if gate.refusing.get() < SHARD_REFUSALS_IN_FLIGHT_MAX => {
+            let gate = gate.clone();
+            gate.refusing.set(gate.refusing.get() + 1);
+            glommio::spawn_local(async move {
+                refuse(stream).await;
+                gate.refusing.set(gate.refusing.get() - 1);
+            })
+            .detach();
+        }
+        None => drop(stream),
+    }
+}
+
+async fn refuse(mut stream: TcpStream) {
+    let resp = respond::plain(503, "too many open connections").header("Retry-After", RETRY_AFTER_SECS.to_string());
+    let mut out = Vec::new();
+    respond::encode(&resp, false, false, &mut out);
+    if write_all(&mut stream, &out).await.is_ok() {
+        linger_close(stream).await;
+    }
+}
+
+/// Ends a connection after an answer that closes it: stops sending, then
+/// reads and drops what the client still sends, within CONN_LINGER_MS and
+/// CONN_LINGER_BYTES_MAX, so that closing with unread bytes (which sends a
+/// TCP reset) does not destroy the answer before the client has read it.
+async fn linger_close(mut stream: TcpStream) {
+    if stream.shutdown(std::net::Shutdown::Write).await.is_err() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_millis(CONN_LINGER_MS);
+    let mut scratch = vec![0u8; CONN_READ_CHUNK_BYTES];
+    let mut dropped = 0;
+    while dropped < CONN_LINGER_BYTES_MAX {
+        let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
+            return;
+        };
+        if stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match stream.read(&mut scratch).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => dropped += n,
         }
     }
 }
@@ -77,29 +275,72 @@ fn parse_error_response(e: &ParseError) -> Response {
     r
 }
 
+/// Writes a final error answer and ends the connection.
+async fn fail(stream: TcpStream, resp: &Response, out: &mut Vec<u8>) {
+    let mut stream = stream;
+    out.clear();
+    respond::encode(resp, false, false, out);
+    if write_all(&mut stream, out).await.is_ok() {
+        linger_close(stream).await;
+    }
+}
+
+fn request_timeout() -> Response {
+    let mut r = respond::plain(408, "request not received in time");
+    r.close = true;
+    r
+}
+
+/// Why a request could not be received.
+enum RecvError {
+    /// Answer this and close.
+    Answer(Response),
+    /// Close without an answer (peer gone, idle timeout, evicted).
+    Close,
+}
+
+/// Reads until `rd.buf` starts with a complete head. Idle (nothing of a
+/// head yet): CONN_IDLE_TIMEOUT_MS per read; from a head's first byte the
+/// whole head must come within `timeouts.header`.
+async fn read_head(stream: &mut TcpStream, rd: &mut Reader, slot: &Slot) -> Result<(RequestHead, usize), RecvError> {
+    let _waiting = slot.gate.waiting(slot);
+    let mut deadline: Option<Instant> = None;
+    loop {
+        match parse_head(&rd.buf, &LIMITS) {
+            Ok(x) => return Ok(x),
+            Err(ParseError::Incomplete) => {}
+            Err(e) => return Err(RecvError::Answer(parse_error_response(&e))),
+        }
+        let timeout = if rd.buf.is_empty() {
+            Duration::from_millis(CONN_IDLE_TIMEOUT_MS)
+        } else {
+            let d = *deadline.get_or_insert_with(|| Instant::now() + slot.gate.timeouts.header);
+            until(d).ok_or(RecvError::Answer(request_timeout()))?
+        };
+        match read_more(stream, rd, timeout, Some(&slot.evict)).await {
+            Ok(ReadMore::Got) => {}
+            Ok(ReadMore::Eof | ReadMore::Evicted) => return Err(RecvError::Close),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && !rd.buf.is_empty() => {
+                return Err(RecvError::Answer(request_timeout()))
+            }
+            Err(_) => return Err(RecvError::Close),
+        }
+    }
+}
+
 /// Serves one connection until the peer closes it, a timeout, or an error
 /// that makes the byte stream unusable.
-pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
+async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: Slot) {
     let _ = stream.set_nodelay(true);
     let mut rd =
         Reader { buf: Vec::with_capacity(CONN_READ_CHUNK_BYTES), scratch: vec![0; CONN_READ_CHUNK_BYTES].into() };
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     loop {
         // 1. A complete head.
-        let (head, head_len) = loop {
-            match parse_head(&rd.buf, &LIMITS) {
-                Ok(x) => break x,
-                Err(ParseError::Incomplete) => match read_more(&mut stream, &mut rd, None).await {
-                    Ok(ReadMore::Got) => continue,
-                    Ok(ReadMore::Eof) | Err(_) => return,
-                },
-                Err(e) => {
-                    out.clear();
-                    respond::encode(&parse_error_response(&e), false, false, &mut out);
-                    let _ = write_all(&mut stream, &out).await;
-                    return;
-                }
-            }
+        let (head, head_len) = match read_head(&mut stream, &mut rd, &slot).await {
+            Ok(x) => x,
+            Err(RecvError::Answer(r)) => return fail(stream, &r, &mut out).await,
+            Err(RecvError::Close) => return,
         };
         if head.expect_continue
             && head.body != BodyKind::None
@@ -108,15 +349,11 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
             return;
         }
         // 2. Its body.
-        let (body, consumed) = match read_body(&mut stream, &mut rd, &head, head_len).await {
+        let deadline = Instant::now() + slot.gate.timeouts.body;
+        let (body, consumed) = match read_body(&mut stream, &mut rd, &head, head_len, deadline).await {
             Ok(x) => x,
-            Err(Some(e)) => {
-                out.clear();
-                respond::encode(&parse_error_response(&e), false, false, &mut out);
-                let _ = write_all(&mut stream, &out).await;
-                return;
-            }
-            Err(None) => return,
+            Err(RecvError::Answer(r)) => return fail(stream, &r, &mut out).await,
+            Err(RecvError::Close) => return,
         };
         rd.buf.drain(..consumed);
         // 3. Run it and answer.
@@ -142,23 +379,32 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
     }
 }
 
-/// Reads the body after a head of `head_len` bytes. Returns the body and the
-/// number of bytes of `buf` the request used. `Err(None)`: connection gone.
+/// One read of body bytes before `deadline`.
+async fn read_body_more(stream: &mut TcpStream, rd: &mut Reader, deadline: Instant) -> Result<(), RecvError> {
+    let timeout = until(deadline).ok_or(RecvError::Answer(request_timeout()))?;
+    match read_more(stream, rd, timeout, None).await {
+        Ok(ReadMore::Got) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(RecvError::Answer(request_timeout())),
+        _ => Err(RecvError::Close),
+    }
+}
+
+/// Reads the body after a head of `head_len` bytes, all of it before
+/// `deadline`. Returns the body and the number of bytes of `buf` the
+/// request used.
 async fn read_body(
     stream: &mut TcpStream,
     rd: &mut Reader,
     head: &RequestHead,
     head_len: usize,
-) -> Result<(Vec<u8>, usize), Option<ParseError>> {
+    deadline: Instant,
+) -> Result<(Vec<u8>, usize), RecvError> {
     match head.body {
         BodyKind::None => Ok((Vec::new(), head_len)),
         BodyKind::Length(n) => {
             let n = n as usize;
             while rd.buf.len() < head_len + n {
-                match read_more(stream, rd, Some(false)).await {
-                    Ok(ReadMore::Got) => {}
-                    _ => return Err(None),
-                }
+                read_body_more(stream, rd, deadline).await?;
             }
             Ok((rd.buf[head_len..head_len + n].to_vec(), head_len + n))
         }
@@ -167,7 +413,8 @@ async fn read_body(
             let mut body = Vec::new();
             let mut pos = head_len;
             loop {
-                let (used, progress) = dec.decode(&rd.buf[pos..], &mut body).map_err(Some)?;
+                let (used, progress) =
+                    dec.decode(&rd.buf[pos..], &mut body).map_err(|e| RecvError::Answer(parse_error_response(&e)))?;
                 pos += used;
                 if progress == ChunkProgress::Done {
                     return Ok((body, pos));
@@ -176,10 +423,7 @@ async fn read_body(
                 // so a long chunked upload is held once, not twice.
                 rd.buf.drain(head_len..pos);
                 pos = head_len;
-                match read_more(stream, rd, Some(false)).await {
-                    Ok(ReadMore::Got) => {}
-                    _ => return Err(None),
-                }
+                read_body_more(stream, rd, deadline).await?;
             }
         }
     }

@@ -84,7 +84,10 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
             }))),
             Some("streams") => Err(bad("\"streams\" is reserved and cannot be a stream ID")),
             Some(stream) => {
-                if stream.contains('/') {
+                // A '/' sent as such starts a sub-resource; one sent as %2F
+                // belongs to the ID, whose rules refuse it (400).
+                let raw_stream = head.raw_path.strip_prefix("/ds/").and_then(|r| r.split_once('/')).map(|(_, s)| s);
+                if raw_stream.is_some_and(|s| s.contains('/')) {
                     return Err(RouteError::NotImplemented("snapshots and bootstrap are not implemented yet"));
                 }
                 validate_ds_stream_id(stream)?;
