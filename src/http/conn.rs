@@ -350,12 +350,15 @@ async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: 
         }
         // 2. Its body.
         let deadline = Instant::now() + slot.gate.timeouts.body;
-        let (body, consumed) = match read_body(&mut stream, &mut rd, &head, head_len, deadline).await {
+        let body = match read_body(&mut stream, &mut rd, &head, head_len, deadline).await {
             Ok(x) => x,
             Err(RecvError::Answer(r)) => return fail(stream, &r, &mut out).await,
             Err(RecvError::Close) => return,
         };
-        rd.buf.drain(..consumed);
+        if rd.buf.capacity() > 4 * CONN_READ_CHUNK_BYTES && rd.buf.len() < CONN_READ_CHUNK_BYTES {
+            // Give back the memory of one large request before waiting on it.
+            rd.buf.shrink_to(CONN_READ_CHUNK_BYTES);
+        }
         // 3. Run it and answer.
         let keep_alive = head.keep_alive;
         if head.method == Method::Get && head.query_param("live") == Some("sse") {
@@ -372,10 +375,6 @@ async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: 
         if write_all(&mut stream, &out).await.is_err() || !keep_alive || resp.close {
             return;
         }
-        if rd.buf.capacity() > 4 * CONN_READ_CHUNK_BYTES && rd.buf.len() < CONN_READ_CHUNK_BYTES {
-            // Give back the memory of one large request.
-            rd.buf.shrink_to(CONN_READ_CHUNK_BYTES);
-        }
     }
 }
 
@@ -390,23 +389,41 @@ async fn read_body_more(stream: &mut TcpStream, rd: &mut Reader, deadline: Insta
 }
 
 /// Reads the body after a head of `head_len` bytes, all of it before
-/// `deadline`. Returns the body and the number of bytes of `buf` the
-/// request used.
+/// `deadline`, and removes the request from `rd.buf` (what follows it, a
+/// pipelined request, stays).
 async fn read_body(
     stream: &mut TcpStream,
     rd: &mut Reader,
     head: &RequestHead,
     head_len: usize,
     deadline: Instant,
-) -> Result<(Vec<u8>, usize), RecvError> {
+) -> Result<Vec<u8>, RecvError> {
     match head.body {
-        BodyKind::None => Ok((Vec::new(), head_len)),
+        BodyKind::None => {
+            rd.buf.drain(..head_len);
+            Ok(Vec::new())
+        }
         BodyKind::Length(n) => {
-            let n = n as usize;
-            while rd.buf.len() < head_len + n {
+            let end = head_len + n as usize;
+            if end <= rd.buf.capacity() {
+                // Small: copied out, the read buffer stays as it is.
+                while rd.buf.len() < end {
+                    read_body_more(stream, rd, deadline).await?;
+                }
+                let body = rd.buf[head_len..end].to_vec();
+                rd.buf.drain(..end);
+                return Ok(body);
+            }
+            // Large: received into one allocation of exactly this request's
+            // size, which becomes the body (held once, not twice).
+            rd.buf.reserve_exact(end - rd.buf.len());
+            while rd.buf.len() < end {
                 read_body_more(stream, rd, deadline).await?;
             }
-            Ok((rd.buf[head_len..head_len + n].to_vec(), head_len + n))
+            let rest = rd.buf.split_off(end);
+            let mut body = std::mem::replace(&mut rd.buf, rest);
+            body.drain(..head_len);
+            Ok(body)
         }
         BodyKind::Chunked => {
             let mut dec = ChunkedDecoder::new(LIMITS.body_bytes_max);
@@ -417,7 +434,8 @@ async fn read_body(
                     dec.decode(&rd.buf[pos..], &mut body).map_err(|e| RecvError::Answer(parse_error_response(&e)))?;
                 pos += used;
                 if progress == ChunkProgress::Done {
-                    return Ok((body, pos));
+                    rd.buf.drain(..pos);
+                    return Ok(body);
                 }
                 // Decoded bytes are in `body`; drop them from the read buffer
                 // so a long chunked upload is held once, not twice.
