@@ -8,8 +8,9 @@
 
 use crate::config::{online_cpus, Config, LogFormat};
 use crate::limits::{
-    LONG_POLL_TIMEOUT_MS_DEFAULT, LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
-    SEGMENT_BYTES_MIN, SHARDS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN,
+    CONN_BODY_TIMEOUT_MS, CONN_HEADER_TIMEOUT_MS, CONN_REQUEST_TIMEOUT_MS_MIN, LONG_POLL_TIMEOUT_MS_DEFAULT,
+    LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SHARDS_MAX,
+    SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN,
 };
 use crate::storage::dma_file::DirectIoMode;
 use clap::parser::ValueSource;
@@ -78,6 +79,23 @@ pub struct Cli {
     #[arg(long, default_value_t = SHARD_PENDING_BYTES_MAX, env = "RINGSTREAM_MAX_PENDING_BYTES")]
     pub max_pending_bytes: u64,
 
+    /// Open connections per shard (at least 1). A new connection beyond it
+    /// closes the connection that has waited longest for its next request
+    /// (idle keep-alive, or a head still arriving); if every connection is
+    /// busy with a request, the newcomer gets 503 + Retry-After.
+    #[arg(long, default_value_t = SHARD_CONNECTIONS_MAX, env = "RINGSTREAM_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+
+    /// A request head must be complete within this many milliseconds of its
+    /// first byte, else 408 and the connection is closed (slowloris).
+    #[arg(long, default_value_t = CONN_HEADER_TIMEOUT_MS, env = "RINGSTREAM_HEADER_TIMEOUT_MS")]
+    pub header_timeout_ms: u64,
+
+    /// A request body must be complete within this many milliseconds of the
+    /// end of its head, else 408 and the connection is closed.
+    #[arg(long, default_value_t = CONN_BODY_TIMEOUT_MS, env = "RINGSTREAM_BODY_TIMEOUT_MS")]
+    pub body_timeout_ms: u64,
+
     /// Do not pin shard executors to CPUs (for running many test servers on
     /// a small machine; production wants pinning). The variable and the
     /// file key take true/false. [default: false]
@@ -106,6 +124,9 @@ struct FileSettings {
     long_poll_timeout_ms: Option<u64>,
     segment_bytes: Option<u64>,
     max_pending_bytes: Option<u64>,
+    max_connections: Option<usize>,
+    header_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
     no_pin: Option<bool>,
     log_level: Option<String>,
     log_format: Option<String>,
@@ -182,6 +203,22 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
             "--max-pending-bytes must be at least {SHARD_PENDING_BYTES_MIN}, got {max_pending_bytes} (set by {from})"
         ));
     }
+    let (max_connections, from) = r.pick("max_connections", cli.max_connections, file.max_connections);
+    if max_connections == 0 {
+        return Err(format!("--max-connections must be at least 1, got 0 (set by {from})"));
+    }
+    let (header_timeout_ms, from) = r.pick("header_timeout_ms", cli.header_timeout_ms, file.header_timeout_ms);
+    if header_timeout_ms < CONN_REQUEST_TIMEOUT_MS_MIN {
+        return Err(format!(
+            "--header-timeout-ms must be at least {CONN_REQUEST_TIMEOUT_MS_MIN}, got {header_timeout_ms} (set by {from})"
+        ));
+    }
+    let (body_timeout_ms, from) = r.pick("body_timeout_ms", cli.body_timeout_ms, file.body_timeout_ms);
+    if body_timeout_ms < CONN_REQUEST_TIMEOUT_MS_MIN {
+        return Err(format!(
+            "--body-timeout-ms must be at least {CONN_REQUEST_TIMEOUT_MS_MIN}, got {body_timeout_ms} (set by {from})"
+        ));
+    }
     let (no_pin, _) = r.pick("no_pin", cli.no_pin, file.no_pin);
     let (log_level, from) = match r.explicit("log_level") {
         Some(from) => (cli.log_level, from),
@@ -201,6 +238,9 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         long_poll_timeout_ms,
         segment_bytes,
         max_pending_bytes,
+        max_connections,
+        header_timeout_ms,
+        body_timeout_ms,
         pin: !no_pin,
         log_level,
         log_format,

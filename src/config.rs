@@ -15,6 +15,12 @@ pub struct Config {
     pub segment_bytes: u64,
     /// Per shard: bytes of appends waiting for disk beyond which appends get 503.
     pub max_pending_bytes: u64,
+    /// Open connections per shard (beyond it the longest-waiting idle one is closed).
+    pub max_connections: usize,
+    /// A request head must arrive within this many ms of its first byte (else 408).
+    pub header_timeout_ms: u64,
+    /// A request body must arrive within this many ms of its head (else 408).
+    pub body_timeout_ms: u64,
     /// Pin each shard's executor to one CPU (off only for tests that run
     /// several servers on a small machine).
     pub pin: bool,

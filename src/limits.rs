@@ -55,10 +55,36 @@ pub const CONN_IDLE_TIMEOUT_MS: u64 = 60_000;
 pub const CONN_READ_TIMEOUT_MS: u64 = 30_000;
 /// Time allowed for one socket write.
 pub const CONN_WRITE_TIMEOUT_MS: u64 = 30_000;
-/// Open connections per shard; accepting pauses beyond it.
+/// A whole request head must arrive within this time of its first byte, or
+/// the connection gets 408 and is closed (slowloris: a trickle of header
+/// bytes cannot hold a connection). The default of `--header-timeout-ms`.
+pub const CONN_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// A whole request body must arrive within this time of the end of its head,
+/// or 408 and close. 120 s lets a maximal body (16 MiB) come at ~140 KB/s.
+/// The default of `--body-timeout-ms`.
+pub const CONN_BODY_TIMEOUT_MS: u64 = 120_000;
+/// Smallest `--header-timeout-ms` / `--body-timeout-ms` accepted.
+pub const CONN_REQUEST_TIMEOUT_MS_MIN: u64 = 100;
+/// After an error answer that closes the connection, unread request bytes
+/// are read and dropped for at most this long (and at most
+/// CONN_LINGER_BYTES_MAX), so closing with unread data (a TCP reset) does
+/// not destroy the answer before the client reads it.
+pub const CONN_LINGER_MS: u64 = 1_000;
+pub const CONN_LINGER_BYTES_MAX: usize = 1024 * 1024;
+/// Open connections per shard (the default of `--max-connections`). A new
+/// connection beyond it closes the connection that has waited longest for
+/// its next request; when none is waiting, the newcomer gets 503.
 pub const SHARD_CONNECTIONS_MAX: usize = 16 * 1024;
+/// Refusals (503 to a connection over the bound) being written at once per
+/// shard; beyond it a refused connection is closed without an answer.
+pub const SHARD_REFUSALS_IN_FLIGHT_MAX: usize = 64;
 /// Bytes one socket read may return (per-connection read space).
 pub const CONN_READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// Deepest nesting of arrays/objects accepted in a JSON-mode body; deeper
+/// gets 400. 128 is serde_json's recursion limit, so every message stored
+/// can be parsed back by common recursive parsers.
+pub const JSON_DEPTH_MAX: usize = 128;
 
 /// Long-poll timeout default and bounds (milliseconds).
 pub const LONG_POLL_TIMEOUT_MS_DEFAULT: u64 = 20_000;
@@ -143,3 +169,5 @@ const _: () = assert!(SHARD_PENDING_BYTES_MAX >= REQUEST_BODY_BYTES_MAX);
 const _: () = assert!(SHARD_PENDING_BYTES_MIN <= SHARD_PENDING_BYTES_MAX);
 const _: () = assert!(LONG_POLL_TIMEOUT_MS_DEFAULT <= LONG_POLL_TIMEOUT_MS_MAX);
 const _: () = assert!(SHUTDOWN_DRAIN_MS + 1_000 <= SHUTDOWN_TIMEOUT_MS);
+const _: () = assert!(CONN_REQUEST_TIMEOUT_MS_MIN <= CONN_HEADER_TIMEOUT_MS);
+const _: () = assert!(CONN_REQUEST_TIMEOUT_MS_MIN <= CONN_BODY_TIMEOUT_MS);

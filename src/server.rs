@@ -8,8 +8,8 @@ use crate::config::Config;
 use crate::http::conn::{self, ConnContext};
 use crate::http::stop::Stop;
 use crate::limits::{
-    EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHARD_CONNECTIONS_MAX, SHUTDOWN_DRAIN_MS,
-    SHUTDOWN_POLL_MS, SHUTDOWN_TIMEOUT_MS,
+    EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHUTDOWN_DRAIN_MS, SHUTDOWN_POLL_MS,
+    SHUTDOWN_TIMEOUT_MS,
 };
 use crate::metrics::{EdgeMetrics, Family, Samples};
 use crate::preflight;
@@ -387,6 +387,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         })
                         .detach();
                     }
+                    let timeouts = conn::RequestTimeouts {
+                        header: Duration::from_millis(cfg.header_timeout_ms),
+                        body: Duration::from_millis(cfg.body_timeout_ms),
+                    };
+                    let gate = Rc::new(conn::Gate::new(cfg.max_connections, timeouts));
                     let accepting = stop.slot();
                     loop {
                         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -403,20 +408,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                                 continue;
                             }
                         };
-                        edge.accepted.set(edge.accepted.get() + 1);
-                        if edge.connections.get() >= SHARD_CONNECTIONS_MAX as u64 {
-                            // Over the bound: close at once rather than queue unbounded work.
-                            edge.refused.set(edge.refused.get() + 1);
-                            drop(stream);
-                            continue;
-                        }
-                        edge.connections.set(edge.connections.get() + 1);
-                        let ctx = ctx.clone();
-                        glommio::spawn_local(async move {
-                            conn::serve(stream, ctx.clone()).await;
-                            ctx.edge.connections.set(ctx.edge.connections.get() - 1);
-                        })
-                        .detach();
+                        conn::admit(stream, ctx.clone(), &gate);
                     }
                     drop(listener);
                     let r = drain(id, cfg.shards, &shard, &edge, &drained).await;

@@ -7,10 +7,10 @@ use super::respond::{self, Response};
 use super::route::{route, route_label, surface_of, Route, RouteError};
 use super::sse;
 use super::stop::{Stop, StopSlot};
-use crate::limits::SSE_CONNECTION_MS_MAX;
 use crate::limits::{
-    CONN_IDLE_TIMEOUT_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS, CONN_WRITE_TIMEOUT_MS, REQUEST_BODY_BYTES_MAX,
-    REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
+    CONN_IDLE_TIMEOUT_MS, CONN_LINGER_BYTES_MAX, CONN_LINGER_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS,
+    CONN_WRITE_TIMEOUT_MS, REQUEST_BODY_BYTES_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
+    RETRY_AFTER_SECS, SHARD_REFUSALS_IN_FLIGHT_MAX, SSE_CONNECTION_MS_MAX,
 };
 use crate::metrics::{EdgeMetrics, Held, RouteLabel};
 use crate::protocol::headers::sse_is_text;
@@ -19,8 +19,13 @@ use crate::protocol::{Live, Outcome, ReadReq, StreamKey, StreamOp, Surface};
 use crate::shard::router::{Dispatch, ShardRequest};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::time::Duration;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 /// What the connection loop needs from the server besides dispatch.
 pub trait ConnContext: Dispatch {
@@ -44,42 +49,245 @@ const LIMITS: ParseLimits = ParseLimits {
 enum ReadMore {
     Got,
     Eof,
+    /// The gate closed this connection to make room for a new one, or the
+    /// shard stopped (graceful shutdown) while the connection was idle.
+    Evicted,
 }
 
 /// Reads once from the socket into `rd.scratch` and appends what came to
-/// `buf`. The scratch space is zeroed once per connection, not per read.
-/// `idle`: None = decide from the buffer (empty means between requests).
-/// An idle read ends as EOF when the shard stops (graceful shutdown); a
-/// request already begun is read to its end.
+/// `buf`, waiting at most `timeout` (an error of kind `TimedOut` after it).
+/// The scratch space is zeroed once per connection, not per read. With
+/// `evict`, the read also ends when the gate evicts this connection, and
+/// with `stop` when the shard stops (an idle connection during shutdown).
 async fn read_more(
     stream: &mut TcpStream,
     rd: &mut Reader,
-    idle: Option<bool>,
-    stop: &StopSlot,
+    timeout: Duration,
+    evict: Option<&Evict>,
+    stop: Option<&StopSlot>,
 ) -> std::io::Result<ReadMore> {
-    let idle = idle.unwrap_or(rd.buf.is_empty());
-    let timeout = if idle { CONN_IDLE_TIMEOUT_MS } else { CONN_READ_TIMEOUT_MS };
-    stream.set_read_timeout(Some(Duration::from_millis(timeout)))?;
-    let read = async {
-        match stream.read(&mut rd.scratch).await? {
-            0 => Ok(ReadMore::Eof),
-            n => {
-                rd.buf.extend_from_slice(&rd.scratch[..n]);
-                Ok(ReadMore::Got)
+    stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    if stop.is_some_and(StopSlot::is_stopped) {
+        return Ok(ReadMore::Evicted);
+    }
+    let n = match (evict, stop) {
+        (None, None) => stream.read(&mut rd.scratch).await?,
+        (evict, stop) => {
+            let read = async { stream.read(&mut rd.scratch).await.map(Some) };
+            let ended = async {
+                let evicted = async {
+                    match evict {
+                        Some(e) => Evicted(e).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let stopped = async {
+                    match stop {
+                        Some(s) => s.wait().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                futures_lite::future::or(evicted, stopped).await;
+                Ok(None)
+            };
+            match futures_lite::future::or(ended, read).await? {
+                Some(n) => n,
+                None => return Ok(ReadMore::Evicted),
             }
         }
     };
-    if !idle {
-        return read.await;
+    match n {
+        0 => Ok(ReadMore::Eof),
+        n => {
+            rd.buf.extend_from_slice(&rd.scratch[..n]);
+            Ok(ReadMore::Got)
+        }
     }
-    if stop.is_stopped() {
-        return Ok(ReadMore::Eof);
+}
+
+/// Time left before `deadline`, capped at the per-read timeout; None when
+/// the deadline has passed.
+fn until(deadline: Instant) -> Option<Duration> {
+    let left = deadline.checked_duration_since(Instant::now())?;
+    (!left.is_zero()).then(|| left.min(Duration::from_millis(CONN_READ_TIMEOUT_MS)))
+}
+
+/// How long a request may take to arrive, per connection.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestTimeouts {
+    /// From the first byte of a head to its end.
+    pub header: Duration,
+    /// From the end of a head to the end of its body.
+    pub body: Duration,
+}
+
+/// Per shard: the bound on open connections and the request timeouts.
+///
+/// Over the bound, a new connection evicts the connection that has waited
+/// longest for a request head (an idle keep-alive connection, or one whose
+/// head is still arriving); connections busy with a request are never
+/// evicted. When every connection is busy, the newcomer is answered 503 +
+/// Retry-After and closed. Evicted connections close at once, so the count
+/// exceeds the bound only until they have ended.
+pub struct Gate {
+    max: usize,
+    timeouts: RequestTimeouts,
+    open: Cell<usize>,
+    refusing: Cell<usize>,
+    next_wait: Cell<u64>,
+    /// Connections waiting for a request head, oldest wait first.
+    waiting: RefCell<BTreeMap<u64, Rc<Evict>>>,
+}
+
+impl Gate {
+    pub fn new(max_connections: usize, timeouts: RequestTimeouts) -> Gate {
+        Gate {
+            max: max_connections,
+            timeouts,
+            open: Cell::new(0),
+            refusing: Cell::new(0),
+            next_wait: Cell::new(0),
+            waiting: RefCell::new(BTreeMap::new()),
+        }
     }
-    futures_lite::future::or(read, async {
-        stop.wait().await;
-        Ok(ReadMore::Eof)
-    })
-    .await
+
+    /// A slot for a new connection, evicting the longest-waiting one when
+    /// full; None when every open connection is busy.
+    fn admit(self: &Rc<Self>) -> Option<Slot> {
+        if self.open.get() >= self.max {
+            let (_, oldest) = self.waiting.borrow_mut().pop_first()?;
+            oldest.fire();
+        }
+        self.open.set(self.open.get() + 1);
+        Some(Slot { gate: self.clone(), evict: Rc::new(Evict::default()) })
+    }
+
+    /// Marks `slot` evictable until the guard is dropped.
+    fn waiting(&self, slot: &Slot) -> Waiting<'_> {
+        let n = self.next_wait.get();
+        self.next_wait.set(n + 1);
+        self.waiting.borrow_mut().insert(n, slot.evict.clone());
+        Waiting { gate: self, n }
+    }
+}
+
+/// One admitted connection; frees its place in the gate when dropped.
+struct Slot {
+    gate: Rc<Gate>,
+    evict: Rc<Evict>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.gate.open.set(self.gate.open.get() - 1);
+    }
+}
+
+struct Waiting<'a> {
+    gate: &'a Gate,
+    n: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.gate.waiting.borrow_mut().remove(&self.n);
+    }
+}
+
+/// Set once, when the gate evicts a connection; wakes its pending read.
+#[derive(Default)]
+struct Evict {
+    fired: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl Evict {
+    fn fire(&self) {
+        self.fired.set(true);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+struct Evicted<'a>(&'a Evict);
+
+impl Future for Evicted<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.fired.get() {
+            Poll::Ready(())
+        } else {
+            self.0.waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        }
+    }
+}
+
+/// Takes a freshly accepted connection: serves it on its own task, or, when
+/// the shard is full of busy connections, answers 503 and closes it.
+pub fn admit<C: ConnContext + ?Sized + 'static>(stream: TcpStream, cx: Rc<C>, gate: &Rc<Gate>) {
+    let edge = cx.edge();
+    edge.accepted.set(edge.accepted.get() + 1);
+    match gate.admit() {
+        Some(slot) => {
+            // Counted open until served: shutdown waits for this gauge.
+            edge.connections.set(edge.connections.get() + 1);
+            glommio::spawn_local(async move {
+                serve(stream, cx.clone(), slot).await;
+                cx.edge().connections.set(cx.edge().connections.get() - 1);
+            })
+            .detach();
+        }
+        None if gate.refusing.get() < SHARD_REFUSALS_IN_FLIGHT_MAX => {
+            edge.refused.set(edge.refused.get() + 1);
+            let gate = gate.clone();
+            gate.refusing.set(gate.refusing.get() + 1);
+            glommio::spawn_local(async move {
+                refuse(stream).await;
+                gate.refusing.set(gate.refusing.get() - 1);
+            })
+            .detach();
+        }
+        None => {
+            edge.refused.set(edge.refused.get() + 1);
+            drop(stream);
+        }
+    }
+}
+
+async fn refuse(mut stream: TcpStream) {
+    let resp = respond::plain(503, "too many open connections").header("Retry-After", RETRY_AFTER_SECS.to_string());
+    let mut out = Vec::new();
+    respond::encode(&resp, false, false, &mut out);
+    if write_all(&mut stream, &out).await.is_ok() {
+        linger_close(stream).await;
+    }
+}
+
+/// Ends a connection after an answer that closes it: stops sending, then
+/// reads and drops what the client still sends, within CONN_LINGER_MS and
+/// CONN_LINGER_BYTES_MAX, so that closing with unread bytes (which sends a
+/// TCP reset) does not destroy the answer before the client has read it.
+async fn linger_close(mut stream: TcpStream) {
+    if stream.shutdown(std::net::Shutdown::Write).await.is_err() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_millis(CONN_LINGER_MS);
+    let mut scratch = vec![0u8; CONN_READ_CHUNK_BYTES];
+    let mut dropped = 0;
+    while dropped < CONN_LINGER_BYTES_MAX {
+        let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
+            return;
+        };
+        if stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match stream.read(&mut scratch).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => dropped += n,
+        }
+    }
 }
 
 /// A connection's receive side: bytes not yet consumed, and read space.
@@ -106,32 +314,83 @@ fn parse_error_response(e: &ParseError) -> Response {
     r
 }
 
+/// Writes a final error answer and ends the connection.
+async fn fail(stream: TcpStream, resp: &Response, out: &mut Vec<u8>) {
+    let mut stream = stream;
+    out.clear();
+    respond::encode(resp, false, false, out);
+    if write_all(&mut stream, out).await.is_ok() {
+        linger_close(stream).await;
+    }
+}
+
+fn request_timeout() -> Response {
+    let mut r = respond::plain(408, "request not received in time");
+    r.close = true;
+    r
+}
+
+/// Why a request could not be received.
+enum RecvError {
+    /// Answer this and close.
+    Answer(Response),
+    /// Close without an answer (peer gone, idle timeout, evicted).
+    Close,
+}
+
+/// Reads until `rd.buf` starts with a complete head. Idle (nothing of a
+/// head yet): CONN_IDLE_TIMEOUT_MS per read; from a head's first byte the
+/// whole head must come within `timeouts.header`.
+/// While idle, the read also ends when the shard stops (graceful shutdown).
+async fn read_head(
+    stream: &mut TcpStream,
+    rd: &mut Reader,
+    slot: &Slot,
+    stop: &StopSlot,
+) -> Result<(RequestHead, usize), RecvError> {
+    let _waiting = slot.gate.waiting(slot);
+    let mut deadline: Option<Instant> = None;
+    loop {
+        match parse_head(&rd.buf, &LIMITS) {
+            Ok(x) => return Ok(x),
+            Err(ParseError::Incomplete) => {}
+            Err(e) => return Err(RecvError::Answer(parse_error_response(&e))),
+        }
+        let timeout = if rd.buf.is_empty() {
+            Duration::from_millis(CONN_IDLE_TIMEOUT_MS)
+        } else {
+            let d = *deadline.get_or_insert_with(|| Instant::now() + slot.gate.timeouts.header);
+            until(d).ok_or(RecvError::Answer(request_timeout()))?
+        };
+        let idle_stop = rd.buf.is_empty().then_some(stop);
+        match read_more(stream, rd, timeout, Some(&slot.evict), idle_stop).await {
+            Ok(ReadMore::Got) => {}
+            Ok(ReadMore::Eof | ReadMore::Evicted) => return Err(RecvError::Close),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && !rd.buf.is_empty() => {
+                return Err(RecvError::Answer(request_timeout()))
+            }
+            Err(_) => return Err(RecvError::Close),
+        }
+    }
+}
+
 /// Serves one connection until the peer closes it, a timeout, or an error
 /// that makes the byte stream unusable.
-pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
+async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: Slot) {
     let _ = stream.set_nodelay(true);
-    let stop = cx.stop().slot();
     let mut rd =
         Reader { buf: Vec::with_capacity(CONN_READ_CHUNK_BYTES), scratch: vec![0; CONN_READ_CHUNK_BYTES].into() };
     let mut out: Vec<u8> = Vec::with_capacity(4096);
+    let stop = cx.stop().slot();
     loop {
         // 1. A complete head.
-        let (head, head_len) = loop {
-            match parse_head(&rd.buf, &LIMITS) {
-                Ok(x) => break x,
-                Err(ParseError::Incomplete) => match read_more(&mut stream, &mut rd, None, &stop).await {
-                    Ok(ReadMore::Got) => continue,
-                    Ok(ReadMore::Eof) | Err(_) => return,
-                },
-                Err(e) => {
-                    out.clear();
-                    let resp = parse_error_response(&e);
-                    cx.edge().count_request(RouteLabel::Other, resp.status);
-                    respond::encode(&resp, false, false, &mut out);
-                    let _ = write_all(&mut stream, &out).await;
-                    return;
-                }
+        let (head, head_len) = match read_head(&mut stream, &mut rd, &slot, &stop).await {
+            Ok(x) => x,
+            Err(RecvError::Answer(r)) => {
+                cx.edge().count_request(RouteLabel::Other, r.status);
+                return fail(stream, &r, &mut out).await;
             }
+            Err(RecvError::Close) => return,
         };
         if head.expect_continue
             && head.body != BodyKind::None
@@ -140,31 +399,31 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
             return;
         }
         // 2. Its body.
-        let (body, consumed) = match read_body(&mut stream, &mut rd, &head, head_len, &stop).await {
+        let deadline = Instant::now() + slot.gate.timeouts.body;
+        let label = route_label(&head.path);
+        let body = match read_body(&mut stream, &mut rd, &head, head_len, deadline).await {
             Ok(x) => x,
-            Err(Some(e)) => {
-                out.clear();
-                let resp = parse_error_response(&e);
-                cx.edge().count_request(route_label(&head.path), resp.status);
-                respond::encode(&resp, false, false, &mut out);
-                let _ = write_all(&mut stream, &out).await;
-                return;
+            Err(RecvError::Answer(r)) => {
+                cx.edge().count_request(label, r.status);
+                return fail(stream, &r, &mut out).await;
             }
-            Err(None) => return,
+            Err(RecvError::Close) => return,
         };
-        rd.buf.drain(..consumed);
+        if rd.buf.capacity() > 4 * CONN_READ_CHUNK_BYTES && rd.buf.len() < CONN_READ_CHUNK_BYTES {
+            // Give back the memory of one large request before waiting on it.
+            rd.buf.shrink_to(CONN_READ_CHUNK_BYTES);
+        }
         // 3. Run it and answer.
         if head.method == Method::Get && head.query_param("live") == Some("sse") {
             if let Ok(Route::Shard(r)) = route(&head, Vec::new()) {
                 if let ShardRequest::Stream { key, surface, op: StreamOp::Read(req) } = *r {
-                    let label = route_label(&head.path);
                     serve_sse(&mut stream, &*cx, &stop, label, key, surface, req).await;
                     return;
                 }
             }
         }
         let resp = handle(&*cx, &head, body).await;
-        cx.edge().count_request(route_label(&head.path), resp.status);
+        cx.edge().count_request(label, resp.status);
         // Shutting down: this answer is the connection's last.
         let keep_alive = head.keep_alive && !stop.is_stopped();
         out.clear();
@@ -172,52 +431,73 @@ pub async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>) {
         if write_all(&mut stream, &out).await.is_err() || !keep_alive || resp.close {
             return;
         }
-        if rd.buf.capacity() > 4 * CONN_READ_CHUNK_BYTES && rd.buf.len() < CONN_READ_CHUNK_BYTES {
-            // Give back the memory of one large request.
-            rd.buf.shrink_to(CONN_READ_CHUNK_BYTES);
-        }
     }
 }
 
-/// Reads the body after a head of `head_len` bytes. Returns the body and the
-/// number of bytes of `buf` the request used. `Err(None)`: connection gone.
+/// One read of body bytes before `deadline`.
+async fn read_body_more(stream: &mut TcpStream, rd: &mut Reader, deadline: Instant) -> Result<(), RecvError> {
+    let timeout = until(deadline).ok_or(RecvError::Answer(request_timeout()))?;
+    match read_more(stream, rd, timeout, None, None).await {
+        Ok(ReadMore::Got) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(RecvError::Answer(request_timeout())),
+        _ => Err(RecvError::Close),
+    }
+}
+
+/// Reads the body after a head of `head_len` bytes, all of it before
+/// `deadline`, and removes the request from `rd.buf` (what follows it, a
+/// pipelined request, stays).
 async fn read_body(
     stream: &mut TcpStream,
     rd: &mut Reader,
     head: &RequestHead,
     head_len: usize,
-    stop: &StopSlot,
-) -> Result<(Vec<u8>, usize), Option<ParseError>> {
+    deadline: Instant,
+) -> Result<Vec<u8>, RecvError> {
     match head.body {
-        BodyKind::None => Ok((Vec::new(), head_len)),
+        BodyKind::None => {
+            rd.buf.drain(..head_len);
+            Ok(Vec::new())
+        }
         BodyKind::Length(n) => {
-            let n = n as usize;
-            while rd.buf.len() < head_len + n {
-                match read_more(stream, rd, Some(false), stop).await {
-                    Ok(ReadMore::Got) => {}
-                    _ => return Err(None),
+            let end = head_len + n as usize;
+            if end <= rd.buf.capacity() {
+                // Small: copied out, the read buffer stays as it is.
+                while rd.buf.len() < end {
+                    read_body_more(stream, rd, deadline).await?;
                 }
+                let body = rd.buf[head_len..end].to_vec();
+                rd.buf.drain(..end);
+                return Ok(body);
             }
-            Ok((rd.buf[head_len..head_len + n].to_vec(), head_len + n))
+            // Large: received into one allocation of exactly this request's
+            // size, which becomes the body (held once, not twice).
+            rd.buf.reserve_exact(end - rd.buf.len());
+            while rd.buf.len() < end {
+                read_body_more(stream, rd, deadline).await?;
+            }
+            let rest = rd.buf.split_off(end);
+            let mut body = std::mem::replace(&mut rd.buf, rest);
+            body.drain(..head_len);
+            Ok(body)
         }
         BodyKind::Chunked => {
             let mut dec = ChunkedDecoder::new(LIMITS.body_bytes_max);
             let mut body = Vec::new();
             let mut pos = head_len;
             loop {
-                let (used, progress) = dec.decode(&rd.buf[pos..], &mut body).map_err(Some)?;
+                let (used, progress) =
+                    dec.decode(&rd.buf[pos..], &mut body).map_err(|e| RecvError::Answer(parse_error_response(&e)))?;
                 pos += used;
                 if progress == ChunkProgress::Done {
-                    return Ok((body, pos));
+                    rd.buf.drain(..pos);
+                    return Ok(body);
                 }
                 // Decoded bytes are in `body`; drop them from the read buffer
                 // so a long chunked upload is held once, not twice.
                 rd.buf.drain(head_len..pos);
                 pos = head_len;
-                match read_more(stream, rd, Some(false), stop).await {
-                    Ok(ReadMore::Got) => {}
-                    _ => return Err(None),
-                }
+                read_body_more(stream, rd, deadline).await?;
             }
         }
     }
@@ -270,8 +550,8 @@ async fn serve_sse<C: ConnContext + ?Sized>(
     surface: Surface,
     req: ReadReq,
 ) {
-    let _live = Held::new(&cx.edge().sse);
     let started = std::time::Instant::now();
+    let _live = Held::new(&cx.edge().sse);
     let client_cursor = req.cursor.clone();
     let read = |from: ReadFrom, live: Live| ShardRequest::Stream {
         key: key.clone(),

@@ -41,6 +41,11 @@ impl From<Error> for RouteError {
     }
 }
 
+/// One raw path segment, percent-decoded.
+fn decode(raw: &str) -> Result<String, RouteError> {
+    super::parse::percent_decode(raw, false).map_err(|_| bad("the path is not valid percent-encoded UTF-8"))
+}
+
 fn bad(msg: &str) -> RouteError {
     RouteError::Protocol(Error::BadRequest(msg.into()))
 }
@@ -115,10 +120,16 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
             }))),
             Some("streams") => Err(bad("\"streams\" is reserved and cannot be a stream ID")),
             Some(rest) => {
-                let (stream, sub) = match rest.split_once('/') {
-                    Some((stream, sub)) => (stream, Some(sub)),
-                    None => (rest, None),
+                // A '/' sent as such starts a sub-resource (snapshot,
+                // bootstrap); one sent as %2F belongs to the stream ID, whose
+                // rules refuse it (400).
+                let raw_rest = head.raw_path.strip_prefix("/ds/").and_then(|r| r.split_once('/')).map(|(_, s)| s);
+                let (stream, sub) = match raw_rest.and_then(|r| r.split_once('/')) {
+                    Some((raw_stream, raw_sub)) => (decode(raw_stream)?, Some(decode(raw_sub)?)),
+                    None => (rest.to_string(), None),
                 };
+                let stream = stream.as_str();
+                let sub = sub.as_deref();
                 validate_ds_stream_id(stream)?;
                 let key = StreamKey { bucket: bucket.to_string(), stream: stream.to_string() };
                 match sub {

@@ -18,6 +18,7 @@
 //! from simd-json, which still validates everything else.
 
 use super::Error;
+use crate::limits::JSON_DEPTH_MAX;
 
 fn is_json_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
@@ -94,12 +95,26 @@ fn is_json_number(tok: &[u8]) -> bool {
 /// strings is replaced by `0`. Swapping one valid number for another cannot
 /// change whether the document is valid, and anything that is not a valid
 /// number is passed through for simd-json to reject.
-fn shield_numbers(body: &[u8]) -> Vec<u8> {
+///
+/// Also refuses nesting deeper than JSON_DEPTH_MAX (counted by opening
+/// brackets outside strings, so before any other validation), which bounds
+/// what a stored message can ask of a recursive parser downstream.
+fn shield_numbers(body: &[u8]) -> Result<Vec<u8>, Error> {
     let mut out = Vec::with_capacity(body.len());
     let mut s = StringState::default();
+    let mut depth = 0usize;
     let mut i = 0;
     while let Some(&b) = body.get(i) {
-        if !s.step(b) && is_token_byte(b) {
+        let in_string = s.step(b);
+        if !in_string && (b == b'[' || b == b'{') {
+            depth += 1;
+            if depth > JSON_DEPTH_MAX {
+                return Err(Error::BadRequest(format!("JSON nested deeper than {JSON_DEPTH_MAX} levels")));
+            }
+        } else if !in_string && (b == b']' || b == b'}') {
+            depth = depth.saturating_sub(1);
+        }
+        if !in_string && is_token_byte(b) {
             let len = body[i..].iter().take_while(|&&c| is_token_byte(c)).count();
             let tok = &body[i..i + len];
             if is_json_number(tok) {
@@ -113,7 +128,7 @@ fn shield_numbers(body: &[u8]) -> Vec<u8> {
             i += 1;
         }
     }
-    out
+    Ok(out)
 }
 
 /// Copies one JSON value without insignificant whitespace.
@@ -188,7 +203,7 @@ pub fn normalize(body: &[u8], allow_empty: bool) -> Result<(Vec<u8>, usize), Err
     };
     // simd-json unescapes strings in place, so it works on a scratch copy and
     // the original stays intact for the compact copy below.
-    let mut scratch = shield_numbers(body);
+    let mut scratch = shield_numbers(body)?;
     if let Err(e) = simd_json::to_tape(&mut scratch) {
         // The error's index refers to the shielded copy, so only its kind is
         // meaningful to the client.
@@ -478,13 +493,28 @@ mod tests {
     }
 
     #[test]
-    fn deep_nesting_is_accepted() {
-        let depth = 100_000;
-        let body = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
-        let (stored, n) = normalize(body.as_bytes(), false).unwrap();
+    fn nesting_is_bounded() {
+        let nested = |d: usize| format!("{}{}", "[".repeat(d), "]".repeat(d));
+        // The outer array is flattened away, leaving JSON_DEPTH_MAX - 1 levels.
+        let (stored, n) = normalize(nested(JSON_DEPTH_MAX).as_bytes(), false).unwrap();
         assert_eq!(n, 1);
-        assert_eq!(stored.len(), 2 * depth - 1);
         assert_eq!(count_messages(&stored), 1);
+        let objects = format!("{}1{}", "{\"a\":".repeat(JSON_DEPTH_MAX), "}".repeat(JSON_DEPTH_MAX));
+        assert_eq!(normalize(objects.as_bytes(), false).unwrap().1, 1);
+        for body in [
+            nested(JSON_DEPTH_MAX + 1),
+            format!("{}1{}", "{\"a\":".repeat(JSON_DEPTH_MAX + 1), "}".repeat(JSON_DEPTH_MAX + 1)),
+            // Unclosed and huge: refused at the bound, before simd-json.
+            "[".repeat(1_000_000),
+        ] {
+            match normalize(body.as_bytes(), false) {
+                Err(Error::BadRequest(why)) => assert!(why.contains("nested deeper"), "{why}"),
+                other => panic!("depth {}: {other:?}", body.len()),
+            }
+        }
+        // Brackets inside strings are not nesting.
+        let in_string = format!("[\"{}\"]", "[".repeat(10_000));
+        assert_eq!(normalize(in_string.as_bytes(), false).unwrap().1, 1);
     }
 
     #[test]

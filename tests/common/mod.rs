@@ -340,6 +340,13 @@ impl Conn {
         Ok(c)
     }
 
+    /// A connection over an already connected socket (for example the
+    /// reading half of one that another thread writes to).
+    pub fn from_stream(port: u16, s: TcpStream) -> Conn {
+        s.set_read_timeout(Some(IO_TIMEOUT)).expect("set_read_timeout");
+        Conn { port, stream: Some(s), buf: Vec::new() }
+    }
+
     fn ensure(&mut self) -> io::Result<&mut TcpStream> {
         if self.stream.is_none() {
             let s = TcpStream::connect(("127.0.0.1", self.port))?;
