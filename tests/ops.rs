@@ -2,9 +2,12 @@
 //! environment > config file > default), that bad settings fail at startup
 //! naming the setting, the startup checks (data-directory lock, shard count,
 //! O_DIRECT), the log level and format, and that docs/operations.md lists
-//! every setting. The io_uring and RLIMIT_MEMLOCK decisions cannot be
-//! provoked from a test (they need sysctls and limits changed); their
-//! decision functions are unit-tested in src/preflight.rs.
+//! every setting. The io_uring, RLIMIT_MEMLOCK and O_DIRECT checks are
+//! provoked for real in the child before it execs the server: a seccomp
+//! filter that refuses `io_uring_setup` (as container runtimes' default
+//! profiles do) or O_DIRECT opens (as some file systems do), a lowered
+//! locked-memory limit, CAP_IPC_LOCK dropped. Every branch of the decision
+//! functions is also unit-tested in src/preflight.rs.
 
 mod common;
 
@@ -77,6 +80,17 @@ impl Drop for Listening {
 /// inherited RINGSTREAM_* and RUST_LOG variable removed), and waits for the
 /// listening line or the exit.
 fn start(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Start {
+    start_with(root, args, env, None)
+}
+
+/// [`start`], running `before_exec` in the child between fork and exec (to
+/// install a seccomp filter, lower a limit, drop a capability).
+fn start_with(
+    root: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    before_exec: Option<fn() -> std::io::Result<()>>,
+) -> Start {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let stderr_path = root.join(format!("stderr-{n}.log"));
@@ -91,6 +105,12 @@ fn start(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Start {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&stderr_path).unwrap());
+    if let Some(f) = before_exec {
+        use std::os::unix::process::CommandExt;
+        // Safety: the hooks only make raw syscalls (prctl, setrlimit,
+        // capget/capset); they neither allocate nor take locks.
+        unsafe { cmd.pre_exec(f) };
+    }
     let mut child = cmd.spawn().expect("spawning ringstream");
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel::<String>();
@@ -254,6 +274,202 @@ fn direct_io_required_on_tmpfs_fails_clearly_or_really_uses_o_direct() {
         }
     }
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Seccomp filters for the startup-check tests, as classic BPF over
+/// `struct seccomp_data` (nr at offset 0, arch at 4, args from 16).
+mod seccomp {
+    #[repr(C)]
+    struct SockFilter {
+        code: u16,
+        jt: u8,
+        jf: u8,
+        k: u32,
+    }
+    #[repr(C)]
+    struct SockFprog {
+        len: u16,
+        filter: *const SockFilter,
+    }
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    #[cfg(target_arch = "x86_64")]
+    const ARCH: u32 = 0xc000_003e; // AUDIT_ARCH_X86_64
+    #[cfg(target_arch = "aarch64")]
+    const ARCH: u32 = 0xc000_00b7; // AUDIT_ARCH_AARCH64
+
+    fn op(code: u16, jt: u8, jf: u8, k: u32) -> SockFilter {
+        SockFilter { code, jt, jf, k }
+    }
+
+    fn install(prog: &[SockFilter]) -> std::io::Result<()> {
+        let fprog = SockFprog { len: prog.len() as u16, filter: prog.as_ptr() };
+        // Safety: plain prctl calls; the kernel copies the program.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, 2 /* SECCOMP_MODE_FILTER */, &fprog as *const SockFprog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// `io_uring_setup` fails with `errno`; everything else is allowed.
+    fn refuse_io_uring(errno: i32) -> std::io::Result<()> {
+        install(&[
+            op(LD_W_ABS, 0, 0, 4),
+            op(JEQ_K, 0, 3, ARCH),
+            op(LD_W_ABS, 0, 0, 0),
+            op(JEQ_K, 0, 1, libc::SYS_io_uring_setup as u32),
+            op(RET_K, 0, 0, RET_ERRNO | errno as u32),
+            op(RET_K, 0, 0, RET_ALLOW),
+        ])
+    }
+    pub fn io_uring_eperm() -> std::io::Result<()> {
+        refuse_io_uring(libc::EPERM)
+    }
+    pub fn io_uring_enosys() -> std::io::Result<()> {
+        refuse_io_uring(libc::ENOSYS)
+    }
+
+    /// `openat` with O_DIRECT fails with EINVAL, as on a file system
+    /// without direct I/O; other opens are allowed.
+    pub fn no_o_direct() -> std::io::Result<()> {
+        install(&[
+            op(LD_W_ABS, 0, 0, 4),
+            op(JEQ_K, 0, 5, ARCH),
+            op(LD_W_ABS, 0, 0, 0),
+            op(JEQ_K, 0, 3, libc::SYS_openat as u32),
+            op(LD_W_ABS, 0, 0, 16 + 2 * 8), // args[2] (flags), low word
+            op(JSET_K, 0, 1, libc::O_DIRECT as u32),
+            op(RET_K, 0, 0, RET_ERRNO | libc::EINVAL as u32),
+            op(RET_K, 0, 0, RET_ALLOW),
+        ])
+    }
+}
+
+fn memlock_64k() -> std::io::Result<()> {
+    let lim = libc::rlimit { rlim_cur: 64 * 1024, rlim_max: 64 * 1024 };
+    // Safety: setrlimit reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Drops CAP_IPC_LOCK for good (bounding set, inheritable and ambient sets,
+/// so that exec as root does not grant it back), then limits locked memory
+/// to 1 MiB: above glommio's floor, below what registered buffers need.
+fn memlock_1m_without_cap_ipc_lock() -> std::io::Result<()> {
+    const CAP_IPC_LOCK: u32 = 14;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // Safety: raw prctl/capget/capset/setrlimit with structs of the sizes
+    // the kernel expects for _LINUX_CAPABILITY_VERSION_3 (two Data words).
+    unsafe {
+        // Fails without CAP_SETPCAP, when the capability is not ours anyway.
+        libc::prctl(libc::PR_CAPBSET_DROP, CAP_IPC_LOCK as libc::c_ulong, 0, 0, 0);
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0);
+        let mut hdr = Header { version: 0x2008_0522, pid: 0 };
+        let mut data = [Data::default(); 2];
+        if libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) == 0 {
+            data[0].inheritable &= !(1 << CAP_IPC_LOCK);
+            data[0].effective &= !(1 << CAP_IPC_LOCK);
+            data[0].permitted &= !(1 << CAP_IPC_LOCK);
+            libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr());
+        }
+        let lim = libc::rlimit { rlim_cur: 1 << 20, rlim_max: 1 << 20 };
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn io_uring_refused_by_seccomp_fails_saying_what_to_allow() {
+    let root = TempDir::new("ops-uring");
+    let data = root.path().join("data");
+    let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1", "--no-pin"];
+    let err = start_with(root.path(), &args, &[], Some(seccomp::io_uring_eperm)).failed("io_uring EPERM");
+    assert!(err.contains("io_uring is unavailable (io_uring_setup: Operation not permitted"), "{err}");
+    assert!(err.contains("seccomp") && err.contains("io_uring_setup, io_uring_enter and io_uring_register"), "{err}");
+    let err = start_with(root.path(), &args, &[], Some(seccomp::io_uring_enosys)).failed("io_uring ENOSYS");
+    assert!(err.contains("io_uring is unavailable (io_uring_setup: Function not implemented"), "{err}");
+    assert!(err.contains("kernel 5.10 or newer"), "{err}");
+    // The same data directory serves once io_uring is allowed.
+    let srv = start(root.path(), &args, &[]).listening("io_uring allowed");
+    let r = Conn::connect(srv.port).request("PUT", "/v1/stream/after-refusal", &[], b"");
+    assert_eq!(r.status, 201, "{}", r.summary());
+}
+
+#[test]
+fn a_file_system_without_o_direct_fails_when_required_and_runs_buffered_when_optional() {
+    let root = TempDir::new("ops-nodio");
+    let data = root.path().join("data");
+    let base = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1", "--no-pin"];
+    let required = [&base[..], &["--direct-io", "required"]].concat();
+    let err = start_with(root.path(), &required, &[], Some(seccomp::no_o_direct)).failed("direct-io required");
+    assert!(
+        err.contains("--direct-io required") && err.contains(s(&data)) && err.contains("refuses O_DIRECT"),
+        "{err}"
+    );
+    assert!(err.contains("--direct-io optional"), "the message offers the way out: {err}");
+
+    let optional = [&base[..], &["--direct-io", "optional"]].concat();
+    let srv = start_with(root.path(), &optional, &[], Some(seccomp::no_o_direct)).listening("direct-io optional");
+    let mut c = Conn::connect(srv.port);
+    assert_eq!(c.request("PUT", "/v1/stream/buffered", &[], b"").status, 201);
+    let r = c.request("POST", "/v1/stream/buffered", &[("content-type", "application/octet-stream")], b"abc");
+    assert_eq!(r.status, 204, "{}", r.summary());
+    let log = srv.kill();
+    assert!(log.contains("direct I/O: off"), "optional without O_DIRECT runs buffered and says so:\n{log}");
+}
+
+#[test]
+fn locked_memory_below_the_floor_fails_naming_the_limit() {
+    let root = TempDir::new("ops-memlock");
+    let data = root.path().join("data");
+    let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "2", "--no-pin"];
+    let err = start_with(root.path(), &args, &[], Some(memlock_64k)).failed("memlock 64 KiB");
+    assert!(err.contains("RLIMIT_MEMLOCK is 65536 bytes (hard limit 65536)"), "{err}");
+    assert!(err.contains("ulimit -l") && err.contains("LimitMEMLOCK="), "the message says how to raise it: {err}");
+}
+
+#[test]
+fn locked_memory_short_of_registered_buffers_warns_and_still_serves() {
+    let root = TempDir::new("ops-memlock-low");
+    let data = root.path().join("data");
+    let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "2", "--no-pin"];
+    let srv = start_with(root.path(), &args, &[], Some(memlock_1m_without_cap_ipc_lock)).listening("memlock 1 MiB");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", srv.pid())).unwrap();
+    let cap_eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).map(str::trim).unwrap_or("0");
+    let has_ipc_lock = u64::from_str_radix(cap_eff, 16).unwrap() & (1 << 14) != 0;
+    let mut c = Conn::connect(srv.port);
+    assert_eq!(c.request("PUT", "/v1/stream/degraded", &[], b"").status, 201);
+    let r = c.request("POST", "/v1/stream/degraded", &[("content-type", "application/octet-stream")], b"abc");
+    assert_eq!(r.status, 204, "{}", r.summary());
+    let r = c.request("GET", "/v1/stream/degraded?offset=-1", &[], b"");
+    assert_eq!((r.status, &r.body[..]), (200, &b"abc"[..]), "{}", r.summary());
+    let log = srv.kill();
+    assert!(!has_ipc_lock, "the test could not drop CAP_IPC_LOCK from the server (CapEff {cap_eff})");
+    assert!(log.contains("RLIMIT_MEMLOCK hard limit is 1048576 bytes"), "{log}");
+    assert!(log.contains("falls back to unregistered buffers") && log.contains("CAP_IPC_LOCK"), "{log}");
 }
 
 #[test]
