@@ -163,7 +163,8 @@ const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
 // A maximal request body must fit in one record and one record in a default segment.
 const _: () = assert!(REQUEST_BODY_BYTES_MAX as usize + 4096 <= RECORD_BODY_BYTES_MAX);
-const _: () = assert!((RECORD_BODY_BYTES_MAX + RECORD_HEADER_BYTES) as u64 <= SEGMENT_BYTES_DEFAULT);
+// (plus the seal every segment ends with: a header and an 8-byte body)
+const _: () = assert!((RECORD_BODY_BYTES_MAX + 2 * RECORD_HEADER_BYTES + 8) as u64 <= SEGMENT_BYTES_DEFAULT);
 // Backpressure must admit at least one maximal request.
 const _: () = assert!(SHARD_PENDING_BYTES_MAX >= REQUEST_BODY_BYTES_MAX);
 const _: () = assert!(SHARD_PENDING_BYTES_MIN <= SHARD_PENDING_BYTES_MAX);

@@ -31,7 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const FORMAT_VERSION: u32 = 1;
+/// The storage format this version writes and reads (ringstream.meta).
+/// 1: the first; 2: every segment but the newest ends in a seal record.
+const FORMAT_VERSION: u32 = 2;
 
 /// The data directory remembers how many shards wrote it: streams are placed
 /// by hash modulo the shard count, so another count would lose them.

@@ -249,6 +249,22 @@ fn a_second_server_on_the_same_dir_fails_at_once_then_the_shard_count_is_checked
 }
 
 #[test]
+fn a_data_dir_of_another_storage_format_is_refused_untouched() {
+    let root = TempDir::new("ops-format");
+    let data = root.path().join("data");
+    std::fs::create_dir_all(data.join("shard-0")).unwrap();
+    // Format 1 (before segment seals): its older segments would not verify.
+    std::fs::write(data.join("ringstream.meta"), "format=1\nshards=1\n").unwrap();
+    std::fs::write(data.join("shard-0").join("0000000000000000.seg"), vec![0u8; 4096]).unwrap();
+    let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1", "--no-pin"];
+    let err = start(root.path(), &args, &[]).failed("format 1 directory");
+    assert!(err.contains("format=1") && err.contains("this version reads format=2"), "{err}");
+    assert!(err.contains("run the version that wrote it"), "{err}");
+    assert_eq!(std::fs::read_to_string(data.join("ringstream.meta")).unwrap(), "format=1\nshards=1\n");
+    assert_eq!(std::fs::read_dir(data.join("shard-0")).unwrap().count(), 1, "the segment is left alone");
+}
+
+#[test]
 fn direct_io_required_on_tmpfs_fails_clearly_or_really_uses_o_direct() {
     let shm = Path::new("/dev/shm");
     if !shm.is_dir() {

@@ -19,6 +19,7 @@ use futures::executor::{block_on, LocalPool, LocalSpawner};
 use futures::task::LocalSpawnExt;
 use ringstream::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES, SECTOR_BYTES, SEGMENT_BYTES_MIN};
 use ringstream::storage::io::{SealedBytes, SegmentFile, SegmentStore};
+use ringstream::storage::record;
 use ringstream::storage::sim_file::{SimFile, SimStore};
 use ringstream::storage::{Error, Log, LogConfig, RecordHeader, RecordLoc, Recovered, RecoveryReport};
 use std::cell::{Cell, RefCell};
@@ -196,8 +197,8 @@ impl SegmentStore for TestStore {
     fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>> {
         self.sim.map(no)
     }
-    async fn truncate(&self, no: u64, len: u64) -> io::Result<()> {
-        self.sim.truncate(no, len).await
+    async fn finish(&self, no: u64, at: u64, tail: &[u8]) -> io::Result<()> {
+        self.sim.finish(no, at, tail).await
     }
     async fn remove(&self, no: u64) -> io::Result<()> {
         self.sim.remove(no).await
@@ -618,6 +619,7 @@ fn torn_tail_is_cut_and_stays_cut_body() {
         let image = store.crash_image(Some(into_record + extra));
         let (log, recovered, report) = open(image.clone(), config());
         assert_eq!(report.torn_tail, Some((torn_rec.loc.segment, torn_rec.loc.pos)), "{ctx}");
+        assert_eq!(report.sealed_at_boot, Some(torn_rec.loc.segment), "{ctx}: the cut segment is sealed");
         assert_eq!(recovered.len(), durable.len(), "{ctx}");
         check_prefix(&log, &recovered, &durable, durable.len(), &ctx);
         drop(log);
@@ -625,10 +627,13 @@ fn torn_tail_is_cut_and_stays_cut_body() {
         let rebooted = image.crash_image(None);
         let (log, recovered, report) = open(rebooted.clone(), config());
         assert_eq!(report.torn_tail, None, "{ctx}: cut did not stay cut");
+        assert_eq!(report.sealed_at_boot, None, "{ctx}: the seal did not stay");
         assert_eq!(recovered.len(), durable.len(), "{ctx}");
         check_prefix(&log, &recovered, &durable, durable.len(), &ctx);
-        // And it keeps working after the cut.
+        // And it keeps working after the cut, in a new segment: the sealed
+        // one is now older than the newest and must still verify.
         let new = append_all(&log, 50..51, 4);
+        assert!(new.iter().all(|a| a.loc.segment > torn_rec.loc.segment), "{ctx}");
         drop(log);
         let (log, recovered, _) = open(rebooted.crash_image(None), config());
         let expected: Vec<Appended> = durable.iter().cloned().chain(new).collect();
@@ -686,6 +691,30 @@ fn corruption_before_newer_data_fails_open_but_at_the_tail_is_cut_body() {
             Ok((_, recovered, _)) => {
                 panic!("corrupt {:?} at {pos}: opened with {} records", victim.loc, recovered.len())
             }
+        }
+    }
+
+    // Damage that looks like a clean end of an older segment: a zeroed
+    // block, a cut at a record boundary (everything after a record zeroed),
+    // a zeroed seal. Each would drop acknowledged records quietly without
+    // the seal; with it the open fails, blaming the right place.
+    let seg1 = &all[first_of(1)..first_of(2)];
+    let seg1_end = seg1.last().map(|a| a.loc.pos as usize + record::framed_len(a.body.len())).unwrap();
+    let block = seg1[seg1.len() / 2].loc.pos as usize / 4096 * 4096;
+    // The scan stops at the first record the zeroed block reaches into.
+    let hit = seg1.iter().find(|a| a.loc.pos as usize + record::framed_len(a.body.len()) > block).unwrap();
+    let cut_at = &seg1[seg1.len() - 3];
+    for (what, range, blamed) in [
+        ("zeroed block", block..block + 4096, hit.loc.pos),
+        ("cut at a record boundary", cut_at.loc.pos as usize..usize::MAX, cut_at.loc.pos),
+        ("zeroed seal", seg1_end..seg1_end + record::SEAL_FRAMED_BYTES, seg1_end as u64),
+    ] {
+        let image = store.crash_image(None);
+        image.zero(1, range);
+        match block_on(Log::open(image, config())) {
+            Err(Error::Corrupt { segment, position }) => assert_eq!((segment, position), (1, blamed), "{what}"),
+            Err(e) => panic!("{what}: wrong error {e}"),
+            Ok((_, recovered, _)) => panic!("{what}: opened with {} of {} records", recovered.len(), all.len()),
         }
     }
 

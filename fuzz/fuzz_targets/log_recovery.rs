@@ -5,8 +5,8 @@
 //! Input byte 0 picks the mode:
 //! - even, raw: 1..=3 segments whose images are fuzzer bytes.
 //! - odd, damaged log: a log laid out like the writer does (records with
-//!   per-stream running offsets, segments rolled when full, zero-filled
-//!   tails, maybe a prepared empty segment after the last), then up to 7
+//!   per-stream running offsets, segments rolled when full and sealed,
+//!   zero-filled tails, maybe a prepared empty segment after the last), then up to 7
 //!   mutations: bit flip, zeroed range, overwrite with fuzzer bytes,
 //!   truncation, a range copied from elsewhere (a misdirected write), or a
 //!   record of a segment repeated right after that segment's last record.
@@ -109,15 +109,21 @@ fn write_log(input: &mut Input, sel: u8) -> (BTreeMap<u64, Vec<u8>>, Vec<Written
     let mut segment = base;
     images.insert(segment, vec![0; capacity]);
     let mut pos = 0usize;
+    let mut in_segment = 0u64;
     for i in 0..records {
         let stream = input.byte();
         let body_len = usize::from(input.u16() % 700);
         let body: Vec<u8> = (0..body_len).map(|j| (i * 31 + j) as u8).collect();
         let framed = record::framed_len(body_len);
-        if pos + framed > capacity {
+        if pos + framed + record::SEAL_FRAMED_BYTES > capacity {
+            // A full segment ends in its seal.
+            let mut seal = Vec::new();
+            record::seal(segment, pos as u64, in_segment, &mut seal);
+            images.get_mut(&segment).unwrap()[pos..pos + seal.len()].copy_from_slice(&seal);
             segment += 1;
             images.insert(segment, vec![0; capacity]);
             pos = 0;
+            in_segment = 0;
         }
         let sid = usize::from(stream % 4);
         let header = RecordHeader {
@@ -133,6 +139,7 @@ fn write_log(input: &mut Input, sel: u8) -> (BTreeMap<u64, Vec<u8>>, Vec<Written
         images.get_mut(&segment).unwrap()[pos..pos + framed].copy_from_slice(&framed_bytes);
         written.push(Written { segment, pos: pos as u64, header });
         pos += framed;
+        in_segment += 1;
     }
     if prepared_ahead {
         images.insert(segment + 1, vec![0; capacity]);

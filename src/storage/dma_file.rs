@@ -257,14 +257,18 @@ impl SegmentStore for DiskStore {
         }
         // Safety: sealed segments are never written again while mapped
         // (the log only maps a segment after its last write was synced, and
-        // truncation happens before mapping at recovery).
+        // recovery finishes a segment before mapping it).
         let m = unsafe { memmap2::Mmap::map(&f)? };
         Ok(Rc::new(Mapped(m)))
     }
 
-    async fn truncate(&self, no: u64, len: u64) -> io::Result<()> {
+    async fn finish(&self, no: u64, at: u64, tail: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        // Buffered, not O_DIRECT: a one-off write at boot, before the file is
+        // mapped and while no O_DIRECT handle on it is open.
         let f = std::fs::OpenOptions::new().write(true).open(self.path_of(no))?;
-        f.set_len(len)?;
+        f.set_len(at)?;
+        f.write_all_at(tail, at)?;
         f.sync_all()
     }
 

@@ -36,8 +36,11 @@ pub trait SegmentStore {
     /// Maps a segment for reading. Only called for segments that are no
     /// longer written (recovery, and after rollover is durable).
     fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>>;
-    /// Shortens a segment (cutting a torn tail at recovery) durably.
-    async fn truncate(&self, no: u64, len: u64) -> io::Result<()>;
+    /// Recovery's one write to an existing segment: durably makes `tail`
+    /// the last bytes of segment `no`, written at `at`, cutting whatever
+    /// followed (a torn tail, unused zeros). Used to seal the newest segment
+    /// before writing resumes in a new one. Never called while it is mapped.
+    async fn finish(&self, no: u64, at: u64, tail: &[u8]) -> io::Result<()>;
     /// Deletes a segment durably.
     async fn remove(&self, no: u64) -> io::Result<()>;
     /// Describes the backend for the boot log ("O_DIRECT via io_uring", ...).

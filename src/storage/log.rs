@@ -9,13 +9,15 @@
 //!
 //! The partial last block of the active segment stays in the mirror and is
 //! rewritten by the next flush, because O_DIRECT writes whole aligned blocks.
-//! A segment that filled up is flushed and synced before any byte of its
-//! successor, so after a crash only the newest segment can have a torn tail.
+//! A segment that filled up gets a seal record (see [`record::seal`]) and is
+//! flushed and synced before any byte of its successor, so after a crash only
+//! the newest segment can have a torn tail, and every older one must end in
+//! its seal.
 
 use super::error::{Error, Result};
 use super::io::{SealedBytes, SegmentFile, SegmentStore};
 use super::notify::Notify;
-use super::record::{self, DecodeError, RecordHeader};
+use super::record::{self, DecodeError, RecordHeader, SEAL_FRAMED_BYTES};
 use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES};
 use crate::metrics::Histo;
 use futures_channel::oneshot;
@@ -53,6 +55,9 @@ pub struct RecoveryReport {
     pub records: usize,
     /// (segment, cut position) when a torn tail was cut.
     pub torn_tail: Option<(u64, u64)>,
+    /// The newest segment with records, sealed at boot (writing resumes in
+    /// a new segment), when it was not sealed already.
+    pub sealed_at_boot: Option<u64>,
     pub active_segment: u64,
 }
 
@@ -93,7 +98,7 @@ impl Default for LogStats {
 
 enum SegData<F> {
     /// Written by this process and not yet sealed-and-durable: served from memory.
-    Mirror { buf: Vec<u8>, durable_len: usize, sealed: bool, file: Option<Rc<F>> },
+    Mirror { buf: Vec<u8>, records: u64, durable_len: usize, sealed: bool, file: Option<Rc<F>> },
     /// Sealed and durable: served from the mapped file.
     Mapped(Rc<dyn SealedBytes>),
 }
@@ -139,25 +144,34 @@ struct FlushJob {
 
 impl<S: SegmentStore> Log<S> {
     /// Recovers the log in `store` and returns it with every valid record in
-    /// log order. A torn tail of the newest segment is cut; an invalid record
-    /// followed by valid newer data is corruption and fails the open.
+    /// log order. A torn tail of the newest segment is cut; an older segment
+    /// that does not end in its seal (an invalid record, or a clean-looking
+    /// end before the seal) is corruption and fails the open. The newest
+    /// segment is sealed before writing resumes in a new one.
     pub async fn open(store: S, cfg: LogConfig) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
         assert!(cfg.segment_bytes.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
         let io = |op, segment| move |source| Error::io(op, segment, source);
         let list = store.list().await.map_err(io("list", 0))?;
         let mut recovered = Vec::new();
-        // (segment, valid end, number of records, ended cleanly)
-        let mut scans: Vec<(u64, u64, usize, bool)> = Vec::new();
+        // (segment, valid end, number of records, ended cleanly, sealed)
+        let mut scans: Vec<(u64, u64, usize, bool, bool)> = Vec::new();
         for &(no, _len) in &list {
             let map = store.map(no).map_err(io("map", no))?;
             let bytes = map.bytes();
             let mut pos = 0usize;
             let mut count = 0usize;
+            let mut sealed = false;
             let clean = loop {
                 if pos >= bytes.len() {
                     break true;
                 }
                 match record::decode(no, &bytes[pos..]) {
+                    Ok((h, body, _)) if h.kind == record::KIND_SEAL => {
+                        // A seal anywhere but after this segment's records is
+                        // not ours here: treat it like any invalid record.
+                        sealed = record::is_seal_of(&h, &bytes[pos..][body], pos as u64, count as u64);
+                        break sealed;
+                    }
                     Ok((h, _body, framed)) => {
                         // No assertion on what a record says: these are disk
                         // bytes, not our state (a record written twice still
@@ -174,14 +188,16 @@ impl<S: SegmentStore> Log<S> {
                     Err(DecodeError::Truncated | DecodeError::Invalid) => break false,
                 }
             };
-            scans.push((no, pos as u64, count, clean));
+            scans.push((no, pos as u64, count, clean, sealed));
         }
         let last_with_data = scans.iter().rev().find(|s| s.2 > 0).map(|s| s.0);
         let mut report = RecoveryReport { records: recovered.len(), ..Default::default() };
         let mut segments = BTreeMap::new();
-        for &(no, end, count, clean) in &scans {
+        for &(no, end, count, clean, sealed) in &scans {
             let newer_data = last_with_data.is_some_and(|l| l > no);
-            if !clean && newer_data {
+            // Older segments were sealed and synced before their successors
+            // got a byte: one that does not end in its seal lost records.
+            if newer_data && !sealed {
                 return Err(Error::Corrupt { segment: no, position: end });
             }
             if count == 0 && !newer_data {
@@ -194,15 +210,22 @@ impl<S: SegmentStore> Log<S> {
                 continue;
             }
             if !clean {
-                store.truncate(no, end).await.map_err(io("truncate", no))?;
                 report.torn_tail = Some((no, end));
+            }
+            if !sealed {
+                // The newest segment with records: cut a torn tail, seal.
+                let mut tail = Vec::with_capacity(SEAL_FRAMED_BYTES);
+                record::seal(no, end, count as u64, &mut tail);
+                store.finish(no, end, &tail).await.map_err(io("seal", no))?;
+                report.sealed_at_boot = Some(no);
             }
             segments.insert(no, SegData::Mapped(store.map(no).map_err(io("map", no))?));
         }
         report.segments = segments.len();
         let active = list.last().map(|l| l.0 + 1).unwrap_or(0);
         report.active_segment = active;
-        segments.insert(active, SegData::Mirror { buf: Vec::new(), durable_len: 0, sealed: false, file: None });
+        segments
+            .insert(active, SegData::Mirror { buf: Vec::new(), records: 0, durable_len: 0, sealed: false, file: None });
         let write_is_durable = store.write_is_durable();
         let log = Log {
             store,
@@ -236,9 +259,11 @@ impl<S: SegmentStore> Log<S> {
     /// Frames a record into the active segment. Returns where it lives and
     /// the lsn to wait for with [`Log::durable`].
     pub fn append(&self, mut h: RecordHeader, body: &[u8]) -> Result<(RecordLoc, u64)> {
+        assert_ne!(h.kind, record::KIND_SEAL, "seals are the log's own records");
         h.body_len = body.len() as u32;
         let framed = record::framed_len(body.len());
-        if framed as u64 > self.cfg.segment_bytes {
+        // Every segment keeps room for its seal.
+        if (framed + SEAL_FRAMED_BYTES) as u64 > self.cfg.segment_bytes {
             return Err(Error::TooLarge(body.len()));
         }
         let mut st = self.st.borrow_mut();
@@ -253,20 +278,25 @@ impl<S: SegmentStore> Log<S> {
             Some(SegData::Mirror { buf, .. }) => buf.len(),
             _ => unreachable!("active segment is always a mirror"),
         };
-        if (active_len + framed) as u64 > self.cfg.segment_bytes {
+        if (active_len + framed + SEAL_FRAMED_BYTES) as u64 > self.cfg.segment_bytes {
             let old = st.active;
-            if let Some(SegData::Mirror { sealed, .. }) = st.segments.get_mut(&old) {
+            if let Some(SegData::Mirror { buf, records, sealed, .. }) = st.segments.get_mut(&old) {
+                record::seal(old, buf.len() as u64, *records, buf);
                 *sealed = true;
             }
+            // The seal goes out with the segment's last flush.
+            st.lsn_tail += SEAL_FRAMED_BYTES as u64;
             st.active = old + 1;
             let file = st.prepared.remove(&(old + 1));
-            st.segments.insert(old + 1, SegData::Mirror { buf: Vec::new(), durable_len: 0, sealed: false, file });
+            st.segments
+                .insert(old + 1, SegData::Mirror { buf: Vec::new(), records: 0, durable_len: 0, sealed: false, file });
             self.wake_preparer.notify();
         }
         let no = st.active;
-        let Some(SegData::Mirror { buf, .. }) = st.segments.get_mut(&no) else { unreachable!() };
+        let Some(SegData::Mirror { buf, records, .. }) = st.segments.get_mut(&no) else { unreachable!() };
         let pos = buf.len() as u64;
         record::encode(no, &h, body, buf);
+        *records += 1;
         st.lsn_tail += framed as u64;
         st.records_pending += 1;
         let lsn = st.lsn_tail;
@@ -467,7 +497,7 @@ impl<S: SegmentStore> Log<S> {
             let mut jobs = Vec::new();
             let mut bufs = Vec::new();
             for (&no, seg) in st.segments.iter() {
-                let SegData::Mirror { buf, durable_len, sealed, file } = seg else {
+                let SegData::Mirror { buf, durable_len, sealed, file, .. } = seg else {
                     continue;
                 };
                 if buf.len() == *durable_len && !*sealed {

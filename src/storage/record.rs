@@ -23,6 +23,12 @@ pub const MAGIC: u16 = 0x5352;
 pub const VERSION: u8 = 1;
 /// Records start and end on this alignment so headers never straddle it.
 pub const RECORD_ALIGN: usize = 8;
+/// The one kind the storage layer writes itself: the last record of every
+/// segment but the one being written (see [`seal`]). The layer above uses
+/// kinds below it and never sees a seal.
+pub const KIND_SEAL: u8 = 0xFF;
+/// Bytes a seal occupies (header + 8-byte body), reserved in every segment.
+pub const SEAL_FRAMED_BYTES: usize = RECORD_HEADER_BYTES + 8;
 
 /// What the storage layer knows about a record. The meaning of `kind` and of
 /// the body belongs to the layer above (the shard); storage only frames,
@@ -81,6 +87,25 @@ pub fn encode(segment_no: u64, h: &RecordHeader, body: &[u8], out: &mut Vec<u8>)
     // Pair assertion with `decode`: what we just wrote must verify.
     debug_assert!(decode(segment_no, &out[start..]).is_ok());
     framed
+}
+
+/// Appends to `out` the seal of segment `segment_no` that goes at byte
+/// `pos`, after `records` records. A seal says "the
+/// segment ends here, after this many records": recovery requires one at the
+/// end of every segment older than the newest, so damage that looks like a
+/// clean end (a zeroed block, a cut at a record boundary) is caught.
+pub fn seal(segment_no: u64, pos: u64, records: u64, out: &mut Vec<u8>) {
+    let body = records.to_le_bytes();
+    let h =
+        RecordHeader { kind: KIND_SEAL, stream_id: 0, incarnation: 0, stream_offset: pos, body_len: body.len() as u32 };
+    let n = encode(segment_no, &h, &body, out);
+    debug_assert_eq!(n, SEAL_FRAMED_BYTES);
+}
+
+/// Whether a decoded record is a seal that belongs where it was found: at
+/// byte `pos` of its segment, after `records` records.
+pub fn is_seal_of(h: &RecordHeader, body: &[u8], pos: u64, records: u64) -> bool {
+    h.kind == KIND_SEAL && h.stream_offset == pos && body == records.to_le_bytes()
 }
 
 /// Decodes the record at the start of `buf`. Returns the header, the body
@@ -167,6 +192,19 @@ mod tests {
         let mut out = vec![];
         encode(1, &hdr(&body), &body, &mut out);
         assert_eq!(decode(2, &out).unwrap_err(), DecodeError::Invalid);
+    }
+
+    #[test]
+    fn a_seal_verifies_only_where_it_was_written() {
+        let mut out = vec![0u8; 64];
+        seal(3, 64, 2, &mut out);
+        assert_eq!(out.len(), 64 + SEAL_FRAMED_BYTES);
+        let (h, body, framed) = decode(3, &out[64..]).unwrap();
+        assert_eq!(framed, SEAL_FRAMED_BYTES);
+        assert!(is_seal_of(&h, &out[64..][body.clone()], 64, 2));
+        assert!(!is_seal_of(&h, &out[64..][body.clone()], 72, 2), "another position");
+        assert!(!is_seal_of(&h, &out[64..][body], 64, 3), "another record count");
+        assert_eq!(decode(4, &out[64..]).unwrap_err(), DecodeError::Invalid, "another segment");
     }
 
     #[test]

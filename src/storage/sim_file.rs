@@ -203,6 +203,16 @@ impl SimStore {
         SimStore { disk: Rc::new(RefCell::new(Disk { files, ..Disk::default() })) }
     }
 
+    /// Direct access for corruption tests: zeroes bytes `range` of segment
+    /// `no` (a lost or zeroed block, a cut).
+    pub fn zero(&self, no: u64, range: std::ops::Range<usize>) {
+        let mut d = self.disk.borrow_mut();
+        let f = d.files.get_mut(&no).expect("segment exists");
+        let end = range.end.min(f.live.len());
+        f.live[range.start..end].fill(0);
+        f.durable = f.live.clone();
+    }
+
     /// Direct access for corruption tests.
     pub fn corrupt(&self, no: u64, pos: usize) {
         let mut d = self.disk.borrow_mut();
@@ -277,10 +287,12 @@ impl SegmentStore for SimStore {
         let f = d.files.get(&no).ok_or_else(|| io::Error::other("no such file"))?;
         Ok(Rc::new(SimBytes(f.live.clone())))
     }
-    async fn truncate(&self, no: u64, len: u64) -> io::Result<()> {
+    async fn finish(&self, no: u64, at: u64, tail: &[u8]) -> io::Result<()> {
         let mut d = self.disk.borrow_mut();
         let f = d.files.get_mut(&no).ok_or_else(|| io::Error::other("no such file"))?;
-        f.live.truncate(len as usize);
+        f.live.truncate(at as usize);
+        f.live.resize(at as usize, 0);
+        f.live.extend_from_slice(tail);
         f.durable = f.live.clone();
         Ok(())
     }
