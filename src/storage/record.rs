@@ -90,10 +90,10 @@ pub fn encode(segment_no: u64, h: &RecordHeader, body: &[u8], out: &mut Vec<u8>)
 }
 
 /// Appends to `out` the seal of segment `segment_no` that goes at byte
-/// `pos`, after `records` records. A seal says "the
-/// segment ends here, after this many records": recovery requires one at the
-/// end of every segment older than the newest, so damage that looks like a
-/// clean end (a zeroed block, a cut at a record boundary) is caught.
+/// `pos`, after `records` records. A seal says "the segment ends here, after
+/// this many records": recovery requires one at the end of every segment
+/// older than the newest, so damage that looks like a clean end (a zeroed
+/// block, a cut at a record boundary) is caught.
 pub fn seal(segment_no: u64, pos: u64, records: u64, out: &mut Vec<u8>) {
     let body = records.to_le_bytes();
     let h =
