@@ -197,28 +197,17 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
             "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}, got {segment_bytes} (set by {from})"
         ));
     }
-    let (max_pending_bytes, from) = r.pick("max_pending_bytes", cli.max_pending_bytes, file.max_pending_bytes);
-    if max_pending_bytes < SHARD_PENDING_BYTES_MIN {
-        return Err(format!(
-            "--max-pending-bytes must be at least {SHARD_PENDING_BYTES_MIN}, got {max_pending_bytes} (set by {from})"
-        ));
-    }
-    let (max_connections, from) = r.pick("max_connections", cli.max_connections, file.max_connections);
-    if max_connections == 0 {
-        return Err(format!("--max-connections must be at least 1, got 0 (set by {from})"));
-    }
-    let (header_timeout_ms, from) = r.pick("header_timeout_ms", cli.header_timeout_ms, file.header_timeout_ms);
-    if header_timeout_ms < CONN_REQUEST_TIMEOUT_MS_MIN {
-        return Err(format!(
-            "--header-timeout-ms must be at least {CONN_REQUEST_TIMEOUT_MS_MIN}, got {header_timeout_ms} (set by {from})"
-        ));
-    }
-    let (body_timeout_ms, from) = r.pick("body_timeout_ms", cli.body_timeout_ms, file.body_timeout_ms);
-    if body_timeout_ms < CONN_REQUEST_TIMEOUT_MS_MIN {
-        return Err(format!(
-            "--body-timeout-ms must be at least {CONN_REQUEST_TIMEOUT_MS_MIN}, got {body_timeout_ms} (set by {from})"
-        ));
-    }
+    let max_pending_bytes =
+        r.pick_at_least("max_pending_bytes", cli.max_pending_bytes, file.max_pending_bytes, SHARD_PENDING_BYTES_MIN)?;
+    let max_connections = r.pick_at_least("max_connections", cli.max_connections, file.max_connections, 1)?;
+    let header_timeout_ms = r.pick_at_least(
+        "header_timeout_ms",
+        cli.header_timeout_ms,
+        file.header_timeout_ms,
+        CONN_REQUEST_TIMEOUT_MS_MIN,
+    )?;
+    let body_timeout_ms =
+        r.pick_at_least("body_timeout_ms", cli.body_timeout_ms, file.body_timeout_ms, CONN_REQUEST_TIMEOUT_MS_MIN)?;
     let (no_pin, _) = r.pick("no_pin", cli.no_pin, file.no_pin);
     let (log_level, from) = match r.explicit("log_level") {
         Some(from) => (cli.log_level, from),
@@ -289,6 +278,22 @@ impl Resolver<'_> {
             (None, Some(v)) => (v, self.file_origin(&id.replace('_', "-"))),
             (None, None) => (cli, "the default".to_string()),
         }
+    }
+
+    /// [`Resolver::pick`] for a setting with a lower bound; the error names
+    /// the flag, the bound, the value and where it came from.
+    fn pick_at_least<T: PartialOrd + std::fmt::Display>(
+        &self,
+        id: &str,
+        cli: T,
+        file: Option<T>,
+        min: T,
+    ) -> Result<T, String> {
+        let (v, from) = self.pick(id, cli, file);
+        if v < min {
+            return Err(format!("--{} must be at least {min}, got {v} (set by {from})", id.replace('_', "-")));
+        }
+        Ok(v)
     }
 }
 

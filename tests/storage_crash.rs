@@ -275,25 +275,39 @@ async fn client<S: SegmentStore>(log: Rc<Log<S>>, journal: Rc<RefCell<Journal>>,
             YieldOnce(false).await;
         }
         let len = body_len(stream, i);
-        let body = body_bytes(stream, offset, len);
-        let h = header(stream, offset, len);
-        let (loc, lsn) = match log.append(h, &body) {
-            Ok(x) => x,
+        match journaled_append(&log, &journal, stream, offset, len).await {
+            Ok(true) => {}
             Err(Error::Full) => panic!("unexpected backpressure"),
-            Err(_) => return,
-        };
-        let idx = {
-            let mut j = journal.borrow_mut();
-            j.appended.push(Appended { header: h, loc, body });
-            j.acked.push(false);
-            j.appended.len() - 1
-        };
-        if log.durable(lsn).await.is_err() {
-            return;
+            Ok(false) | Err(_) => return,
         }
-        journal.borrow_mut().acked[idx] = true;
         offset += len as u64;
     }
+}
+
+/// Appends `len` bytes to `stream` at `offset`, journaled as unacknowledged
+/// at once and as acknowledged when durable. Err: the log refused the
+/// append; Ok(false): it failed the wait for durability.
+async fn journaled_append<S: SegmentStore>(
+    log: &Log<S>,
+    journal: &RefCell<Journal>,
+    stream: u64,
+    offset: u64,
+    len: usize,
+) -> Result<bool, Error> {
+    let body = body_bytes(stream, offset, len);
+    let h = header(stream, offset, len);
+    let (loc, lsn) = log.append(h, &body)?;
+    let idx = {
+        let mut j = journal.borrow_mut();
+        j.appended.push(Appended { header: h, loc, body });
+        j.acked.push(false);
+        j.appended.len() - 1
+    };
+    if log.durable(lsn).await.is_err() {
+        return Ok(false);
+    }
+    journal.borrow_mut().acked[idx] = true;
+    Ok(true)
 }
 
 fn clients<S: SegmentStore + 'static>(
@@ -429,19 +443,9 @@ async fn random_client<S: SegmentStore>(
             1..=5 => rng.below(BODY_BYTES_MAX),
             _ => rng.below(300),
         } as usize;
-        let body = body_bytes(stream, offset, len);
-        let h = header(stream, offset, len);
-        let Ok((loc, lsn)) = log.append(h, &body) else { return };
-        let idx = {
-            let mut j = journal.borrow_mut();
-            j.appended.push(Appended { header: h, loc, body });
-            j.acked.push(false);
-            j.appended.len() - 1
-        };
-        if log.durable(lsn).await.is_err() {
+        if !matches!(journaled_append(&log, &journal, stream, offset, len).await, Ok(true)) {
             return;
         }
-        journal.borrow_mut().acked[idx] = true;
         offset += len as u64;
     }
 }
