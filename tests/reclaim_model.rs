@@ -14,7 +14,7 @@ use ringstream::limits::{SEGMENT_BYTES_MIN, SNAPSHOTS_PER_STREAM_MAX};
 use ringstream::protocol::headers::{Lifetime, ProducerHeaders};
 use ringstream::protocol::offset::ReadFrom;
 use ringstream::protocol::{
-    AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ReadReq, SnapshotReq, StreamKey, StreamOp, Surface,
+    AppendReq, BucketOp, CreateReq, Error, ForkReq, Live, Offset, Outcome, ReadReq, SnapshotReq, StreamKey, StreamOp, Surface,
 };
 use ringstream::shard::{Reply, Shard, ShardRequest};
 use ringstream::storage::io::SegmentStore;
@@ -39,11 +39,20 @@ struct Rig {
 }
 
 fn boot(store: SimStore, seed: u64) -> Rig {
+    boot_with_clock(store, seed, None)
+}
+
+/// [`boot`], the shard reading `clock` (ms since the epoch) instead of the wall clock.
+fn boot_with_clock(store: SimStore, seed: u64, clock: Option<Box<dyn Fn() -> i64>>) -> Rig {
     let cfg = LogConfig { segment_bytes: SEGMENT_BYTES_MIN, pending_bytes_max: 16 * 1024 * 1024 };
     let (log, recovered, _) =
         block_on(Log::open(store.clone(), cfg)).unwrap_or_else(|e| panic!("seed {seed}: open: {e}"));
     let log = Rc::new(log);
-    let shard = Shard::recover(0, 1, log.clone(), &recovered).unwrap_or_else(|e| panic!("seed {seed}: recover: {e}"));
+    let mut shard =
+        Shard::recover(0, 1, log.clone(), &recovered).unwrap_or_else(|e| panic!("seed {seed}: recover: {e}"));
+    if let Some(clock) = clock {
+        shard.set_clock(clock);
+    }
     let pool = LocalPool::new();
     let l = log.clone();
     pool.spawner().spawn_local(async move { l.run_writer().await }).unwrap();
@@ -307,4 +316,42 @@ fn reclamation_keeps_exactly_what_the_model_keeps() {
         total += reclaimed;
     }
     eprintln!("segments reclaimed over {seeds} seeds: {total}");
+}
+
+/// A fork that expires when it is accessed releases its source there and
+/// then, as an explicit delete does (not only at the next reclaim pass or
+/// restart): its soft-deleted source, held only by that fork, is removed and
+/// its path can be created again. No reclaim pass runs here.
+#[test]
+fn a_fork_expiring_on_access_releases_its_source() {
+    let now = Rc::new(std::cell::Cell::new(1_800_000_000_000i64));
+    let clock = now.clone();
+    let mut rig = boot_with_clock(SimStore::new(), 0, Some(Box::new(move || clock.get())));
+    let r = rig.call(ShardRequest::Bucket { bucket: BUCKET.into(), op: BucketOp::Create });
+    assert!(r.is_ok(), "{r:?}");
+    let create = |lifetime, fork| {
+        StreamOp::Create(CreateReq {
+            content_type: Some(OCTET.into()),
+            lifetime,
+            closed: false,
+            body: b"abc".to_vec(),
+            if_match: None,
+            fork,
+        })
+    };
+    let (src, fork) = (0, 1);
+    let source = StreamKey { bucket: BUCKET.into(), stream: format!("s{src}") };
+    assert!(rig.op(src, create(Lifetime::Forever, None)).is_ok());
+    let fork_of = ForkReq { source, offset: None, sub_offset: 0 };
+    let r = rig.op(fork, create(Lifetime::Ttl { secs: 1 }, Some(fork_of)));
+    assert!(r.is_ok(), "fork: {r:?}");
+    assert!(rig.op(src, StreamOp::Delete).is_ok());
+    let r = rig.op(src, create(Lifetime::Forever, None));
+    assert!(matches!(r, Err(Error::Conflict(_))), "the fork holds the deleted source: {r:?}");
+
+    now.set(now.get() + 2_000);
+    let r = rig.op(fork, StreamOp::Head { if_none_match: None });
+    assert!(matches!(r, Err(Error::NotFound)), "the fork expired: {r:?}");
+    let r = rig.op(src, create(Lifetime::Forever, None));
+    assert!(matches!(r, Ok(Outcome::Created { new: true, .. })), "the source was released: {r:?}");
 }

@@ -668,7 +668,9 @@ impl<S: SegmentStore> Shard<S> {
         self.streams.borrow().len()
     }
 
-    #[cfg(test)]
+    /// Replaces the wall clock (milliseconds since the epoch): for tests of
+    /// expiry, which would otherwise wait real seconds.
+    #[doc(hidden)]
     pub fn set_clock(&mut self, f: Box<dyn Fn() -> i64>) {
         self.now_ms = f;
     }
@@ -771,7 +773,7 @@ impl<S: SegmentStore> Shard<S> {
                 }
             }
         }
-        self.expire_if_due(&key);
+        self.expire_if_due(&key).await;
         if self.streams.borrow().get(&key).is_some_and(|s| s.soft_deleted) {
             return Err(match op {
                 StreamOp::Create(_) => Error::Conflict("a deleted stream with live forks still holds this path".into()),
@@ -983,15 +985,27 @@ impl<S: SegmentStore> Shard<S> {
         }))
     }
 
-    fn expire_if_due(&self, key: &StreamKey) {
-        let now = (self.now_ms)();
-        let due = self.streams.borrow().get(key).is_some_and(|s| rules::expired(&s.lifetime, s.last_access_ms, now));
-        if due {
-            // Lazy expiry: the stream is gone for clients from now on. The
-            // delete record makes that survive a restart; if the log cannot
-            // take it now, the next access after restart expires it again.
-            // With forks it is only soft-deleted (F95).
-            let _ = self.delete_now(key);
+    /// Whether the stream at `key` is live and past its TTL or expiry time.
+    fn expiry_due(&self, key: &StreamKey, now_ms: i64) -> bool {
+        self.streams
+            .borrow()
+            .get(key)
+            .is_some_and(|s| !s.soft_deleted && rules::expired(&s.lifetime, s.last_access_ms, now_ms))
+    }
+
+    /// Lazy expiry: the stream is gone for clients from now on. The delete
+    /// record makes that survive a restart; if the log cannot take it now,
+    /// the next access after restart expires it again. With forks it is only
+    /// soft-deleted (F95). An expired fork releases its source once its
+    /// delete is durable, as an explicit delete does.
+    async fn expire_if_due(&self, key: &StreamKey) {
+        if !self.expiry_due(key, (self.now_ms)()) {
+            return;
+        }
+        if let Ok((lsn, Some(source))) = self.delete_now(key) {
+            if self.log.durable(lsn).await.is_ok() {
+                self.release_source(source).await;
+            }
         }
     }
 
@@ -1155,24 +1169,11 @@ impl<S: SegmentStore> Shard<S> {
             return;
         }
         let now = (self.now_ms)();
-        let expired: Vec<StreamKey> = self
-            .streams
-            .borrow()
-            .iter()
-            .filter(|(_, s)| !s.soft_deleted && rules::expired(&s.lifetime, s.last_access_ms, now))
-            .map(|(k, _)| k.clone())
-            .collect();
+        let keys: Vec<StreamKey> = self.streams.borrow().keys().cloned().collect();
+        let expired: Vec<StreamKey> = keys.into_iter().filter(|k| self.expiry_due(k, now)).collect();
+        // Each is checked again: an earlier one's release may have awaited.
         for key in &expired {
-            let due = self
-                .streams
-                .borrow()
-                .get(key)
-                .is_some_and(|s| !s.soft_deleted && rules::expired(&s.lifetime, s.last_access_ms, now));
-            if due {
-                if let Ok((_, Some(source))) = self.delete_now(key) {
-                    self.release_source(source).await;
-                }
-            }
+            self.expire_if_due(key).await;
         }
         let sealed = self.log.sealed_segments();
         if !self.reclaim_due.get() && sealed.len() == self.reclaim_sealed.get() {
@@ -1329,7 +1330,7 @@ impl<S: SegmentStore> Shard<S> {
         if let Some(lsn) = pending {
             self.log.durable(lsn).await.map_err(storage_err)?;
         }
-        self.expire_if_due(&source);
+        self.expire_if_due(&source).await;
         let mut streams = self.streams.borrow_mut();
         let s = streams.get_mut(&source).ok_or(Error::NotFound)?;
         if s.soft_deleted {
