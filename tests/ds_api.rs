@@ -527,6 +527,9 @@ fn bucket_edge_cases() {
         st(&c.request("PUT", &ds("abcd", n), &[OCTET], b""), 201, n);
     }
     assert_eq!(bucket_json(&mut c, "abcd")["streams"], 12);
+    // A %2F is part of the ID it is in, never a separator: not the snapshot of abcd/n0.
+    st(&c.request("GET", "/ds/abcd%2Fn0/n0/snapshot", &[], b""), 400, "%2F in a bucket ID before a sub-resource");
+    st(&c.request("GET", "/ds/abcd/streams/snapshot", &[], b""), 400, "the reserved `streams` with a sub-resource");
     st(&c.request("DELETE", "/ds/abcd", &[], b""), 409, "DELETE non-empty bucket");
     for n in &names[1..] {
         st(&c.request("DELETE", &ds("abcd", n), &[], b""), 204, n);

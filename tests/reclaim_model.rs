@@ -14,7 +14,8 @@ use ringstream::limits::{SEGMENT_BYTES_MIN, SNAPSHOTS_PER_STREAM_MAX};
 use ringstream::protocol::headers::{Lifetime, ProducerHeaders};
 use ringstream::protocol::offset::ReadFrom;
 use ringstream::protocol::{
-    AppendReq, BucketOp, CreateReq, Error, ForkReq, Live, Offset, Outcome, ReadReq, SnapshotReq, StreamKey, StreamOp, Surface,
+    AppendReq, BucketOp, CreateReq, Error, ForkReq, Live, Offset, Outcome, ReadReq, SnapshotReq, StreamKey, StreamOp,
+    Surface,
 };
 use ringstream::shard::{Reply, Shard, ShardRequest};
 use ringstream::storage::io::SegmentStore;

@@ -99,11 +99,18 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
         let key = StreamKey { bucket, stream };
         return stream_route(head, body, key, Surface::V1);
     }
-    if let Some(rest) = path.strip_prefix("/ds/") {
-        let mut parts = rest.splitn(2, '/');
-        let bucket = parts.next().unwrap_or_default();
-        validate_bucket_id(bucket)?;
-        return match parts.next() {
+    if path.starts_with("/ds/") {
+        // A '/' sent as such separates bucket, stream and sub-resource
+        // (snapshot, bootstrap); one sent as %2F belongs to the ID it is in,
+        // whose rules refuse it (400). So split the path as sent, then decode.
+        let raw =
+            head.raw_path.strip_prefix("/ds/").ok_or_else(|| bad("the /ds/ prefix must not be percent-encoded"))?;
+        let mut parts = raw.splitn(3, '/');
+        let bucket = decode(parts.next().unwrap_or_default())?;
+        validate_bucket_id(&bucket)?;
+        let stream = parts.next().map(decode).transpose()?;
+        let sub = parts.next().map(decode).transpose()?;
+        return match stream.as_deref() {
             None | Some("") => {
                 let op = match head.method {
                     Method::Put => BucketOp::Create,
@@ -111,28 +118,17 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
                     Method::Delete => BucketOp::Delete,
                     _ => return Err(RouteError::MethodNotAllowed("PUT, GET, DELETE")),
                 };
-                Ok(Route::Shard(Box::new(ShardRequest::Bucket { bucket: bucket.to_string(), op })))
+                Ok(Route::Shard(Box::new(ShardRequest::Bucket { bucket, op })))
             }
             // `streams` is reserved: GET lists the bucket, anything else is a bad stream ID.
-            Some("streams") if head.method == Method::Get => Ok(Route::Shard(Box::new(ShardRequest::ListBucket {
-                bucket: bucket.to_string(),
-                list: list_query(head)?,
-            }))),
+            Some("streams") if sub.is_none() && head.method == Method::Get => {
+                Ok(Route::Shard(Box::new(ShardRequest::ListBucket { bucket, list: list_query(head)? })))
+            }
             Some("streams") => Err(bad("\"streams\" is reserved and cannot be a stream ID")),
-            Some(rest) => {
-                // A '/' sent as such starts a sub-resource (snapshot,
-                // bootstrap); one sent as %2F belongs to the stream ID, whose
-                // rules refuse it (400).
-                let raw_rest = head.raw_path.strip_prefix("/ds/").and_then(|r| r.split_once('/')).map(|(_, s)| s);
-                let (stream, sub) = match raw_rest.and_then(|r| r.split_once('/')) {
-                    Some((raw_stream, raw_sub)) => (decode(raw_stream)?, Some(decode(raw_sub)?)),
-                    None => (rest.to_string(), None),
-                };
-                let stream = stream.as_str();
-                let sub = sub.as_deref();
+            Some(stream) => {
                 validate_ds_stream_id(stream)?;
-                let key = StreamKey { bucket: bucket.to_string(), stream: stream.to_string() };
-                match sub {
+                let key = StreamKey { bucket: bucket.clone(), stream: stream.to_string() };
+                match sub.as_deref() {
                     None => stream_route(head, body, key, Surface::Ds),
                     Some(sub) => snapshot_route(head, body, key, sub),
                 }
