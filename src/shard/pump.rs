@@ -1189,7 +1189,7 @@ impl<S: SegmentStore> Shard<S> {
         let mut relogged = 0usize;
         let mut last_lsn = 0;
         let mut seen = HashSet::new();
-        for (seg, list) in &pins {
+        'relog: for (seg, list) in &pins {
             if data.contains(seg) {
                 continue;
             }
@@ -1197,7 +1197,7 @@ impl<S: SegmentStore> Shard<S> {
                 if relogged == crate::limits::RECLAIM_RELOG_MAX {
                     // The rest waits for the next pass.
                     self.reclaim_due.set(true);
-                    break;
+                    break 'relog;
                 }
                 let lsn = match pin {
                     MetaPin::Stream(key) if seen.insert(key.clone()) => {
@@ -1223,14 +1223,19 @@ impl<S: SegmentStore> Shard<S> {
                 }
             }
         }
-        if relogged > 0 {
+        // With nothing re-logged nothing has changed (no await since the
+        // needs were computed); otherwise compute them again.
+        let (sealed, data, pins) = if relogged > 0 {
             self.stats.borrow_mut().relogged += relogged as u64;
             if self.log.durable(last_lsn).await.is_err() {
                 return;
             }
-        }
-        let sealed = self.log.sealed_segments();
-        let (data, pins) = self.segment_needs(&sealed);
+            let sealed = self.log.sealed_segments();
+            let (data, pins) = self.segment_needs(&sealed);
+            (sealed, data, pins)
+        } else {
+            (sealed, data, pins)
+        };
         let mut on_disk: BTreeSet<u64> = sealed.iter().copied().collect();
         for &seg in &sealed {
             if data.contains(&seg) || pins.contains_key(&seg) || self.delete_still_needed(seg, &on_disk) {
