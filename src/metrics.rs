@@ -154,7 +154,7 @@ impl Family {
             Family::ConnectionsRefused => (
                 "ringstream_connections_refused_total",
                 Counter,
-                "Client connections closed at once because the shard held SHARD_CONNECTIONS_MAX.",
+                "Client connections refused (503, then closed) because the shard held --max-connections busy connections.",
             ),
             Family::LiveReaders => (
                 "ringstream_live_readers",

@@ -225,44 +225,33 @@ impl Future for Evicted<'_> {
 }
 
 /// Takes a freshly accepted connection: serves it on its own task, or, when
-/// the shard is full of busy connections, answers 503 and closes it.
+/// the shard is full of busy connections, answers 503 and closes it (just
+/// closes it when SHARD_REFUSALS_IN_FLIGHT_MAX refusals are already going out).
 pub fn admit<C: ConnContext + ?Sized + 'static>(stream: TcpStream, cx: Rc<C>, gate: &Rc<Gate>) {
     let edge = cx.edge();
     edge.accepted.set(edge.accepted.get() + 1);
-    match gate.admit() {
-        Some(slot) => {
-            // Counted open until served: shutdown waits for this gauge.
-            edge.connections.set(edge.connections.get() + 1);
-            glommio::spawn_local(async move {
-                serve(stream, cx.clone(), slot).await;
-                cx.edge().connections.set(cx.edge().connections.get() - 1);
-            })
-            .detach();
-        }
-        None if gate.refusing.get() < SHARD_REFUSALS_IN_FLIGHT_MAX => {
-            edge.refused.set(edge.refused.get() + 1);
+    let Some(slot) = gate.admit() else {
+        edge.refused.set(edge.refused.get() + 1);
+        if gate.refusing.get() < SHARD_REFUSALS_IN_FLIGHT_MAX {
             let gate = gate.clone();
             gate.refusing.set(gate.refusing.get() + 1);
             glommio::spawn_local(async move {
-                refuse(stream).await;
+                let resp = respond::plain(503, "too many open connections")
+                    .header("Retry-After", RETRY_AFTER_SECS.to_string());
+                fail(stream, &resp, &mut Vec::new()).await;
                 gate.refusing.set(gate.refusing.get() - 1);
             })
             .detach();
         }
-        None => {
-            edge.refused.set(edge.refused.get() + 1);
-            drop(stream);
-        }
-    }
-}
-
-async fn refuse(mut stream: TcpStream) {
-    let resp = respond::plain(503, "too many open connections").header("Retry-After", RETRY_AFTER_SECS.to_string());
-    let mut out = Vec::new();
-    respond::encode(&resp, false, false, &mut out);
-    if write_all(&mut stream, &out).await.is_ok() {
-        linger_close(stream).await;
-    }
+        return;
+    };
+    // Counted open until served: shutdown waits for this gauge.
+    edge.connections.set(edge.connections.get() + 1);
+    glommio::spawn_local(async move {
+        serve(stream, cx.clone(), slot).await;
+        cx.edge().connections.set(cx.edge().connections.get() - 1);
+    })
+    .detach();
 }
 
 /// Ends a connection after an answer that closes it: stops sending, then

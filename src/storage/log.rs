@@ -585,11 +585,11 @@ impl<S: SegmentStore> Log<S> {
             let mut st = self.st.borrow_mut();
             if !matches!(st.segments.get(&no), Some(SegData::Mapped(_))) {
                 let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "segment is not sealed");
-                return Err(Error::Io { op: "remove", segment: no, source });
+                return Err(Error::io("remove", no, source));
             }
             st.segments.remove(&no);
         }
-        self.store.remove(no).await.map_err(|source| Error::Io { op: "remove", segment: no, source })
+        self.store.remove(no).await.map_err(|source| Error::io("remove", no, source))
     }
 
     fn file_of(&self, no: u64) -> Rc<S::File> {
