@@ -250,9 +250,19 @@ impl Stream {
             self.chunks.clear();
             self.tail = offset;
         }
+        self.apply_append(a, loc, data_off, 0);
+        self.last_write_ms = a.written_at_ms;
+        self.durable_write_ms = a.written_at_ms;
+        Ok(())
+    }
+
+    /// An append record's effect on the stream, live and at recovery: its
+    /// data (the body from `data_off` on) at the tail, its Stream-Seq, its
+    /// producer's state, its closure.
+    fn apply_append(&mut self, a: &AppendRecord, loc: RecordLoc, data_off: usize, lsn: u64) {
         let len = loc.body_len as usize - data_off;
         if len > 0 {
-            self.chunks.push(Chunk { start: self.tail, len: len as u32, loc, data_off: data_off as u32, lsn: 0 });
+            self.chunks.push(Chunk { start: self.tail, len: len as u32, loc, data_off: data_off as u32, lsn });
             self.tail += len as u64;
         } else {
             self.note_meta(loc.segment);
@@ -268,9 +278,6 @@ impl Stream {
             self.closed = true;
             self.closed_by = a.producer.clone();
         }
-        self.last_write_ms = a.written_at_ms;
-        self.durable_write_ms = a.written_at_ms;
-        Ok(())
     }
 
     fn note_meta(&mut self, segment: u64) {
@@ -1619,29 +1626,9 @@ impl<S: SegmentStore> Shard<S> {
         let info = {
             let mut streams = self.streams.borrow_mut();
             let s = streams.get_mut(&key).expect("checked above, same task, no await since");
-            if data_len > 0 {
-                s.chunks.push(Chunk {
-                    start: s.tail,
-                    len: data_len as u32,
-                    loc,
-                    data_off: (body.len() - data_len) as u32,
-                    lsn,
-                });
-                s.tail += data_len as u64;
-            } else {
-                s.note_meta(loc.segment);
-            }
-            if let Some(seq) = rec.stream_seq {
-                s.stream_seq = Some(seq);
-            }
-            if let Some(p) = &producer {
-                s.producers.insert(p.id.clone(), ProducerState { epoch: p.epoch, last_seq: p.seq });
-                s.remember_ack(&p.id, p.epoch, p.seq);
-            }
+            s.apply_append(&rec, loc, body.len() - data_len, lsn);
             if rec.close {
-                s.closed = true;
                 s.closed_lsn = lsn;
-                s.closed_by = rec.producer.clone();
             }
             if s.write_lsn <= self.log.durable_lsn() {
                 s.durable_write_ms = s.last_write_ms;
