@@ -255,10 +255,6 @@ impl Histo {
     pub fn sum(&self) -> u64 {
         self.sum
     }
-
-    pub fn value_at_quantile(&self, q: f64) -> u64 {
-        self.hdr.value_at_quantile(q)
-    }
 }
 
 /// The `route` label of `ringstream_http_requests_total`: a fixed set, so
@@ -344,14 +340,20 @@ impl Drop for Held<'_> {
 }
 
 impl EdgeMetrics {
-    pub fn count_request(&self, route: RouteLabel, status: u16) {
+    /// The counter of (`route`, `status`); statuses outside 100-599 count
+    /// at the nearest end.
+    fn request_counter(&self, route: RouteLabel, status: u16) -> &Cell<u64> {
         let slot = (status.clamp(STATUS_FIRST, STATUS_FIRST + STATUS_SLOTS as u16 - 1) - STATUS_FIRST) as usize;
-        let c = &self.requests[route as usize * STATUS_SLOTS + slot];
+        &self.requests[route as usize * STATUS_SLOTS + slot]
+    }
+
+    pub fn count_request(&self, route: RouteLabel, status: u16) {
+        let c = self.request_counter(route, status);
         c.set(c.get() + 1);
     }
 
     pub fn requests(&self, route: RouteLabel, status: u16) -> u64 {
-        self.requests[route as usize * STATUS_SLOTS + (status - STATUS_FIRST) as usize].get()
+        self.request_counter(route, status).get()
     }
 
     pub fn render(&self, shard: usize, out: &mut Samples) {

@@ -901,14 +901,20 @@ impl<S: SegmentStore> Shard<S> {
         Ok(Outcome::SnapshotPublished { info, offset: req.offset })
     }
 
+    /// A published snapshot's blob, from its record.
+    fn read_blob(&self, snap: &Snap) -> Result<Vec<u8>, Error> {
+        let mut blob = Vec::with_capacity(snap.len as usize);
+        let from = snap.data_off as usize;
+        self.log.read_body(snap.loc, from..from + snap.len as usize, &mut blob).map_err(storage_err)?;
+        Ok(blob)
+    }
+
     fn snapshot_read(&self, key: &StreamKey, offset: Offset) -> Reply {
         let mut streams = self.streams.borrow_mut();
         let s = streams.get_mut(key).ok_or(Error::NotFound)?;
         s.last_access_ms = (self.now_ms)();
         let snap = s.snapshots.get(&offset.pos).ok_or(Error::NotFound)?;
-        let mut body = Vec::with_capacity(snap.len as usize);
-        let from = snap.data_off as usize;
-        self.log.read_body(snap.loc, from..from + snap.len as usize, &mut body).map_err(storage_err)?;
+        let body = self.read_blob(snap)?;
         let info = s.info(&s.visible(self.log.durable_lsn()));
         Ok(Outcome::Snapshot {
             info,
@@ -952,30 +958,24 @@ impl<S: SegmentStore> Shard<S> {
         let v = s.visible(self.log.durable_lsn());
         let info = s.info(&v);
         let snapshot = match s.snapshots.last_key_value() {
-            Some((&offset, snap)) => {
-                let mut blob = Vec::with_capacity(snap.len as usize);
-                let from = snap.data_off as usize;
-                self.log.read_body(snap.loc, from..from + snap.len as usize, &mut blob).map_err(storage_err)?;
-                Some((Offset::new(0, offset), snap.content_type.clone(), blob))
-            }
+            Some((&offset, snap)) => Some((Offset::new(0, offset), snap.content_type.clone(), self.read_blob(snap)?)),
             None => None,
         };
         let start = s.trim;
         let chunks = &s.chunks[..v.chunks];
         let first = chunks.partition_point(|c| c.start + c.len as u64 <= start);
         let (mut messages, mut bytes, mut pos) = (Vec::new(), 0usize, start);
-        let mut data = Vec::new();
         for c in &chunks[first..] {
             if bytes > 0 && bytes + c.len as usize > READ_CHUNK_BYTES_MAX {
                 break;
             }
-            data.clear();
+            let mut data = Vec::with_capacity(c.len as usize);
             let off = c.data_off as usize;
             self.log.read_body(c.loc, off..off + c.len as usize, &mut data).map_err(storage_err)?;
             if s.json {
                 messages.extend(json::split_messages(&data).map(<[u8]>::to_vec));
             } else {
-                messages.push(data.clone());
+                messages.push(data);
             }
             bytes += c.len as usize;
             pos = c.start + c.len as u64;
