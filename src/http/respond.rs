@@ -221,19 +221,14 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             .header("Cache-Control", "no-store"),
         Outcome::Snapshot { info, offset, content_type, body } => {
             let up_to_date = offset == info.next_offset;
-            let mut r = Response::new(200)
-                .header("Content-Type", content_type)
-                .header("Stream-Next-Offset", info.next_offset.to_string())
-                .header("Stream-Snapshot-Offset", offset.to_string())
-                .header("Cache-Control", "no-store");
-            if up_to_date {
-                r = r.header("Stream-Up-To-Date", "true");
-            }
-            if up_to_date && info.closed {
-                r = r.header("Stream-Closed", "true");
-            }
-            r.body = body;
-            r
+            snapshot_answer(
+                content_type,
+                info.next_offset,
+                offset.to_string(),
+                up_to_date,
+                up_to_date && info.closed,
+                body,
+            )
         }
         Outcome::Bootstrap(b) => bootstrap(b),
         Outcome::Deleted | Outcome::BucketDeleted => Response::new(204),
@@ -278,15 +273,29 @@ fn bootstrap(b: Bootstrap) -> Response {
     }
     let _ = write!(out_str(&mut body), "--{boundary}--\r\n");
     let snapshot_offset = b.snapshot.as_ref().map_or("-1".to_string(), |s| s.0.to_string());
+    let content_type = format!("multipart/mixed; boundary={boundary}");
+    snapshot_answer(content_type, b.next_offset, snapshot_offset, b.up_to_date, b.closed_at_end, body)
+}
+
+/// The 200 of a snapshot read and of a bootstrap: never cached, since a
+/// newer snapshot replaces what they answer.
+fn snapshot_answer(
+    content_type: String,
+    next_offset: crate::protocol::Offset,
+    snapshot_offset: String,
+    up_to_date: bool,
+    closed: bool,
+    body: Vec<u8>,
+) -> Response {
     let mut r = Response::new(200)
-        .header("Content-Type", format!("multipart/mixed; boundary={boundary}"))
-        .header("Stream-Next-Offset", b.next_offset.to_string())
+        .header("Content-Type", content_type)
+        .header("Stream-Next-Offset", next_offset.to_string())
         .header("Stream-Snapshot-Offset", snapshot_offset)
         .header("Cache-Control", "no-store");
-    if b.up_to_date {
+    if up_to_date {
         r = r.header("Stream-Up-To-Date", "true");
     }
-    if b.closed_at_end {
+    if closed {
         r = r.header("Stream-Closed", "true");
     }
     r.body = body;
