@@ -132,7 +132,6 @@ pub struct RequestTimeouts {
 pub struct Gate {
     max: usize,
     timeouts: RequestTimeouts,
-    open: Cell<usize>,
     refusing: Cell<usize>,
     next_wait: Cell<u64>,
     /// Connections waiting for a request head, oldest wait first.
@@ -144,21 +143,20 @@ impl Gate {
         Gate {
             max: max_connections,
             timeouts,
-            open: Cell::new(0),
             refusing: Cell::new(0),
             next_wait: Cell::new(0),
             waiting: RefCell::new(BTreeMap::new()),
         }
     }
 
-    /// A slot for a new connection, evicting the longest-waiting one when
-    /// full; None when every open connection is busy.
-    fn admit(self: &Rc<Self>) -> Option<Slot> {
-        if self.open.get() >= self.max {
+    /// A slot for a new connection when `open` are open (the shard's
+    /// connections gauge), evicting the longest-waiting one when full; None
+    /// when every open connection is busy.
+    fn admit(self: &Rc<Self>, open: u64) -> Option<Slot> {
+        if open >= self.max as u64 {
             let (_, oldest) = self.waiting.borrow_mut().pop_first()?;
             oldest.fire();
         }
-        self.open.set(self.open.get() + 1);
         Some(Slot { gate: self.clone(), evict: Rc::new(Evict::default()) })
     }
 
@@ -171,16 +169,10 @@ impl Gate {
     }
 }
 
-/// One admitted connection; frees its place in the gate when dropped.
+/// One admitted connection: its gate, and how the gate evicts it.
 struct Slot {
     gate: Rc<Gate>,
     evict: Rc<Evict>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.gate.open.set(self.gate.open.get() - 1);
-    }
 }
 
 struct Waiting<'a> {
@@ -230,7 +222,7 @@ impl Future for Evicted<'_> {
 pub fn admit<C: ConnContext + ?Sized + 'static>(stream: TcpStream, cx: Rc<C>, gate: &Rc<Gate>) {
     let edge = cx.edge();
     edge.accepted.set(edge.accepted.get() + 1);
-    let Some(slot) = gate.admit() else {
+    let Some(slot) = gate.admit(edge.connections.get()) else {
         edge.refused.set(edge.refused.get() + 1);
         if gate.refusing.get() < SHARD_REFUSALS_IN_FLIGHT_MAX {
             let gate = gate.clone();
@@ -245,7 +237,7 @@ pub fn admit<C: ConnContext + ?Sized + 'static>(stream: TcpStream, cx: Rc<C>, ga
         }
         return;
     };
-    // Counted open until served: shutdown waits for this gauge.
+    // Counted open until served: the gate bounds this gauge, shutdown waits for it.
     edge.connections.set(edge.connections.get() + 1);
     glommio::spawn_local(async move {
         serve(stream, cx.clone(), slot).await;
