@@ -10,6 +10,7 @@
 //! - [`limits`]: every bound, named once.
 //! - [`metrics`]: counters and histograms, Prometheus text; pure, used by
 //!   `http`, `shard` and `storage` like `limits`.
+//! - [`notify`]: a single-waiter wake-up flag, used by `http` and `storage`.
 //! - [`config`], [`cli`]: flags, environment and config file to configuration.
 //! - [`preflight`]: startup checks (io_uring, locked memory, O_DIRECT, the
 //!   data directory's lock) with messages that say what to change.
@@ -22,7 +23,7 @@
 //!
 //! # Dependency rule
 //! `http -> protocol, shard::router`; `shard -> protocol, storage`;
-//! `protocol -> limits`; `storage -> limits, metrics`; `metrics -> limits`. storage and protocol never
+//! `protocol -> limits`; `storage -> limits, metrics, notify`; `metrics -> limits`. storage and protocol never
 //! import http or glommio networking; glommio appears only in `server`,
 //! `shard::mesh`, `http::conn` and `storage::dma_file` (checked by
 //! tests/tidy.rs).
@@ -32,6 +33,7 @@ pub mod config;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+pub mod notify;
 pub mod preflight;
 pub mod protocol;
 pub mod server;

@@ -13,6 +13,7 @@ use crate::limits::{
     RETRY_AFTER_SECS, SHARD_REFUSALS_IN_FLIGHT_MAX, SSE_CONNECTION_MS_MAX,
 };
 use crate::metrics::{EdgeMetrics, Held, RouteLabel};
+use crate::notify::Notify;
 use crate::protocol::headers::sse_is_text;
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::{Live, Outcome, ReadReq, StreamKey, StreamOp, Surface};
@@ -21,10 +22,7 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// What the connection loop needs from the server besides dispatch.
@@ -63,7 +61,7 @@ async fn read_more(
     stream: &mut TcpStream,
     rd: &mut Reader,
     timeout: Duration,
-    evict: Option<&Evict>,
+    evict: Option<&Notify>,
     stop: Option<&StopSlot>,
 ) -> std::io::Result<ReadMore> {
     stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
@@ -77,7 +75,7 @@ async fn read_more(
             let ended = async {
                 let evicted = async {
                     match evict {
-                        Some(e) => Evicted(e).await,
+                        Some(e) => e.wait().await,
                         None => std::future::pending().await,
                     }
                 };
@@ -135,7 +133,7 @@ pub struct Gate {
     refusing: Cell<usize>,
     next_wait: Cell<u64>,
     /// Connections waiting for a request head, oldest wait first.
-    waiting: RefCell<BTreeMap<u64, Rc<Evict>>>,
+    waiting: RefCell<BTreeMap<u64, Rc<Notify>>>,
 }
 
 impl Gate {
@@ -155,9 +153,9 @@ impl Gate {
     fn admit(self: &Rc<Self>, open: u64) -> Option<Slot> {
         if open >= self.max as u64 {
             let (_, oldest) = self.waiting.borrow_mut().pop_first()?;
-            oldest.fire();
+            oldest.notify();
         }
-        Some(Slot { gate: self.clone(), evict: Rc::new(Evict::default()) })
+        Some(Slot { gate: self.clone(), evict: Rc::new(Notify::default()) })
     }
 
     /// Marks `slot` evictable until the guard is dropped.
@@ -172,7 +170,8 @@ impl Gate {
 /// One admitted connection: its gate, and how the gate evicts it.
 struct Slot {
     gate: Rc<Gate>,
-    evict: Rc<Evict>,
+    /// Set by the gate to evict the connection while it waits for a head.
+    evict: Rc<Notify>,
 }
 
 struct Waiting<'a> {
@@ -183,36 +182,6 @@ struct Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.gate.waiting.borrow_mut().remove(&self.n);
-    }
-}
-
-/// Set once, when the gate evicts a connection; wakes its pending read.
-#[derive(Default)]
-struct Evict {
-    fired: Cell<bool>,
-    waker: Cell<Option<Waker>>,
-}
-
-impl Evict {
-    fn fire(&self) {
-        self.fired.set(true);
-        if let Some(w) = self.waker.take() {
-            w.wake();
-        }
-    }
-}
-
-struct Evicted<'a>(&'a Evict);
-
-impl Future for Evicted<'_> {
-    type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0.fired.get() {
-            Poll::Ready(())
-        } else {
-            self.0.waker.set(Some(cx.waker().clone()));
-            Poll::Pending
-        }
     }
 }
 

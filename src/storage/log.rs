@@ -16,10 +16,10 @@
 
 use super::error::{Error, Result};
 use super::io::{SealedBytes, SegmentFile, SegmentStore};
-use super::notify::Notify;
 use super::record::{self, DecodeError, RecordHeader, SEAL_FRAMED_BYTES};
 use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES};
 use crate::metrics::Histo;
+use crate::notify::Notify;
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};

@@ -7,7 +7,6 @@ pub mod dma_file;
 pub mod error;
 pub mod io;
 pub mod log;
-pub mod notify;
 pub mod record;
 pub mod sim_file;
 

@@ -1,7 +1,9 @@
 //! A single-waiter wake-up flag that works on any executor.
 //!
-//! The writer and the segment preparer each sleep on one of these; appends
-//! set it. No timers, no polling: a set flag wakes the sleeper once.
+//! The log's writer and segment preparer each sleep on one of these (appends
+//! set it); a connection waiting for a request head sleeps on one that its
+//! shard's connection gate sets to evict it. No timers, no polling: a set
+//! flag wakes the sleeper once.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
