@@ -735,7 +735,7 @@ impl<S: SegmentStore> Shard<S> {
         out.histogram(Family::FdatasyncSeconds, id, &l.sync_us);
         out.sample(Family::PendingBytes, id, "", self.log.pending_bytes());
         out.sample(Family::Streams, id, "", self.streams.borrow().len() as u64);
-        out.sample(Family::DirectIo, id, "", l.write_is_durable as u64);
+        out.sample(Family::DirectIo, id, "", self.log.store().write_is_durable() as u64);
         out.sample(Family::Segments, id, "", self.log.sealed_segments().len() as u64 + 1);
         out.sample(Family::SegmentsReclaimed, id, "", s.segments_reclaimed);
         out

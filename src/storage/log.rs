@@ -76,8 +76,6 @@ pub struct LogStats {
     pub write_us: Histo,
     /// Microseconds of each fdatasync (none when writes are durable by themselves).
     pub sync_us: Histo,
-    /// Writes are O_DIRECT|O_DSYNC: durable on completion, no separate sync timed.
-    pub write_is_durable: bool,
 }
 
 impl Default for LogStats {
@@ -91,7 +89,6 @@ impl Default for LogStats {
             flush_io_us: Histo::latency_us(),
             write_us: Histo::latency_us(),
             sync_us: Histo::latency_us(),
-            write_is_durable: false,
         }
     }
 }
@@ -226,7 +223,6 @@ impl<S: SegmentStore> Log<S> {
         report.active_segment = active;
         segments
             .insert(active, SegData::Mirror { buf: Vec::new(), records: 0, durable_len: 0, sealed: false, file: None });
-        let write_is_durable = store.write_is_durable();
         let log = Log {
             store,
             cfg,
@@ -239,7 +235,7 @@ impl<S: SegmentStore> Log<S> {
                 records_pending: 0,
                 waiters: VecDeque::new(),
                 poisoned: None,
-                stats: LogStats { write_is_durable, ..LogStats::default() },
+                stats: LogStats::default(),
             }),
             wake_writer: Notify::default(),
             wake_preparer: Notify::default(),
@@ -534,7 +530,7 @@ impl<S: SegmentStore> Log<S> {
             file.sync().await.map_err(|source| Error::io("fdatasync", job.segment, source))?;
             let mut st = self.st.borrow_mut();
             st.stats.write_us.record((written - t).as_micros() as u64);
-            if !st.stats.write_is_durable {
+            if !self.store.write_is_durable() {
                 st.stats.sync_us.record(written.elapsed().as_micros() as u64);
             }
         }
