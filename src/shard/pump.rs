@@ -142,6 +142,12 @@ struct Visible {
 
 impl Stream {
     /// A stream with this configuration and nothing else yet.
+    /// Recovery: a stream known so far only by its uid (appends whose create
+    /// was reclaimed), until a state record adopts it and fills in the rest.
+    fn adoptable(uid: u64, incarnation: u32, now: i64) -> Self {
+        Stream::new(uid, incarnation, String::new(), Lifetime::Forever, 0, now)
+    }
+
     fn new(uid: u64, incarnation: u32, content_type: String, lifetime: Lifetime, created_at_ms: i64, now: i64) -> Self {
         Stream {
             uid,
@@ -476,9 +482,9 @@ impl<S: SegmentStore> Shard<S> {
                     let mut streams = shard.streams.borrow_mut();
                     let s = match key.as_ref().and_then(|k| streams.get_mut(k)) {
                         Some(s) => s,
-                        None => orphans.entry(h.stream_id).or_insert_with(|| {
-                            Stream::new(h.stream_id, h.incarnation, String::new(), Lifetime::Forever, 0, boot_ms)
-                        }),
+                        None => orphans
+                            .entry(h.stream_id)
+                            .or_insert_with(|| Stream::adoptable(h.stream_id, h.incarnation, boot_ms)),
                     };
                     if s.incarnation != h.incarnation {
                         continue;
@@ -502,12 +508,12 @@ impl<S: SegmentStore> Shard<S> {
                     let known = shard.by_uid.borrow().get(&h.stream_id).cloned();
                     let mut s = match known.and_then(|k| shard.streams.borrow_mut().remove(&k)) {
                         Some(s) => s,
-                        None => orphans.remove(&h.stream_id).unwrap_or_else(|| {
-                            Stream::new(h.stream_id, h.incarnation, String::new(), Lifetime::Forever, 0, boot_ms)
-                        }),
+                        None => orphans
+                            .remove(&h.stream_id)
+                            .unwrap_or_else(|| Stream::adoptable(h.stream_id, h.incarnation, boot_ms)),
                     };
                     if s.incarnation != h.incarnation {
-                        s = Stream::new(h.stream_id, h.incarnation, String::new(), Lifetime::Forever, 0, boot_ms);
+                        s = Stream::adoptable(h.stream_id, h.incarnation, boot_ms);
                     }
                     // Records between what was replayed and this record may
                     // have been reclaimed (their data trimmed by a later
