@@ -11,6 +11,7 @@
 //! - [`metrics`]: counters and histograms, Prometheus text; pure, used by
 //!   `http`, `shard` and `storage` like `limits`.
 //! - [`notify`]: a single-waiter wake-up flag, used by `http` and `storage`.
+//! - [`latch`]: a countdown latch across threads, for boot and shutdown.
 //! - [`config`], [`cli`]: flags, environment and config file to configuration.
 //! - [`preflight`]: startup checks (io_uring, locked memory, O_DIRECT, the
 //!   data directory's lock) with messages that say what to change.
@@ -31,6 +32,7 @@
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod latch;
 pub mod limits;
 pub mod metrics;
 pub mod notify;

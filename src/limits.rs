@@ -94,10 +94,6 @@ pub const LONG_POLL_TIMEOUT_MS_MAX: u64 = 600_000;
 /// their last offset (F72), which lets CDNs collapse requests.
 pub const SSE_CONNECTION_MS_MAX: u64 = 60_000;
 
-/// Interval of the liveness watchdog that wakes parked executors (see
-/// `server::start_kicker`): the longest a lost io_uring wake-up can stall.
-pub const EXECUTOR_KICK_INTERVAL_MS: u64 = 5;
-
 /// Graceful shutdown (SIGTERM/SIGINT): the process exits 0 once every shard
 /// drained and synced, and exits 1 (with an error line) if that takes longer
 /// than this.
@@ -105,21 +101,16 @@ pub const SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
 /// During shutdown, how long connections get to finish their request in
 /// flight before the shards make their final sync anyway.
 pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
-/// How often each shard checks the process-wide shutdown flag (and, while
-/// draining, its open connections).
-pub const SHUTDOWN_POLL_MS: u64 = 5;
-
 /// Largest value the latency histograms of /metrics track (microseconds);
 /// longer latencies count as this.
 pub const HISTOGRAM_LATENCY_US_MAX: u64 = 60_000_000;
 /// Largest group-commit batch (records per flush) the batch histogram tracks.
 pub const HISTOGRAM_BATCH_RECORDS_MAX: u64 = 1 << 20;
 
-/// Boot is restarted (the process re-executes itself) when no shard made
-/// progress for this long, at most BOOT_ATTEMPTS_MAX times; see
-/// `server::wait_boot`.
+/// A boot in which no shard reported progress for this long is reported
+/// (a warning naming each shard's step) and waited for; see
+/// `server::next_boot_message`.
 pub const BOOT_STALL_SECS: u64 = 10;
-pub const BOOT_ATTEMPTS_MAX: u32 = 3;
 
 /// Accepted appends remembered per idempotent producer, so that a retried
 /// duplicate answers with its original offset.

@@ -7,8 +7,9 @@
 use crate::config::Config;
 use crate::http::conn::{self, ConnContext};
 use crate::http::stop::Stop;
+use crate::latch::Latch;
 use crate::limits::{
-    EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHUTDOWN_DRAIN_MS, SHUTDOWN_POLL_MS,
+    BOOT_STALL_SECS, EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US, SHARDS_MAX, SHUTDOWN_DRAIN_MS,
     SHUTDOWN_TIMEOUT_MS,
 };
 use crate::metrics::{EdgeMetrics, Family, Samples};
@@ -27,7 +28,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -154,25 +155,40 @@ impl ConnContext for Ctx {
 }
 
 /// Sent when a shard's executor finishes (also on a panic or a failed
-/// boot): clears its thread id so the kicker stops signalling it.
+/// boot), so that the main thread never waits for a shard that is gone.
 struct ShardExit {
     id: usize,
-    threads: Arc<Vec<AtomicU64>>,
     done: crossbeam_channel::Sender<Result<(), String>>,
     result: Option<Result<(), String>>,
 }
 
 impl Drop for ShardExit {
     fn drop(&mut self) {
-        self.threads[self.id].store(0, Ordering::Release);
         let r = self.result.take().unwrap_or_else(|| Err(format!("shard {} stopped unexpectedly", self.id)));
         let _ = self.done.send(r);
     }
 }
 
+/// What a booting shard tells the main thread, in this order: steps (each
+/// one proof of progress), Replicated (its buckets and fork references are
+/// known to every shard), Ready (listening), or Failed at any point.
 enum Boot {
+    Step { shard: usize, what: &'static str },
+    Replicated,
     Ready(Recovered),
     Failed(String),
+}
+
+/// The latches that carry boot and shutdown across threads (each shard
+/// waits in the slot of its id).
+struct Phases {
+    /// Opened by the main thread once every shard replicated: start serving.
+    go: Latch,
+    /// Opened by the signal thread: stop accepting and drain.
+    stop: Latch,
+    /// Counted down by each shard once its connections are done; the final
+    /// syncs wait for all of them (a request in flight may need any shard).
+    drained: Latch,
 }
 
 /// One shard's recovery, for the startup log.
@@ -226,48 +242,39 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     // the signal thread receives SIGTERM/SIGINT.
     let stop_signals = block_stop_signals()?;
     let state = Arc::new(AtomicU8::new(BOOTING));
-    start_signal_thread(stop_signals, state.clone());
+    let n = cfg.shards;
+    let phases = Arc::new(Phases { go: Latch::new(1, n), stop: Latch::new(1, n), drained: Latch::new(n, n) });
+    start_signal_thread(stop_signals, state.clone(), phases.clone());
     let (reservation, addr) = reserve(cfg.listen)?;
     let mut mesh_plan = mesh::Plan::new(cfg.shards).context("creating the cross-shard mesh")?;
-    let (boot_tx, boot_rx) = crossbeam_channel::bounded::<Boot>(cfg.shards);
-    // Two barriers driven from here: "every shard recovered and replicated
-    // its buckets" then "listen".
-    let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(cfg.shards);
-    let (replicated_tx, replicated_rx) = crossbeam_channel::bounded::<()>(cfg.shards);
-    let threads: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.shards).map(|_| AtomicU64::new(0)).collect());
-    let progress: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.shards).map(|_| AtomicU64::new(0)).collect());
-    install_kick_handler()?;
-    let kicker_stop = Arc::new(AtomicBool::new(false));
-    let kicker = start_kicker(threads.clone(), kicker_stop.clone());
+    // Unbounded: each shard sends a handful of boot messages.
+    let (boot_tx, boot_rx) = crossbeam_channel::unbounded::<Boot>();
     let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<(), String>>(cfg.shards);
-    let drained = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
     for id in 0..cfg.shards {
-        let threads = threads.clone();
         let done = done_tx.clone();
         let state = state.clone();
-        let drained = drained.clone();
-        let progress = progress.clone();
+        let phases = phases.clone();
         let placement = if cfg.pin { Placement::Fixed(cpus[id % cpus.len()]) } else { Placement::Unbound };
         let cfg = cfg.clone();
         let link = mesh_plan.link(id);
         let boot_tx = boot_tx.clone();
-        let go_rx = go_rx.clone();
-        let replicated_tx = replicated_tx.clone();
         let h = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
             .io_memory(EXECUTOR_IO_MEMORY_BYTES)
             .preempt_timer(Duration::from_micros(EXECUTOR_PREEMPT_TIMER_US))
             .spawn(move || {
-                // Safety: pthread_self has no preconditions.
-                threads[id].store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
                 async move {
-                    let mut exit = ShardExit { id, threads, done, result: None };
+                    let mut exit = ShardExit { id, done, result: None };
                     let fail = |e: String| {
                         let _ = boot_tx.send(Boot::Failed(e));
                     };
                     let dir = cfg.data_dir.join(format!("shard-{id}"));
-                    boot_step(&progress[id], &format!("shard {id}: boot: opening {}", dir.display()));
+                    let step = |what| {
+                        tracing::debug!("shard {id}: boot: {what}");
+                        let _ = boot_tx.send(Boot::Step { shard: id, what });
+                    };
+                    step("opening the data directory");
                     let store = match DiskStore::open(&dir, direct).await {
                         Ok(s) => s,
                         Err(e) => return fail(format!("shard {id}: opening {}: {e}", dir.display())),
@@ -275,7 +282,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     let storage = crate::storage::io::SegmentStore::describe(&store);
                     let log_cfg =
                         LogConfig { segment_bytes: cfg.segment_bytes, pending_bytes_max: cfg.max_pending_bytes };
-                    boot_step(&progress[id], &format!("shard {id}: boot: recovering the log"));
+                    step("recovering the log");
                     let recovery_started = Instant::now();
                     let (log, records, report) = match Log::open(store, log_cfg).await {
                         Ok(x) => x,
@@ -297,7 +304,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     glommio::spawn_local(async move { l.run_writer().await }).detach();
                     let l = log.clone();
                     glommio::spawn_local(async move { l.run_preparer().await }).detach();
-                    boot_step(&progress[id], &format!("shard {id}: boot: joining the mesh"));
+                    step("joining the mesh");
                     let (mesh, inbox) = link.join();
                     shard.set_peers(mesh.clone());
                     let edge = Rc::new(EdgeMetrics::default());
@@ -335,12 +342,10 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                             return fail(format!("shard {id}: counting fork references: {e}"));
                         }
                     }
-                    boot_step(&progress[id], &format!("shard {id}: boot: replicated"));
-                    let _ = replicated_tx.send(());
+                    step("replicated buckets and fork references");
+                    let _ = boot_tx.send(Boot::Replicated);
                     // Wait for every shard's buckets, while still serving the mesh.
-                    while go_rx.try_recv().is_err() {
-                        glommio::timer::sleep(Duration::from_millis(1)).await;
-                    }
+                    phases.go.wait(id).await;
                     let s = shard.clone();
                     glommio::spawn_local(async move { s.collect_unreferenced().await }).detach();
                     // Only now: every fork has counted its reference, so the
@@ -353,7 +358,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         }
                     })
                     .detach();
-                    boot_step(&progress[id], &format!("shard {id}: boot: listening"));
+                    step("listening");
                     let listener = match TcpListener::bind(addr) {
                         Ok(l) => l,
                         Err(e) => return fail(format!("shard {id}: listening on {addr}: {e}")),
@@ -379,11 +384,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                     // The process-wide flag (set by the signal thread) becomes
                     // this shard's stop: live reads answer, idle connections close.
                     {
-                        let (shard, stop, state) = (shard.clone(), stop.clone(), state.clone());
+                        let (shard, stop, phases) = (shard.clone(), stop.clone(), phases.clone());
                         glommio::spawn_local(async move {
-                            while state.load(Ordering::Acquire) != STOPPING {
-                                glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
-                            }
+                            phases.stop.wait(id).await;
                             shard.begin_shutdown();
                             stop.trigger();
                         })
@@ -413,7 +416,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                         conn::admit(stream, ctx.clone(), &gate);
                     }
                     drop(listener);
-                    let r = drain(id, cfg.shards, &shard, &edge, &drained).await;
+                    let r = drain(id, &shard, &edge, &gate, &phases.drained).await;
                     exit.result = Some(r);
                 }
             })
@@ -421,18 +424,16 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         handles.push(h);
     }
     drop(boot_tx);
+    let mut steps = vec!["starting"; cfg.shards];
     for _ in 0..cfg.shards {
-        wait_boot(&replicated_rx, &boot_rx, &progress)?;
-        if let Ok(Boot::Failed(e)) = boot_rx.try_recv() {
-            bail!(e);
+        if !matches!(next_boot_message(&boot_rx, &mut steps)?, Boot::Replicated) {
+            bail!("boot: a shard reported ready before every shard replicated");
         }
     }
-    for _ in 0..cfg.shards {
-        let _ = go_tx.send(());
-    }
+    phases.go.count_down();
     let (mut streams, mut bytes, mut records, mut segments, mut torn, mut slowest) = (0, 0, 0, 0, 0, Duration::ZERO);
     for _ in 0..cfg.shards {
-        match wait_boot(&boot_rx, &boot_rx, &progress)? {
+        match next_boot_message(&boot_rx, &mut steps)? {
             Boot::Ready(r) => {
                 macro_rules! shard_recovered {
                     ($level:ident) => {
@@ -463,7 +464,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
                 torn += usize::from(r.report.torn_tail.is_some());
                 slowest = slowest.max(r.elapsed);
             }
-            Boot::Failed(e) => bail!(e),
+            _ => bail!("boot: a shard replicated twice"),
         }
     }
     tracing::info!(
@@ -495,10 +496,6 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
             Err(_) => break,
         }
     }
-    // No executor is signalled after the kicker stopped, so joining them
-    // cannot race a pthread_kill.
-    kicker_stop.store(true, Ordering::Release);
-    let _ = kicker.join();
     for h in handles {
         if let Err(e) = h.join() {
             failures.push(format!("a shard stopped: {e:?}"));
@@ -518,27 +515,32 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
 /// tasks.
 async fn drain(
     id: usize,
-    shards: usize,
     shard: &Shard<DiskStore>,
     edge: &EdgeMetrics,
-    drained: &AtomicUsize,
+    gate: &conn::Gate,
+    drained: &Latch,
 ) -> Result<(), String> {
-    let poll = Duration::from_millis(SHUTDOWN_POLL_MS);
     tracing::info!("shard {id}: stopped accepting; {} connections to finish", edge.connections.get());
-    let deadline = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS);
-    while edge.connections.get() > 0 && std::time::Instant::now() < deadline {
-        glommio::timer::sleep(poll).await;
-    }
-    if edge.connections.get() > 0 {
+    let deadline = glommio::timer::sleep(Duration::from_millis(SHUTDOWN_DRAIN_MS));
+    let closed = async {
+        while edge.connections.get() > 0 {
+            gate.all_closed().await;
+        }
+        true
+    };
+    if !futures_lite::future::or(closed, async {
+        deadline.await;
+        false
+    })
+    .await
+    {
         tracing::warn!(
             "shard {id}: {} connections still open after {SHUTDOWN_DRAIN_MS} ms; closing them",
             edge.connections.get()
         );
     }
-    drained.fetch_add(1, Ordering::AcqRel);
-    while drained.load(Ordering::Acquire) < shards {
-        glommio::timer::sleep(poll).await;
-    }
+    drained.count_down();
+    drained.wait(id).await;
     let log = shard.log();
     let tail = log.tail_lsn();
     let r = log.durable(tail).await.map_err(|e| format!("shard {id}: final sync failed: {e}"));
@@ -576,13 +578,13 @@ fn signal_name(sig: libc::c_int) -> &'static str {
 }
 
 /// Waits for SIGTERM or SIGINT (blocked in every thread). The first one
-/// moves the process to STOPPING, which every shard notices within
-/// SHUTDOWN_POLL_MS; the main thread then returns (exit status 0) once all
+/// moves the process to STOPPING and opens the stop latch, which wakes every
+/// shard at once; the main thread then returns (exit status 0) once all
 /// shards drained and synced. If that takes longer than SHUTDOWN_TIMEOUT_MS,
 /// or a second signal comes, this thread logs it and exits with status 1.
 /// A signal during boot exits at once with status 0: nothing has been
 /// acknowledged that is not already durable, and recovery is idempotent.
-fn start_signal_thread(set: libc::sigset_t, state: Arc<AtomicU8>) {
+fn start_signal_thread(set: libc::sigset_t, state: Arc<AtomicU8>, phases: Arc<Phases>) {
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -602,6 +604,7 @@ fn start_signal_thread(set: libc::sigset_t, state: Arc<AtomicU8>) {
                 "{}: shutting down (stop accepting, finish requests in flight, end live reads, final sync; limit {SHUTDOWN_TIMEOUT_MS} ms)",
                 signal_name(sig)
             );
+            phases.stop.count_down();
             let deadline = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_TIMEOUT_MS);
             loop {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -623,104 +626,31 @@ fn start_signal_thread(set: libc::sigset_t, state: Arc<AtomicU8>) {
         .expect("starting the signal thread");
 }
 
-extern "C" fn on_kick(_: libc::c_int) {}
-
-/// A no-op SIGUSR1 handler without SA_RESTART, so a kick makes a sleeping
-/// `io_uring_enter` return EINTR (which glommio treats as a wake-up).
-fn install_kick_handler() -> anyhow::Result<()> {
-    // Safety: sigaction with a zeroed struct, a valid handler and an empty mask.
-    let rc = unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_kick as extern "C" fn(libc::c_int) as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut())
-    };
-    if rc != 0 {
-        bail!("installing the SIGUSR1 handler: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Liveness watchdog. glommio 0.9 on this kernel (6.x) sometimes parks an
-/// executor in `io_uring_enter` although work is ready: a completion from
-/// its blocking-syscall pool, a timer on its latency ring, or even the
-/// first poll of a new task is never noticed (we saw boot hang in about
-/// 1 of 25 starts under load, and idle servers leave a request waiting until
-/// unrelated traffic arrived). Kicking every executor thread with a signal
-/// every EXECUTOR_KICK_INTERVAL_MS bounds such a stall to that interval; a
-/// kicked executor re-checks all its rings and queues, and goes back to sleep
-/// if there is nothing to do.
-fn start_kicker(threads: Arc<Vec<AtomicU64>>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::Builder::new()
-        .name("kicker".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(crate::limits::EXECUTOR_KICK_INTERVAL_MS));
-                for t in threads.iter() {
-                    let tid = t.load(Ordering::Acquire);
-                    if tid != 0 {
-                        // Safety: the id is a live executor thread of this process
-                        // (an executor clears its id before it ends, and the main
-                        // thread joins executors only after this thread stopped).
-                        unsafe { libc::pthread_kill(tid as libc::pthread_t, libc::SIGUSR1) };
-                    }
-                }
-            }
-        })
-        .expect("starting the kicker thread")
-}
-
-fn boot_step(progress: &AtomicU64, what: &str) {
-    tracing::debug!("{what}");
-    progress.fetch_add(1, Ordering::Release);
-}
-
-/// Waits for one boot message. glommio 0.9 occasionally loses an I/O
-/// completion during an executor's first steps (about 1 boot in 50 under
-/// heavy parallel load; the kicker does not revive it because nothing is
-/// pending any more). Boot is idempotent (recovery only reads, truncates a
-/// torn tail and removes unused segments), so when no shard has made
-/// progress for BOOT_STALL_SECS we start over by re-executing ourselves, at
-/// most BOOT_ATTEMPTS_MAX times.
-fn wait_boot<T>(
-    rx: &crossbeam_channel::Receiver<T>,
-    failures: &crossbeam_channel::Receiver<Boot>,
-    progress: &[AtomicU64],
-) -> anyhow::Result<T> {
-    use crate::limits::{BOOT_ATTEMPTS_MAX, BOOT_STALL_SECS};
-    let total = || progress.iter().map(|p| p.load(Ordering::Acquire)).sum::<u64>();
-    let mut seen = total();
-    let mut since = std::time::Instant::now();
+/// Waits for the next boot message that is not a step, noting each shard's
+/// last step. Boot normally takes milliseconds, but recovering a large log
+/// legitimately takes longer, so a boot without progress for BOOT_STALL_SECS
+/// is reported loudly (where each shard is) and waited for, never retried.
+fn next_boot_message(rx: &crossbeam_channel::Receiver<Boot>, steps: &mut [&'static str]) -> anyhow::Result<Boot> {
+    let stall = Duration::from_secs(BOOT_STALL_SECS);
+    let mut quiet = Duration::ZERO;
     loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(x) => return Ok(x),
+        match rx.recv_timeout(stall) {
+            Ok(Boot::Step { shard, what }) => {
+                steps[shard] = what;
+                quiet = Duration::ZERO;
+            }
+            Ok(Boot::Failed(e)) => bail!(e),
+            Ok(other) => return Ok(other),
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => bail!("a shard exited during boot"),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                quiet += stall;
+                let at: Vec<String> = steps.iter().enumerate().map(|(i, s)| format!("shard {i}: {s}")).collect();
+                tracing::warn!(
+                    "boot has made no progress for {} s; still waiting ({})",
+                    quiet.as_secs(),
+                    at.join(", ")
+                );
+            }
         }
-        if let Ok(Boot::Failed(e)) = failures.try_recv() {
-            bail!(e);
-        }
-        let now = total();
-        if now != seen {
-            seen = now;
-            since = std::time::Instant::now();
-            continue;
-        }
-        if since.elapsed() < Duration::from_secs(BOOT_STALL_SECS) {
-            continue;
-        }
-        let attempt: u32 = std::env::var("RINGSTREAM_BOOT_ATTEMPT").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
-        if attempt >= BOOT_ATTEMPTS_MAX {
-            tracing::error!("boot made no progress for {BOOT_STALL_SECS} s (attempt {attempt}); still waiting");
-            since = std::time::Instant::now();
-            continue;
-        }
-        tracing::error!("boot made no progress for {BOOT_STALL_SECS} s (an executor lost an I/O completion); restarting the process, attempt {}", attempt + 1);
-        use std::os::unix::process::CommandExt;
-        let err = std::process::Command::new("/proc/self/exe")
-            .args(std::env::args_os().skip(1))
-            .env("RINGSTREAM_BOOT_ATTEMPT", (attempt + 1).to_string())
-            .exec();
-        bail!("re-executing for a new boot attempt: {err}");
     }
 }

@@ -134,6 +134,8 @@ pub struct Gate {
     next_wait: Cell<u64>,
     /// Connections waiting for a request head, oldest wait first.
     waiting: RefCell<BTreeMap<u64, Rc<Notify>>>,
+    /// Set whenever the last open connection closes (graceful shutdown waits on it).
+    none_open: Notify,
 }
 
 impl Gate {
@@ -144,7 +146,14 @@ impl Gate {
             refusing: Cell::new(0),
             next_wait: Cell::new(0),
             waiting: RefCell::new(BTreeMap::new()),
+            none_open: Notify::default(),
         }
+    }
+
+    /// Resolves once the last open connection closed since the previous
+    /// call resolved (the caller re-checks the gauge).
+    pub async fn all_closed(&self) {
+        self.none_open.wait().await
     }
 
     /// A slot for a new connection when `open` are open (the shard's
@@ -209,8 +218,13 @@ pub fn admit<C: ConnContext + ?Sized + 'static>(stream: TcpStream, cx: Rc<C>, ga
     // Counted open until served: the gate bounds this gauge, shutdown waits for it.
     edge.connections.set(edge.connections.get() + 1);
     glommio::spawn_local(async move {
+        let gate = slot.gate.clone();
         serve(stream, cx.clone(), slot).await;
-        cx.edge().connections.set(cx.edge().connections.get() - 1);
+        let open = cx.edge().connections.get() - 1;
+        cx.edge().connections.set(open);
+        if open == 0 {
+            gate.none_open.notify();
+        }
     })
     .detach();
 }

@@ -7,10 +7,9 @@
 //! receiving shard waits for its doorbell with an io_uring read like any
 //! socket, so an idle shard costs nothing and is woken at once.
 //!
-//! Why not glommio's channel mesh: under an idle receiver it lost wake-ups
-//! (a reply sat in the ring until unrelated traffic arrived), which would
-//! hang a client. The arm / push / re-check protocol below is the classic
-//! one and its ordering is explicit (SeqCst fences on both sides).
+//! The arm / push / re-check protocol below is the classic one and its
+//! ordering is explicit (SeqCst fences on both sides); a doorbell is written
+//! only to a shard that is about to sleep.
 
 use super::router::{Reply, ShardRequest};
 use crate::protocol::Error;

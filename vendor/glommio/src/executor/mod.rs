@@ -1320,11 +1320,15 @@ impl LocalExecutor {
         self.reactor.need_preempt()
     }
 
+    /// Runs task queues until none is active or a preemption is due.
+    /// Returns `false` only when no task queue is active, so that the caller
+    /// may park; a preemption that is already pending is honoured only after
+    /// at least one queue ran (ringstream patch 1, see PATCHES.md).
     fn run_task_queues(&self) -> bool {
         let mut ran = false;
         loop {
             self.reactor.sys.install_eventfd();
-            if self.need_preempt() {
+            if ran && self.need_preempt() {
                 break;
             }
             if !self.run_one_task_queue() {
@@ -1373,7 +1377,9 @@ impl LocalExecutor {
             let mut tasks_executed_this_loop = 0;
             loop {
                 let mut queue_ref = queue.borrow_mut();
-                if self.need_preempt() || queue_ref.yielded() {
+                // A queue given the CPU runs at least one task, even with a
+                // preemption pending (ringstream patch 1, see PATCHES.md).
+                if (tasks_executed_this_loop > 0 && self.need_preempt()) || queue_ref.yielded() {
                     break;
                 }
 
@@ -2856,6 +2862,29 @@ mod test {
     };
 
     use super::*;
+
+    // ringstream patch 1: with a 1 µs preemption timer a preemption is
+    // pending nearly always; the executor must still run its tasks instead
+    // of parking with them queued.
+    #[test]
+    fn runs_tasks_while_a_preemption_is_pending() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _ex = LocalExecutorBuilder::new(Placement::Unbound)
+            .preempt_timer(Duration::from_micros(1))
+            .spawn(move || async move {
+                for i in 0..10_000u32 {
+                    crate::spawn_local(async move {
+                        futures_lite::future::yield_now().await;
+                        i
+                    })
+                    .await;
+                }
+                tx.send(()).unwrap();
+            })
+            .unwrap();
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the executor parked with runnable tasks");
+    }
 
     #[test]
     fn create_and_destroy_executor() {

@@ -1865,18 +1865,17 @@ impl Reactor {
             // `MEMBARRIER_CMD_PRIVATE_EXPEDITED`
             membarrier::heavy();
             let events = process_remote_channels() + self.flush_syscall_thread();
-            if events == 0 {
-                if self.eventfd_src.is_installed().unwrap() {
-                    self.link_rings_and_sleep(&mut main_ring)
-                        .expect("some error");
-                    // May have new cancellations related to the link ring fd.
-                    flush_cancellations!(into &mut 0; lat_ring, poll_ring, main_ring);
-                    flush_rings!(lat_ring, poll_ring, main_ring)?;
-                    consume_rings!(into &mut 0; lat_ring, poll_ring, main_ring);
-                }
-                // Woke up, so no need to notify us anymore.
-                self.notifier.wake_up();
+            if events == 0 && self.eventfd_src.is_installed().unwrap() {
+                self.link_rings_and_sleep(&mut main_ring)
+                    .expect("some error");
+                // May have new cancellations related to the link ring fd.
+                flush_cancellations!(into &mut 0; lat_ring, poll_ring, main_ring);
+                flush_rings!(lat_ring, poll_ring, main_ring)?;
+                consume_rings!(into &mut 0; lat_ring, poll_ring, main_ring);
             }
+            // Awake (or never slept), so no need to notify us anymore: undone
+            // on every path, not only after a sleep (ringstream patch 2).
+            self.notifier.wake_up();
         }
 
         if let Some(preempt) = preempt_timer() {
@@ -2034,6 +2033,20 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
+
+    // ringstream patch 2: a wait that finds remote work after
+    // `prepare_to_sleep` does not sleep, and must not leave the notifier
+    // armed (remote wakers would then write the eventfd of a running
+    // executor, and each such write is one more latency-ring completion).
+    #[test]
+    fn wait_that_does_not_sleep_disarms_the_notifier() {
+        let notifier = sys::new_sleep_notifier().unwrap();
+        let pool = BlockingThreadPool::new(PoolPlacement::Unbound(1), notifier.clone()).unwrap();
+        let reactor = Reactor::new(notifier.clone(), 0, 128, pool).unwrap();
+        let went_to_sleep_path = reactor.wait(|| None, None, 0, || 1).unwrap();
+        assert!(went_to_sleep_path, "nothing pending: wait should have tried to sleep");
+        assert!(!notifier.should_notify.load(std::sync::atomic::Ordering::Relaxed));
+    }
 
     #[test]
     fn timeout_smoke_test() {

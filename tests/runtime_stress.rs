@@ -1,0 +1,408 @@
+//! The executor runtime under stress: more glommio executors than CPUs, a
+//! short preemption timer, and every kind of wake-up the server relies on
+//! (a cross-executor doorbell over a Unix socket, glommio's shared channel,
+//! O_DIRECT writes and fdatasync, timers, `spawn_blocking`, `spawn_local` in
+//! loops), plus a loop of executor boots.
+//!
+//! glommio 0.9.0 parks an executor that still has runnable tasks when a
+//! preemption is pending (see vendor/glommio/PATCHES.md): there, one of these
+//! operations stalls until something unrelated wakes the thread, often for
+//! ever. A watchdog thread fails the test as soon as any single operation
+//! has been outstanding for longer than `OP_LIMIT`, naming it.
+//!
+//! `RINGSTREAM_STRESS_SECS` (default 6) sets how long the mixed workload
+//! runs, `RINGSTREAM_STRESS_BOOTS` (default 300) how many boots the boot loop
+//! makes.
+
+use glommio::channels::shared_channel;
+use glommio::io::DmaFile;
+use glommio::net::UnixStream;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// The slowest any one operation may be.
+const OP_LIMIT: Duration = Duration::from_millis(500);
+/// Short enough that a pending preemption is common at every step.
+const PREEMPT: Duration = Duration::from_micros(50);
+/// Small DMA pools, so that dozens of executors fit any memlock limit.
+const IO_MEMORY: usize = 512 * 1024;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn executors() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (2 * cpus).max(4) & !1 // even: executors pair up for the ping-pongs
+}
+
+/// The operations the watchdog can name.
+#[derive(Clone, Copy, Debug)]
+#[repr(usize)]
+enum Op {
+    /// A task that has not yet reached its first operation.
+    Start,
+    SpawnLocal,
+    Timer,
+    Blocking,
+    DirectWrite,
+    Doorbell,
+    SharedChannel,
+    Boot,
+}
+
+const OPS: [Op; 8] =
+    [Op::Start, Op::SpawnLocal, Op::Timer, Op::Blocking, Op::DirectWrite, Op::Doorbell, Op::SharedChannel, Op::Boot];
+
+/// What one task is doing and since when (nanoseconds after `epoch`, 0 =
+/// nothing). Every slot starts as `Start`, so an executor that never polls a
+/// new task is caught too.
+struct Slot {
+    since: AtomicU64,
+    op: AtomicUsize,
+}
+
+struct Watch {
+    epoch: Instant,
+    slots: Vec<Slot>,
+    completed: AtomicU64,
+    slowest_ns: AtomicU64,
+}
+
+impl Watch {
+    fn new(slots: usize) -> Arc<Watch> {
+        Arc::new(Watch {
+            epoch: Instant::now(),
+            slots: (0..slots)
+                .map(|_| Slot { since: AtomicU64::new(1), op: AtomicUsize::new(Op::Start as usize) })
+                .collect(),
+            completed: AtomicU64::new(0),
+            slowest_ns: AtomicU64::new(0),
+        })
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+
+    fn begin(&self, slot: usize, op: Op) {
+        self.slots[slot].op.store(op as usize, Ordering::Relaxed);
+        self.slots[slot].since.store(self.now_ns(), Ordering::Release);
+    }
+
+    fn end(&self, slot: usize) {
+        let since = self.slots[slot].since.swap(0, Ordering::AcqRel);
+        self.slowest_ns.fetch_max(self.now_ns() - since, Ordering::Relaxed);
+        self.completed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Times one operation of task `slot`.
+    async fn time<T>(&self, slot: usize, op: Op, f: impl std::future::Future<Output = T>) -> T {
+        self.begin(slot, op);
+        let out = f.await;
+        self.end(slot);
+        out
+    }
+
+    /// The first operation outstanding for longer than OP_LIMIT, if any.
+    fn overdue(&self) -> Option<String> {
+        let now = self.now_ns();
+        self.slots.iter().enumerate().find_map(|(i, s)| {
+            let since = s.since.load(Ordering::Acquire);
+            let age = Duration::from_nanos(now.saturating_sub(since));
+            (since != 0 && age > OP_LIMIT).then(|| {
+                let op = OPS[s.op.load(Ordering::Relaxed)];
+                format!("task {i}: {op:?} outstanding for {age:?} (limit {OP_LIMIT:?})")
+            })
+        })
+    }
+}
+
+/// Runs `work` on a helper thread while watching `watch`: panics naming the
+/// first overdue operation, or when `work` itself fails or panics. A stalled
+/// executor is left behind (the test process ends anyway).
+fn watched(watch: &Arc<Watch>, work: impl FnOnce() -> Result<(), String> + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+        let _ = tx.send(r.unwrap_or_else(|_| Err("the workload panicked".into())));
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(Ok(())) => break,
+            Ok(Err(e)) => panic!("{e}"),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the workload thread vanished"),
+        }
+        if let Some(what) = watch.overdue() {
+            panic!("runtime stall: {what}");
+        }
+    }
+    let slowest = Duration::from_nanos(watch.slowest_ns.load(Ordering::Relaxed));
+    eprintln!("{} operations, slowest {slowest:?}", watch.completed.load(Ordering::Relaxed));
+    assert!(watch.overdue().is_none());
+}
+
+fn scratch_dir(name: &str) -> PathBuf {
+    // Under target/, which is on a real file system (O_DIRECT needs one; /tmp may be tmpfs).
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn builder(name: String) -> LocalExecutorBuilder {
+    LocalExecutorBuilder::new(Placement::Unbound).name(&name).preempt_timer(PREEMPT).io_memory(IO_MEMORY)
+}
+
+/// A tiny deterministic generator (xorshift), one per task.
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// What one executor of the mixed workload gets: its index, its end of the
+/// doorbell socket and of the shared channels to its partner.
+struct Seat {
+    id: usize,
+    bell: std::os::unix::net::UnixStream,
+    to_partner: shared_channel::SharedSender<u64>,
+    from_partner: shared_channel::SharedReceiver<u64>,
+}
+
+/// Per executor, six tasks (one per kind of operation), each looping until
+/// the deadline: slots `id * 6 .. id * 6 + 6`.
+const TASKS_PER_EXECUTOR: usize = 6;
+
+/// A task that is not done at its first poll (glommio runs a new task at
+/// once, inside `spawn_local`), so the spawner really waits for it.
+async fn yielding<T>(v: T) -> T {
+    futures_lite::future::yield_now().await;
+    std::hint::black_box(v)
+}
+
+async fn mixed(seat: Seat, dir: PathBuf, watch: Arc<Watch>, until: Instant) -> Result<(), String> {
+    let base = seat.id * TASKS_PER_EXECUTOR;
+    let w = watch.clone();
+    let spawner = glommio::spawn_local(async move {
+        while Instant::now() < until {
+            w.time(base, Op::SpawnLocal, glommio::spawn_local(yielding(1))).await;
+        }
+    });
+    let w = watch.clone();
+    let timers = glommio::spawn_local(async move {
+        let mut rng = Rng(base as u64 + 7);
+        while Instant::now() < until {
+            let d = Duration::from_micros(rng.below(2_000));
+            w.time(base + 1, Op::Timer, glommio::timer::sleep(d)).await;
+        }
+    });
+    let w = watch.clone();
+    let blocking = glommio::spawn_local(async move {
+        while Instant::now() < until {
+            let fut = glommio::executor().spawn_blocking(|| std::hint::black_box(2 + 2));
+            w.time(base + 2, Op::Blocking, fut).await;
+        }
+    });
+    let w = watch.clone();
+    let disk = glommio::spawn_local(async move { direct_writes(&dir, seat.id, &w, base + 3, until).await });
+    let w = watch.clone();
+    let bell =
+        glommio::spawn_local(async move { doorbell(seat.bell, seat.id.is_multiple_of(2), &w, base + 4, until).await });
+    let w = watch.clone();
+    let channel = glommio::spawn_local(async move {
+        // Both at once: each end's connect waits for its peer's.
+        let (tx, rx) = futures_lite::future::zip(seat.to_partner.connect(), seat.from_partner.connect()).await;
+        let leader = seat.id.is_multiple_of(2);
+        let mut n = 0u64;
+        loop {
+            // The leader decides when to stop and tells the follower with u64::MAX.
+            let last = leader && Instant::now() >= until;
+            let v = if last { u64::MAX } else { n };
+            let round = async {
+                if leader {
+                    tx.send(v).await.map_err(|_| "shared channel closed")?;
+                    rx.recv().await.ok_or("shared channel closed")
+                } else {
+                    let got = rx.recv().await.ok_or("shared channel closed")?;
+                    tx.send(got).await.map_err(|_| "shared channel closed")?;
+                    Ok(got)
+                }
+            };
+            let got = w.time(base + 5, Op::SharedChannel, round).await?;
+            if got == u64::MAX {
+                return Ok::<(), String>(());
+            }
+            n += 1;
+        }
+    });
+    spawner.await;
+    timers.await;
+    blocking.await;
+    disk.await?;
+    bell.await?;
+    channel.await
+}
+
+async fn direct_writes(dir: &Path, id: usize, w: &Watch, slot: usize, until: Instant) -> Result<(), String> {
+    let path = dir.join(format!("exec-{id}.dat"));
+    let file = DmaFile::create(&path).await.map_err(|e| format!("creating {}: {e}", path.display()))?;
+    let mut pos = 0u64;
+    while Instant::now() < until {
+        let mut buf = file.alloc_dma_buffer(4096);
+        buf.as_bytes_mut().fill(id as u8);
+        let write = async {
+            file.write_at(buf, pos).await?;
+            file.fdatasync().await
+        };
+        w.time(slot, Op::DirectWrite, write).await.map_err(|e| format!("O_DIRECT write: {e}"))?;
+        pos = (pos + 4096) % (256 * 4096);
+    }
+    file.close().await.map_err(|e| e.to_string())
+}
+
+/// One byte there, one byte back, over a Unix socket pair: the shape of the
+/// server's cross-shard doorbell. The leader stops by sending 0xff.
+async fn doorbell(
+    std_bell: std::os::unix::net::UnixStream,
+    leader: bool,
+    w: &Watch,
+    slot: usize,
+    until: Instant,
+) -> Result<(), String> {
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    // Safety: the fd comes from a socket this task owns and hands over.
+    let mut bell = unsafe { UnixStream::from_raw_fd(std_bell.into_raw_fd()) };
+    let mut byte = [0u8; 1];
+    loop {
+        let last = leader && Instant::now() >= until;
+        let round = async {
+            if leader {
+                bell.write_all(&[if last { 0xff } else { 1 }]).await?;
+                bell.read_exact(&mut byte).await
+            } else {
+                bell.read_exact(&mut byte).await?;
+                bell.write_all(&byte).await
+            }
+        };
+        w.time(slot, Op::Doorbell, round).await.map_err(|e| format!("doorbell: {e}"))?;
+        if byte[0] == 0xff {
+            return Ok(());
+        }
+    }
+}
+
+#[test]
+fn mixed_wakeups_never_stall() {
+    let n = executors();
+    let secs = env_or("RINGSTREAM_STRESS_SECS", 6);
+    let watch = Watch::new(n * TASKS_PER_EXECUTOR);
+    let dir = scratch_dir("runtime-stress");
+    let mut seats = Vec::new();
+    for pair in 0..n / 2 {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (a_tx, b_rx) = shared_channel::new_bounded(4);
+        let (b_tx, a_rx) = shared_channel::new_bounded(4);
+        seats.push(Seat { id: 2 * pair, bell: a, to_partner: a_tx, from_partner: a_rx });
+        seats.push(Seat { id: 2 * pair + 1, bell: b, to_partner: b_tx, from_partner: b_rx });
+    }
+    let w = watch.clone();
+    let d = dir.clone();
+    watched(&watch, move || {
+        let until = Instant::now() + Duration::from_secs(secs);
+        let mut handles = Vec::new();
+        for seat in seats {
+            let (w, d) = (w.clone(), d.clone());
+            let h = builder(format!("stress-{}", seat.id))
+                .spawn(move || mixed(seat, d, w, until))
+                .map_err(|e| format!("starting an executor: {e}"))?;
+            handles.push(h);
+        }
+        for h in handles {
+            h.join().map_err(|e| format!("an executor failed: {e}"))??;
+        }
+        Ok(())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One boot: the steps the server's shards take before they serve (open,
+/// write and sync a file, a blocking call, a timer, a channel from another
+/// thread), timed as a whole.
+async fn boot(dir: PathBuf, i: usize) -> Result<(), String> {
+    let path = dir.join(format!("boot-{i}.dat"));
+    let file = DmaFile::create(&path).await.map_err(|e| format!("boot {i}: creating a file: {e}"))?;
+    let buf = file.alloc_dma_buffer(4096);
+    file.write_at(buf, 0).await.map_err(|e| format!("boot {i}: write: {e}"))?;
+    file.fdatasync().await.map_err(|e| format!("boot {i}: fdatasync: {e}"))?;
+    file.close().await.map_err(|e| format!("boot {i}: close: {e}"))?;
+    glommio::executor().spawn_blocking(move || std::fs::remove_file(path)).await.map_err(|e| e.to_string())?;
+    glommio::timer::sleep(Duration::from_micros(200)).await;
+    let (tx, rx) = futures_channel::oneshot::channel();
+    std::thread::spawn(move || tx.send(i));
+    match rx.await {
+        Ok(v) if v == i => Ok(()),
+        other => Err(format!("boot {i}: channel answered {other:?}")),
+    }
+}
+
+#[test]
+fn boot_loop_never_stalls() {
+    let n = executors();
+    let boots = env_or("RINGSTREAM_STRESS_BOOTS", 300) as usize;
+    // One slot per executor running at once; a boot is timed from its spawn to its join.
+    let watch = Watch::new(n);
+    let dir = scratch_dir("boot-loop");
+    let w = watch.clone();
+    let d = dir.clone();
+    watched(&watch, move || {
+        for round in 0..boots.div_ceil(n) {
+            let mut handles = Vec::new();
+            for slot in 0..n.min(boots - round * n) {
+                let i = round * n + slot;
+                w.begin(slot, Op::Boot);
+                let d = d.clone();
+                let h = builder(format!("boot-{i}"))
+                    .spawn(move || boot(d, i))
+                    .map_err(|e| format!("starting boot {i}: {e}"))?;
+                handles.push((slot, h));
+            }
+            for (slot, h) in handles {
+                h.join().map_err(|e| format!("a boot failed: {e}"))??;
+                w.end(slot);
+            }
+        }
+        Ok(())
+    });
+    assert_eq!(watch.completed.load(Ordering::Relaxed), boots as u64);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The smallest case: one executor, a 1 µs preemption timer, a task that
+/// spawns and awaits tasks in a loop.
+#[test]
+fn spawn_local_loop_with_tiny_preempt_timer() {
+    let watch = Watch::new(1);
+    let w = watch.clone();
+    watched(&watch, move || {
+        let h = LocalExecutorBuilder::new(Placement::Unbound)
+            .preempt_timer(Duration::from_micros(1))
+            .io_memory(IO_MEMORY)
+            .spawn(move || async move {
+                for i in 0..20_000u32 {
+                    w.time(0, Op::SpawnLocal, glommio::spawn_local(yielding(i))).await;
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        h.join().map_err(|e| e.to_string())
+    });
+}
