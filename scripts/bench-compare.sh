@@ -11,7 +11,8 @@
 # ./bench-results/<timestamp>).
 #
 # Usage: scripts/bench-compare.sh [--duration SECS] [--shards N] [--skip-ref]
-# Environment: REF_VERSION (default 0.3.7), REF_CACHE (npm cache dir).
+# Environment: REF_VERSION (default 0.3.7), REF_CACHE (npm cache dir),
+# RINGSTREAM (the server binary to measure; default target/release/ringstream).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=10
@@ -32,7 +33,7 @@ REF_VERSION="${REF_VERSION:-0.3.7}"
 REF_CACHE="${REF_CACHE:-$HOME/.cache/ringstream-refserver}"
 
 cargo build --release --quiet -p ringstream -p loadgen
-RS=target/release/ringstream
+RS="${RINGSTREAM:-target/release/ringstream}"
 LG=target/release/loadgen
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-bench.XXXXXX")"
 PIDS=()
