@@ -103,6 +103,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "latch slot 2 of 2")]
     fn a_slot_beyond_the_waiters_is_a_bug() {
-        let _ = Latch::new(1, 2).wait(2);
+        let latch = Latch::new(1, 2);
+        let _wait = latch.wait(2);
     }
 }
