@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Every test of the project: unit, integration (real server over real
-# sockets), storage fault injection, the official conformance suite against
+# sockets), the criterion benchmarks run once each as tests, storage fault injection, the official conformance suite against
 # a release build twice (across a restart on the same data), the official
 # TypeScript client under /ds, a short loadgen smoke run, and a short run of
 # each fuzz target (fuzz/, cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace
+# Each criterion benchmark once, as a test (they must build and run).
+cargo test --workspace --benches
 scripts/fuzz-smoke.sh
 scripts/conformance.sh --restart
 scripts/ts-client-demo.sh

@@ -6,13 +6,13 @@
 //! at startup with a message that names the setting and where the value came
 //! from. docs/operations.md lists every setting.
 
+use crate::config::DirectIoMode;
 use crate::config::{online_cpus, Config, LogFormat};
 use crate::limits::{
     CONN_BODY_TIMEOUT_MS, CONN_HEADER_TIMEOUT_MS, CONN_REQUEST_TIMEOUT_MS_MIN, LONG_POLL_TIMEOUT_MS_DEFAULT,
     LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SHARDS_MAX,
     SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN,
 };
-use crate::storage::dma_file::DirectIoMode;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use serde::Deserialize;
@@ -300,7 +300,7 @@ impl Resolver<'_> {
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
 
 /// A log filter is a level, or comma-separated `tracing` directives. A bare
-/// word that is not a level would silently mean "trace for target <word>",
+/// word that is not a level would silently mean "trace for target `<word>`",
 /// so it is refused.
 pub fn check_log_filter(filter: &str) -> Result<(), String> {
     if filter.trim().is_empty() {

@@ -1,7 +1,6 @@
 //! The server's configuration, decided once at boot (see `cli` for where
 //! each value comes from: flag > environment > config file > default).
 
-use crate::storage::dma_file::DirectIoMode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -42,4 +41,15 @@ pub enum LogFormat {
 
 pub fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `--direct-io` as given by the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DirectIoMode {
+    /// Fail at boot if the data directory cannot do O_DIRECT.
+    Required,
+    /// Use O_DIRECT where the file system supports it, buffered I/O elsewhere.
+    Optional,
+    /// Always buffered I/O (still fdatasync on every flush).
+    Disabled,
 }

@@ -2,9 +2,10 @@
 //! storage engine.
 //!
 //! Request path: `http::conn` -> `http::parse` -> `http::route` ->
-//! `shard::router` (local, or over `shard::mesh` to the owning core) ->
-//! `shard::pump` -> `storage::log` (group commit: O_DIRECT write + fdatasync)
-//! -> ack -> `http::respond`.
+//! `server::context` -> `shard::dispatch` (local, or over `shard::mesh` to
+//! the owning core) -> the shard's op (`shard::append`, `shard::read`, ...)
+//! -> `storage::log` (group commit: O_DIRECT|O_DSYNC write) -> ack ->
+//! `http::respond`. docs/ARCHITECTURE.md traces it file by file.
 //!
 //! # Layout
 //! - [`limits`]: every bound, named once.
@@ -15,10 +16,11 @@
 //! - [`config`], [`cli`]: flags, environment and config file to configuration.
 //! - [`preflight`]: startup checks (io_uring, locked memory, O_DIRECT, the
 //!   data directory's lock) with messages that say what to change.
-//! - [`server`]: boot (executors, recovery, listeners), no logic of its own.
+//! - [`server`]: the process's life: host checks, boot (executors,
+//!   recovery, listeners), signals, shutdown; no protocol logic.
 //! - [`http`]: bytes to typed requests and responses back; the /ds vs /v1 dialect.
-//! - [`shard`]: ownership (stable hash), the cross-core mesh, the pump that
-//!   applies operations to a shard's streams.
+//! - [`shard`]: ownership (stable hash), the cross-core mesh, and one file
+//!   per kind of operation on a shard's streams.
 //! - [`protocol`]: the Durable Streams rules as pure functions; no I/O.
 //! - [`storage`]: per-shard segment logs, recovery; no HTTP, no protocol.
 //!

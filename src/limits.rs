@@ -44,6 +44,9 @@ pub const SHARD_PENDING_BYTES_MAX: u64 = 64 * 1024 * 1024;
 pub const SHARD_PENDING_BYTES_MIN: u64 = 64 * 1024;
 /// Seconds a client is told to wait on backpressure.
 pub const RETRY_AFTER_SECS: u64 = 1;
+/// Seconds a client is told to wait when a shard refuses writes until an
+/// operator acts (its disk failed or filled up) or a shard is unreachable.
+pub const RETRY_AFTER_UNAVAILABLE_SECS: u64 = 5;
 
 /// Largest body of one catch-up read response; longer ranges are cut at a
 /// record boundary and the client continues from Stream-Next-Offset.

@@ -6,8 +6,8 @@
 //! can inject a disabled io_uring or a low RLIMIT_MEMLOCK); the thin
 //! wrappers around them read the real facts from the kernel.
 
+use crate::config::DirectIoMode;
 use crate::limits::GLOMMIO_MEMLOCK_FLOOR_BYTES;
-use crate::storage::dma_file::DirectIoMode;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -298,6 +298,25 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, String> {
     };
     write_pid(&mut file).map_err(|e| format!("writing {}: {e}", path.display()))?;
     Ok(DataDirLock { _file: file, path })
+}
+
+/// Whether the files in `dir` can be opened with O_DIRECT.
+pub fn supports_direct_io(dir: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join(".direct-io-probe");
+    let r = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe);
+    let _ = std::fs::remove_file(&probe);
+    match r {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

@@ -597,3 +597,20 @@ fn everything_survives_a_restart() {
     st(&c.request("GET", "/ds/emptyb", &[], b""), 404, "deleted after the first restart");
     assert_eq!(bucket_json(&mut c, "deleted")["streams"], 0);
 }
+
+/// A byte stream whose data is literally `[]` is data: only an empty read
+/// of a JSON stream is `[]` (the /ds 204-at-the-tail rule once treated any
+/// `[]` body as empty and answered a byte stream's last bytes with 204).
+#[test]
+fn brackets_in_a_byte_stream_are_data_at_the_tail() {
+    let srv = Server::start();
+    let mut c = srv.conn();
+    let b = "brackets";
+    make_bucket(&mut c, b);
+    st(&c.request("PUT", &ds(b, "bytes"), &[TEXT], b"[]"), 201, "create text stream with []");
+    let r = c.request("GET", &format!("{}?offset=-1", ds(b, "bytes")), &[], b"");
+    st(&r, 200, "read of [] from the start");
+    assert_eq!(r.body, b"[]");
+    st(&c.request("PUT", &ds(b, "json"), &[JSON], b""), 201, "create json stream");
+    st(&c.request("GET", &format!("{}?offset=-1", ds(b, "json")), &[], b""), 204, "empty JSON stream at the tail");
+}

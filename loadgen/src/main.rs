@@ -121,7 +121,7 @@ struct Args {
     content_type: Option<String>,
 
     /// Bodies are JSON messages of about the drawn size,
-    /// {"t":<send µs>,"i":<n>,"pad":"xxx..."}; streams are application/json.
+    /// `{"t":<send µs>,"i":<n>,"pad":"xxx..."}`; streams are application/json.
     #[arg(long)]
     json: bool,
 

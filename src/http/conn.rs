@@ -535,13 +535,11 @@ async fn serve_sse<C: ConnContext + ?Sized>(
         }
     };
     cx.edge().count_request(label, 200);
-    let json = crate::protocol::headers::is_json(&r.info.content_type);
     let base64 = !sse_is_text(&r.info.content_type);
     let mut out = Vec::with_capacity(4096);
     respond::sse_head(base64, &mut out);
     loop {
-        let has_data = !(r.body.is_empty() || (json && r.body == b"[]"));
-        if has_data {
+        if r.has_data() {
             sse::data_event(&mut out, &r.body, base64);
         }
         let cursor = crate::protocol::cursor::next_cursor(wall_ms(), client_cursor.as_deref(), jitter_secs());

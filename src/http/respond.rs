@@ -1,6 +1,7 @@
 //! Outcomes and errors to HTTP responses: the only place that knows status
 //! codes, and where the /ds and /v1 dialects differ (snakream.md's table).
 
+use crate::limits::RETRY_AFTER_UNAVAILABLE_SECS;
 use crate::protocol::{Bootstrap, Error, Listing, Outcome, StreamInfo, Surface};
 use std::fmt::Write;
 
@@ -166,7 +167,7 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
                 && rd.up_to_date
                 && !rd.closed_at_end
                 && rd.next_offset == rd.info.next_offset
-                && is_empty_read(&rd.body);
+                && !rd.has_data();
             let mut r = Response::new(if at_tail_open_ds { 204 } else { 200 })
                 .header("Content-Type", rd.info.content_type.clone())
                 .header("Stream-Next-Offset", rd.next_offset.to_string());
@@ -354,10 +355,6 @@ fn json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-fn is_empty_read(body: &[u8]) -> bool {
-    body.is_empty() || body == b"[]"
-}
-
 pub fn error(surface: Surface, e: &Error) -> Response {
     match e {
         Error::BadRequest(m) => Response::new(400).text(m),
@@ -380,8 +377,12 @@ pub fn error(surface: Surface, e: &Error) -> Response {
         Error::Overloaded { retry_after_secs } => {
             Response::new(503).header("Retry-After", retry_after_secs.to_string()).text(&e.to_string())
         }
-        Error::Unavailable(m) => Response::new(503).header("Retry-After", "5").text(m),
-        Error::InsufficientStorage(m) => Response::new(507).header("Retry-After", "5").text(m),
+        Error::Unavailable(m) => {
+            Response::new(503).header("Retry-After", RETRY_AFTER_UNAVAILABLE_SECS.to_string()).text(m)
+        }
+        Error::InsufficientStorage(m) => {
+            Response::new(507).header("Retry-After", RETRY_AFTER_UNAVAILABLE_SECS.to_string()).text(m)
+        }
     }
 }
 

@@ -105,11 +105,7 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
         // whose rules refuse it (400). So split the path as sent, then decode.
         let raw =
             head.raw_path.strip_prefix("/ds/").ok_or_else(|| bad("the /ds/ prefix must not be percent-encoded"))?;
-        let mut parts = raw.splitn(3, '/');
-        let bucket = decode(parts.next().unwrap_or_default())?;
-        validate_bucket_id(&bucket)?;
-        let stream = parts.next().map(decode).transpose()?;
-        let sub = parts.next().map(decode).transpose()?;
+        let DsPath { bucket, stream, sub } = ds_path(raw)?;
         return match stream.as_deref() {
             None | Some("") => {
                 let op = match head.method {
@@ -136,6 +132,26 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
         };
     }
     Err(RouteError::Protocol(Error::NotFound))
+}
+
+/// A `/ds/` path after its prefix, as sent: bucket, then stream, then a
+/// sub-resource, each percent-decoded on its own.
+struct DsPath {
+    bucket: String,
+    stream: Option<String>,
+    sub: Option<String>,
+}
+
+/// The one `/ds` path grammar (request paths and `Stream-Forked-From`). A
+/// '/' sent as such separates the parts; one sent as %2F belongs to the ID
+/// it is in, whose rules refuse it (400). So split as sent, then decode.
+fn ds_path(raw: &str) -> Result<DsPath, RouteError> {
+    let mut parts = raw.splitn(3, '/');
+    let bucket = decode(parts.next().unwrap_or_default())?;
+    validate_bucket_id(&bucket)?;
+    let stream = parts.next().map(decode).transpose()?;
+    let sub = parts.next().map(decode).transpose()?;
+    Ok(DsPath { bucket, stream, sub })
 }
 
 /// `?prefix=&after=&limit=` of a bucket listing: `limit` 1-1000 (default
@@ -272,16 +288,20 @@ fn fork_headers(head: &RequestHead) -> Result<Option<ForkReq>, RouteError> {
     if sub_offset > 0 && offset.is_none() {
         return Err(bad("Stream-Fork-Sub-Offset > 0 needs Stream-Fork-Offset"));
     }
-    let path = super::parse::percent_decode(from.split('?').next().unwrap_or(from), false)
-        .map_err(|_| bad("Stream-Forked-From is not a valid path"))?;
-    let source = if let Some(rest) = path.strip_prefix("/v1/stream/") {
-        let (bucket, stream) = split_v1_path(rest)?;
+    let raw = from.split('?').next().unwrap_or(from);
+    let source = if let Some(rest) = raw.strip_prefix("/ds/") {
+        match ds_path(rest)? {
+            DsPath { bucket, stream: Some(stream), sub: None } if !stream.is_empty() => {
+                validate_ds_stream_id(&stream)?;
+                StreamKey { bucket, stream }
+            }
+            _ => return Err(bad("Stream-Forked-From must name a stream")),
+        }
+    } else if let Some(rest) = raw.strip_prefix("/v1/stream/") {
+        let path =
+            super::parse::percent_decode(rest, false).map_err(|_| bad("Stream-Forked-From is not a valid path"))?;
+        let (bucket, stream) = split_v1_path(&path)?;
         StreamKey { bucket, stream }
-    } else if let Some(rest) = path.strip_prefix("/ds/") {
-        let (bucket, stream) = rest.split_once('/').ok_or_else(|| bad("Stream-Forked-From must name a stream"))?;
-        validate_bucket_id(bucket)?;
-        validate_ds_stream_id(stream)?;
-        StreamKey { bucket: bucket.into(), stream: stream.into() }
     } else {
         return Err(bad("Stream-Forked-From must be a /v1/stream/... or /ds/... path on this server"));
     };
@@ -308,6 +328,30 @@ mod tests {
             ("/v1/streamx", RouteLabel::Other),
         ] {
             assert_eq!(route_label(path), want, "{path}");
+        }
+    }
+
+    fn fork_source(from: &str) -> Result<Option<StreamKey>, RouteError> {
+        let raw = format!("PUT /ds/bucket1/fork HTTP/1.1\r\nStream-Forked-From: {from}\r\n\r\n");
+        let limits =
+            super::super::parse::ParseLimits { header_bytes_max: 8192, header_count_max: 32, body_bytes_max: 0 };
+        let (head, _) = super::super::parse::parse_head(raw.as_bytes(), &limits).unwrap();
+        fork_headers(&head).map(|f| f.map(|f| f.source))
+    }
+
+    #[test]
+    fn fork_sources_follow_the_path_grammar_of_their_surface() {
+        let key = |b: &str, s: &str| Some(StreamKey { bucket: b.into(), stream: s.into() });
+        assert_eq!(fork_source("/ds/bucket1/src").unwrap(), key("bucket1", "src"));
+        assert_eq!(fork_source("/ds/bucket1/src?offset=-1").unwrap(), key("bucket1", "src"));
+        assert_eq!(fork_source("/v1/stream/a/b/c").unwrap(), key("a", "b/c"));
+        assert_eq!(fork_source("/v1/stream/a/b%2Fc").unwrap(), key("a", "b/c"));
+        // Under /ds a %2F stays in the ID it was sent in (and IDs refuse it),
+        // as in request paths; a sub-resource or no stream names no stream.
+        for bad in
+            ["/ds/a%2Fbcd/src", "/ds/bucket1/s%2Fx", "/ds/bucket1/src/snapshot", "/ds/bucket1", "/ds/bucket1/", "/x/y"]
+        {
+            assert!(fork_source(bad).is_err(), "{bad}");
         }
     }
 }

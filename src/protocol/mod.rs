@@ -1,6 +1,6 @@
 //! The protocol's rules as pure code: no I/O, no glommio, no HTTP types.
 //!
-//! The HTTP edge turns requests into [`op::Op`]s; the shard checks them with
+//! The HTTP edge turns requests into [`op::StreamOp`]s and [`op::BucketOp`]s; the shard checks them with
 //! these functions against stream state and applies the verdict after the
 //! storage says the change is durable.
 

@@ -183,6 +183,13 @@ pub struct ReadOutcome {
     pub timed_out: bool,
 }
 
+impl ReadOutcome {
+    /// Whether the read carries messages (an empty read of a JSON stream is `[]`).
+    pub fn has_data(&self) -> bool {
+        !(self.body.is_empty() || (super::headers::is_json(&self.info.content_type) && self.body == b"[]"))
+    }
+}
+
 /// `GET .../bootstrap`: the current snapshot (if any), then the retained
 /// messages after it, each its own part (snakream.md).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,10 +1,281 @@
-//! Shards: one per core, each owning the streams that hash to it.
+//! The shard: where protocol rules meet storage. Every mutation of this
+//! shard's streams is serialised through here, on this shard's thread.
 //!
-//! `router` picks the owner, `mesh` carries requests between cores, `pump`
-//! applies operations against protocol rules and the shard's log.
+//! Rule for every answer: it describes only durable state. Writes are
+//! acknowledged after their record's flush; reads first wait for the
+//! stream's last record to be durable and never show a record past the
+//! log's durable point.
+//!
+//! `router` picks the owner, `mesh` carries requests between cores; the
+//! operations live one concern a file: `create`, `append`, `read`,
+//! `snapshot`, `lifecycle`, `fork`, `bucket`, `reclaim`, `recover`, over the
+//! state model in `stream`.
 
+mod append;
+mod bucket;
+mod create;
+mod dispatch;
+mod fork;
+mod lifecycle;
 pub mod mesh;
-pub mod pump;
+mod read;
+mod reclaim;
+mod recover;
 pub mod router;
+mod snapshot;
+mod stream;
 
-pub use pump::{Reply, Shard, ShardRequest};
+use crate::limits::READ_CHUNK_BYTES_MAX;
+use crate::metrics::{Family, Histo, Samples};
+use crate::protocol::headers::{is_json, stream_content_type, Lifetime};
+use crate::protocol::offset::ReadFrom;
+use crate::protocol::persist::{
+    self, AppendRecord, CreateRecord, ForkRecord, ProducerRecord, SnapshotMeta, StateRecord,
+};
+use crate::protocol::rules::{self, AppendContext, AppendVerdict, CreateConfig, ProducerState};
+use crate::protocol::{
+    json, AppendReq, Bootstrap, BucketOp, CreateReq, Error, ListReq, ListedStream, Listing, Live, Offset, Outcome,
+    ProducerAck, ReadOutcome, ReadReq, SnapshotReq, StreamInfo, StreamKey, StreamOp, Surface,
+};
+use crate::storage::io::SegmentStore;
+use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
+use futures_channel::oneshot;
+use mesh::Peers;
+use router::shard_for_bucket;
+pub use router::{Reply, ShardRequest};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+use stream::*;
+
+/// Counters for /metrics and the benchmarks.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ShardStats {
+    pub requests_local: u64,
+    pub requests_remote_in: u64,
+    pub appends: u64,
+    pub append_bytes: u64,
+    pub rejected_backpressure: u64,
+    /// Segment files deleted because no record in them was needed any more.
+    pub segments_reclaimed: u64,
+    /// State or bucket records re-logged so that an old segment could go.
+    pub relogged: u64,
+}
+
+pub struct Shard<S: SegmentStore> {
+    pub id: usize,
+    pub shards: usize,
+    log: Rc<Log<S>>,
+    streams: RefCell<HashMap<StreamKey, Stream>>,
+    by_uid: RefCell<HashMap<u64, StreamKey>>,
+    next_uid: Cell<u64>,
+    /// Incarnation of the last deleted stream of each name seen since boot.
+    tombstones: RefCell<HashMap<StreamKey, u32>>,
+    /// Buckets whose durable record is in this shard's log.
+    buckets_owned: RefCell<BTreeSet<String>>,
+    /// Every bucket that exists, replicated from the owners.
+    buckets_known: RefCell<BTreeSet<String>>,
+    peers: RefCell<Option<Rc<dyn Peers>>>,
+    pub stats: RefCell<ShardStats>,
+    /// Microseconds from an append reaching this shard to its durable ack.
+    append_us: RefCell<Histo>,
+    /// Shutting down: live reads answer at once instead of waiting.
+    stopping: Cell<bool>,
+    now_ms: Box<dyn Fn() -> i64>,
+    /// Timer for live reads, injected by the executor (keeps this file free
+    /// of glommio). None: live reads answer at once as if timed out.
+    sleep: RefCell<Option<Sleep>>,
+    long_poll_timeout: Cell<Duration>,
+    rng: Cell<u64>,
+    /// Per segment, what recovery may need from it besides data (see `reclaim`).
+    seg_index: RefCell<BTreeMap<u64, SegIndex>>,
+    /// Segment of each owned bucket's latest create record.
+    bucket_segs: RefCell<HashMap<String, u64>>,
+    /// Something may have freed a segment since the last reclaim pass.
+    reclaim_due: Cell<bool>,
+    /// Sealed segments at the end of the last reclaim pass.
+    reclaim_sealed: Cell<usize>,
+}
+
+/// An executor's timer: resolves after the duration.
+pub type Sleep = Rc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()>>>>;
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl<S: SegmentStore> Shard<S> {
+    /// A storage failure as the client sees it, naming this shard and
+    /// where its segments are (the storage error names the operation and
+    /// the segment).
+    pub(super) fn storage_err(&self, e: storage::Error) -> Error {
+        let at = || format!("shard {} ({}): {e}", self.id, self.log.store().location());
+        match e {
+            storage::Error::Full => Error::Overloaded { retry_after_secs: crate::limits::RETRY_AFTER_SECS },
+            storage::Error::TooLarge(_) => Error::TooLarge,
+            storage::Error::NoSpace { .. } => Error::InsufficientStorage(at()),
+            _ => Error::Unavailable(at()),
+        }
+    }
+
+    pub fn set_peers(&self, peers: Rc<dyn Peers>) {
+        *self.peers.borrow_mut() = Some(peers);
+    }
+
+    /// Gives the shard a timer and the long-poll timeout for live reads.
+    pub fn set_live(&self, sleep: Sleep, long_poll_timeout: Duration) {
+        *self.sleep.borrow_mut() = Some(sleep);
+        self.long_poll_timeout.set(long_poll_timeout);
+    }
+
+    pub fn log(&self) -> &Rc<Log<S>> {
+        &self.log
+    }
+
+    pub fn owned_buckets(&self) -> Vec<String> {
+        self.buckets_owned.borrow().iter().cloned().collect()
+    }
+
+    pub fn stream_count(&self) -> usize {
+        self.streams.borrow().len()
+    }
+
+    /// Replaces the wall clock (milliseconds since the epoch): for tests of
+    /// expiry, which would otherwise wait real seconds.
+    #[doc(hidden)]
+    pub fn set_clock(&mut self, f: Box<dyn Fn() -> i64>) {
+        self.now_ms = f;
+    }
+
+    /// Handles one request owned by this shard.
+    pub async fn handle(&self, req: ShardRequest) -> Reply {
+        match req {
+            ShardRequest::Stream { key, surface, op } => {
+                if surface == Surface::Ds && !self.buckets_known.borrow().contains(&key.bucket) {
+                    return Err(Error::NotFound);
+                }
+                self.stream_op(key, op).await
+            }
+            ShardRequest::Bucket { bucket, op } => self.bucket_op(bucket, op).await,
+            ShardRequest::ReplicateBucket { bucket, present } => {
+                if present {
+                    self.buckets_known.borrow_mut().insert(bucket);
+                } else {
+                    self.buckets_known.borrow_mut().remove(&bucket);
+                }
+                Ok(Outcome::Ack)
+            }
+            ShardRequest::CountBucket { bucket } => Ok(Outcome::Count(self.count_in_bucket(&bucket))),
+            ShardRequest::ListBucket { bucket, list } => self.list_bucket(bucket, list).await,
+            ShardRequest::ListPart { bucket, list } => self.list_part(&bucket, &list).await,
+            ShardRequest::Stats => Ok(Outcome::Stats(self.metrics().into_blocks())),
+            ShardRequest::ForkSnapshot { source, offset, sub_offset, content_type } => {
+                self.fork_snapshot(source, offset, sub_offset, content_type).await
+            }
+            ShardRequest::ForkRef { source, source_uid, add } => {
+                self.fork_ref(&source, source_uid, add).await;
+                Ok(Outcome::Ack)
+            }
+        }
+    }
+
+    /// This shard's storage and stream metrics (the HTTP edge adds its own).
+    pub fn metrics(&self) -> Samples {
+        let s = *self.stats.borrow();
+        let l = self.log.stats();
+        let id = self.id;
+        let mut out = Samples::default();
+        out.sample(Family::ShardRequests, id, "origin=\"local\"", s.requests_local);
+        out.sample(Family::ShardRequests, id, "origin=\"remote\"", s.requests_remote_in);
+        out.sample(Family::Appends, id, "", s.appends);
+        out.sample(Family::AppendedBytes, id, "", s.append_bytes);
+        out.histogram(Family::AppendSeconds, id, &self.append_us.borrow());
+        out.sample(Family::BackpressureRejections, id, "", s.rejected_backpressure);
+        out.sample(Family::Flushes, id, "", l.flushes);
+        out.sample(Family::FlushedRecords, id, "", l.records_flushed);
+        out.sample(Family::FlushedBytes, id, "", l.bytes_flushed);
+        out.histogram(Family::FlushBatchRecords, id, &l.batch_records);
+        out.histogram(Family::FlushSeconds, id, &l.flush_io_us);
+        out.histogram(Family::WriteSeconds, id, &l.write_us);
+        out.histogram(Family::FdatasyncSeconds, id, &l.sync_us);
+        out.sample(Family::PendingBytes, id, "", self.log.pending_bytes());
+        out.sample(Family::Streams, id, "", self.streams.borrow().len() as u64);
+        out.sample(Family::DirectIo, id, "", self.log.store().write_is_durable() as u64);
+        out.sample(Family::Segments, id, "", self.log.sealed_segments().len() as u64 + 1);
+        out.sample(Family::SegmentsReclaimed, id, "", s.segments_reclaimed);
+        out
+    }
+
+    /// Graceful shutdown: live reads waiting here answer now (as at their
+    /// timeout), and new ones answer at once.
+    pub fn begin_shutdown(&self) {
+        self.stopping.set(true);
+        for s in self.streams.borrow_mut().values_mut() {
+            for w in s.waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+
+    pub(super) async fn stream_op(&self, key: StreamKey, op: StreamOp) -> Reply {
+        let arrived = Instant::now();
+        // Let any in-flight record of this stream land first, so what we
+        // check and report is what the disk holds.
+        let pending = self.streams.borrow().get(&key).map(|s| s.last_lsn);
+        if let Some(lsn) = pending {
+            if let Err(e) = self.log.durable(lsn).await {
+                // A failed write poisoned the log: writes fail from now on,
+                // but reads still serve the durable part of a stream whose
+                // create is durable.
+                let read = matches!(op, StreamOp::Read(_) | StreamOp::Head { .. });
+                let created = self.streams.borrow().get(&key).is_some_and(|s| s.created_lsn <= self.log.durable_lsn());
+                if !(read && created) {
+                    return Err(self.storage_err(e));
+                }
+            }
+        }
+        self.expire_if_due(&key).await;
+        if self.streams.borrow().get(&key).is_some_and(|s| s.soft_deleted) {
+            return Err(match op {
+                StreamOp::Create(_) => Error::Conflict("a deleted stream with live forks still holds this path".into()),
+                _ => Error::Gone("the stream was deleted; its forks still read its data"),
+            });
+        }
+        match op {
+            StreamOp::Create(c) => self.create(key, c).await,
+            StreamOp::Append(a) => {
+                let r = self.append(key, a).await;
+                if r.is_ok() {
+                    self.append_us.borrow_mut().record(arrived.elapsed().as_micros() as u64);
+                }
+                r
+            }
+            StreamOp::Read(r) if r.live == Live::No => self.read(&key, r),
+            StreamOp::Read(r) => self.read_live(&key, r).await,
+            StreamOp::Head { if_none_match } => {
+                let streams = self.streams.borrow();
+                let s = streams.get(&key).ok_or(Error::NotFound)?;
+                // HEAD does not refresh a sliding TTL (F46).
+                let info = s.info(&s.visible(self.log.durable_lsn()));
+                let not_modified =
+                    if_none_match.as_deref().is_some_and(|h| crate::protocol::headers::etag_matches(h, &info.etag));
+                Ok(Outcome::Head { info, not_modified })
+            }
+            StreamOp::Delete => self.delete(key).await,
+            StreamOp::SnapshotPublish(r) => self.snapshot_publish(key, r).await,
+            StreamOp::SnapshotLatest => {
+                let streams = self.streams.borrow();
+                let s = streams.get(&key).ok_or(Error::NotFound)?;
+                let &offset = s.snapshots.keys().next_back().ok_or(Error::NotFound)?;
+                Ok(Outcome::SnapshotAt { offset: Offset::new(0, offset) })
+            }
+            StreamOp::SnapshotRead { offset } => self.snapshot_read(&key, offset),
+            StreamOp::SnapshotDelete { offset } => self.snapshot_delete(key, offset).await,
+            StreamOp::Bootstrap => self.bootstrap(&key),
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! The real segment backend: files written through glommio's io_uring, with
-//! O_DIRECT (`DmaFile`) or, where the file system has no O_DIRECT (tmpfs) or
-//! the operator disabled it, buffered (`BufferedFile`). Both end every flush
-//! with fdatasync. Sealed segments are read through memmap2.
+//! O_DIRECT | O_DSYNC (`DmaFile`: a completed write is durable, no separate
+//! sync) or, where the file system has no O_DIRECT (tmpfs) or the operator
+//! disabled it, buffered (`BufferedFile`) with an fdatasync ending every
+//! flush. Sealed segments are read through memmap2.
 //!
 //! This is the only storage file that knows glommio.
 
@@ -11,36 +12,6 @@ use glommio::io::{BufferedFile, DmaBuffer, DmaFile, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-
-/// `--direct-io` as given by the operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DirectIoMode {
-    /// Fail at boot if the data directory cannot do O_DIRECT.
-    Required,
-    /// Use O_DIRECT where the file system supports it, buffered I/O elsewhere.
-    Optional,
-    /// Always buffered I/O (still fdatasync on every flush).
-    Disabled,
-}
-
-/// Whether the files in `dir` can be opened with O_DIRECT.
-pub fn supports_direct_io(dir: &Path) -> io::Result<bool> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let probe = dir.join(".direct-io-probe");
-    let r = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&probe);
-    let _ = std::fs::remove_file(&probe);
-    match r {
-        Ok(_) => Ok(true),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
 
 pub enum GFile {
     /// O_DIRECT | O_DSYNC: a write is durable when it completes (FUA or a
@@ -128,7 +99,7 @@ pub struct DiskStore {
 
 impl DiskStore {
     /// Opens (creating) `dir`. `direct` selects O_DIRECT; the caller decided it
-    /// from `--direct-io` and [`supports_direct_io`].
+    /// from `--direct-io` and `preflight::supports_direct_io`.
     ///
     /// Must run on the shard's executor thread: it also works around a glommio
     /// 0.9 pitfall, where the first DmaFile opened on a thread decides whether
@@ -281,9 +252,13 @@ impl SegmentStore for DiskStore {
         self.direct
     }
 
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
     fn describe(&self) -> String {
         if self.direct {
-            format!("{}: O_DIRECT via io_uring, fdatasync per batch", self.dir.display())
+            format!("{}: O_DIRECT|O_DSYNC via io_uring, durable at write completion", self.dir.display())
         } else {
             format!("{}: buffered via io_uring (no O_DIRECT), fdatasync per batch", self.dir.display())
         }

@@ -45,6 +45,8 @@ pub trait SegmentStore {
     async fn remove(&self, no: u64) -> io::Result<()>;
     /// Describes the backend for the boot log ("O_DIRECT via io_uring", ...).
     fn describe(&self) -> String;
+    /// Where the segments are, for error messages (a directory, say).
+    fn location(&self) -> String;
     /// Whether a completed `write_at` is already durable (O_DIRECT|O_DSYNC),
     /// making `sync` a no-op. Only changes what the metrics time.
     fn write_is_durable(&self) -> bool {

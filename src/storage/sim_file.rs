@@ -303,4 +303,8 @@ impl SegmentStore for SimStore {
     fn describe(&self) -> String {
         "in-memory simulator".into()
     }
+
+    fn location(&self) -> String {
+        "in-memory simulator".into()
+    }
 }

@@ -1,0 +1,92 @@
+//! What a connection sees of its shard: the one road to a request's owner
+//! (`Dispatch`), the metrics of every shard, readiness and the stop signal.
+
+use super::{Process, SERVING};
+use crate::http::conn::ConnContext;
+use crate::http::stop::Stop;
+use crate::metrics::{EdgeMetrics, Family, Samples};
+use crate::protocol::Outcome;
+use crate::shard::mesh::{Mesh, Peers};
+use crate::shard::router::{Dispatch, Reply, ShardRequest};
+use crate::shard::Shard;
+use crate::storage::dma_file::DiskStore;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+pub(super) struct Ctx {
+    pub me: usize,
+    pub shards: usize,
+    pub shard: Rc<Shard<DiskStore>>,
+    pub mesh: Rc<Mesh>,
+    pub edge: Rc<EdgeMetrics>,
+    pub stop: Rc<Stop>,
+    pub process: Arc<Process>,
+}
+
+impl Dispatch for Ctx {
+    fn dispatch(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
+        Box::pin(async move {
+            if req.owner(self.shards).is_some_and(|owner| owner != self.me) {
+                self.edge.handoffs.set(self.edge.handoffs.get() + 1);
+            } else {
+                self.shard.stats.borrow_mut().requests_local += 1;
+            }
+            self.shard.call(req).await
+        })
+    }
+}
+
+/// One shard's metrics: its streams and log, its HTTP edge, its mesh end.
+pub(super) fn shard_metrics(shard: &Shard<DiskStore>, edge: &EdgeMetrics, mesh: &Mesh) -> Samples {
+    let mut s = shard.metrics();
+    edge.render(shard.id, &mut s);
+    s.sample(Family::MeshCalls, shard.id, "", mesh.hops_out.get());
+    s.sample(Family::MeshWakeups, shard.id, "", mesh.wakeups());
+    s
+}
+
+/// Runs a request that another shard handed over. `Stats` answers with this
+/// shard's whole metrics (shard, edge and mesh), not just the shard's part.
+pub(super) async fn serve_remote(
+    shard: Rc<Shard<DiskStore>>,
+    edge: Rc<EdgeMetrics>,
+    mesh: Rc<Mesh>,
+    req: ShardRequest,
+) -> Reply {
+    shard.stats.borrow_mut().requests_remote_in += 1;
+    if let ShardRequest::Stats = req {
+        return Ok(Outcome::Stats(shard_metrics(&shard, &edge, &mesh).into_blocks()));
+    }
+    shard.handle(req).await
+}
+
+impl ConnContext for Ctx {
+    fn metrics(&self) -> Pin<Box<dyn Future<Output = String> + '_>> {
+        Box::pin(async move {
+            let mut all = Samples::default();
+            for s in 0..self.shards {
+                if s == self.me {
+                    all.merge(&shard_metrics(&self.shard, &self.edge, &self.mesh).into_blocks());
+                } else if let Ok(Outcome::Stats(blocks)) = self.mesh.call(s, ShardRequest::Stats).await {
+                    all.merge(&blocks);
+                }
+            }
+            all.render()
+        })
+    }
+
+    fn edge(&self) -> &EdgeMetrics {
+        &self.edge
+    }
+
+    fn stop(&self) -> &Rc<Stop> {
+        &self.stop
+    }
+
+    fn ready(&self) -> bool {
+        self.process.state.load(Ordering::Acquire) == SERVING
+    }
+}

@@ -1,0 +1,97 @@
+//! Before any executor starts: the data directory's lock and layout, the
+//! host checks (io_uring, locked memory, O_DIRECT) and the listen address.
+
+use crate::config::Config;
+use crate::config::DirectIoMode;
+use crate::limits::EXECUTOR_IO_MEMORY_BYTES;
+use crate::preflight;
+use crate::preflight::supports_direct_io;
+use anyhow::{bail, Context};
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// What the checks decided, held for the life of the server.
+pub(super) struct Host {
+    /// The data directory's lock (the kernel drops it if the process dies).
+    _lock: preflight::DataDirLock,
+    /// Segments are written O_DIRECT (else buffered + fdatasync).
+    pub direct: bool,
+}
+
+/// Locks and checks the data directory, checks the host, decides on O_DIRECT.
+pub(super) fn claim(cfg: &Config) -> anyhow::Result<Host> {
+    let lock = preflight::lock_data_dir(&cfg.data_dir).map_err(anyhow::Error::msg)?;
+    tracing::debug!("holding {}", lock.path.display());
+    check_layout(&cfg.data_dir, cfg.shards)?;
+    preflight::probe_io_uring().map_err(anyhow::Error::msg)?;
+    let memlock = preflight::ensure_memlock(cfg.shards, EXECUTOR_IO_MEMORY_BYTES).map_err(anyhow::Error::msg)?;
+    if let Some(to) = memlock.raised_to {
+        tracing::info!(from = memlock.facts.soft, to, need = memlock.need, "raised the RLIMIT_MEMLOCK soft limit");
+    }
+    if let Some(w) = &memlock.warning {
+        tracing::warn!("{w}");
+    }
+    let supported = match cfg.direct_io {
+        DirectIoMode::Disabled => false,
+        _ => supports_direct_io(&cfg.data_dir).context("probing O_DIRECT support")?,
+    };
+    let direct = preflight::direct_io_decision(cfg.direct_io, supported, &cfg.data_dir).map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        "direct I/O: {} (--direct-io {})",
+        if direct { "on (O_DIRECT)" } else { "off (buffered + fdatasync)" },
+        clap::ValueEnum::to_possible_value(&cfg.direct_io).map_or_else(String::new, |v| v.get_name().to_string())
+    );
+    Ok(Host { _lock: lock, direct })
+}
+
+/// The storage format this version writes and reads (ringstream.meta).
+/// 1: the first; 2: every segment but the newest ends in a seal record.
+const FORMAT_VERSION: u32 = 2;
+
+/// The data directory remembers how many shards wrote it: streams are placed
+/// by hash modulo the shard count, so another count would lose them.
+fn check_layout(dir: &Path, shards: usize) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
+    let meta = dir.join("ringstream.meta");
+    let want = format!("format={FORMAT_VERSION}\nshards={shards}\n");
+    match std::fs::read_to_string(&meta) {
+        Ok(have) if have == want => Ok(()),
+        Ok(have) if !have.starts_with(&format!("format={FORMAT_VERSION}\n")) => bail!(
+            "data directory {} has a storage format this version does not read ({}; this version reads \
+             format={FORMAT_VERSION}): run the version that wrote it, or use another --data-dir",
+            dir.display(),
+            have.trim().replace('\n', ", ")
+        ),
+        Ok(have) => {
+            let written = have.lines().find_map(|l| l.strip_prefix("shards=")).unwrap_or("?");
+            bail!(
+                "data directory {} was written by {written} shards ({}), but this server has {shards} (--shards, \
+                 RINGSTREAM_SHARDS or `shards` in the config file; the default is the number of CPUs it may use): \
+                 streams are placed by shard, so start with --shards {written}, or use another --data-dir",
+                dir.display(),
+                have.trim().replace('\n', ", ")
+            )
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = dir.join("ringstream.meta.tmp");
+            std::fs::write(&tmp, &want)?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &meta)?;
+            std::fs::File::open(dir)?.sync_all()?;
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", meta.display())),
+    }
+}
+
+/// Resolves the listen address (port 0 -> a real port) with a socket bound
+/// under SO_REUSEPORT but not listening, so every shard can bind the same
+/// concrete address. Dropped once all shards listen.
+pub(super) fn reserve(addr: SocketAddr) -> anyhow::Result<(socket2::Socket, SocketAddr)> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    s.set_reuse_port(true)?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into()).with_context(|| format!("binding {addr}"))?;
+    let real = s.local_addr()?.as_socket().context("listen address is not IP")?;
+    Ok((s, real))
+}

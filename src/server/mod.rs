@@ -1,0 +1,117 @@
+//! The life of the process, one step per line in [`run`]; each step lives in
+//! its own file:
+//! - `host`: the data directory's lock and layout, the host checks
+//!   (io_uring, locked memory, O_DIRECT), the listen address;
+//! - `signals`: SIGTERM/SIGINT to the stop latch;
+//! - `boot`: one pinned executor per shard, and the main thread's side of
+//!   the boot protocol;
+//! - `shard_main`: what each executor runs (recover, join the mesh,
+//!   replicate, serve, drain);
+//! - `context`: what a connection sees of its shard;
+//! - `shutdown`: one shard's drain and final sync.
+//!
+//! Shutdown (SIGTERM/SIGINT): stop accepting, drain, final sync, exit 0
+//! within SHUTDOWN_TIMEOUT_MS (see `signals`).
+
+mod boot;
+mod context;
+mod host;
+mod shard_main;
+mod shutdown;
+mod signals;
+
+use crate::config::Config;
+use crate::latch::Latch;
+use crate::limits::SHARDS_MAX;
+use anyhow::bail;
+use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Process states: a signal during boot exits at once; from serving it
+/// starts a graceful shutdown.
+const BOOTING: u8 = 0;
+const SERVING: u8 = 1;
+const STOPPING: u8 = 2;
+
+/// What the main thread, the signal thread and the shards share: the state
+/// and the latches that carry boot and shutdown across threads (each shard
+/// waits in the slot of its id).
+struct Process {
+    state: AtomicU8,
+    /// Opened by the main thread once every shard replicated: start serving.
+    go: Latch,
+    /// Opened by the signal thread: stop accepting and drain.
+    stop: Latch,
+    /// Counted down by each shard once its connections are done; the final
+    /// syncs wait for all of them (a request in flight may need any shard).
+    drained: Latch,
+}
+
+pub fn run(cfg: Config) -> anyhow::Result<()> {
+    assert!(cfg.shards > 0 && cfg.shards <= SHARDS_MAX);
+    let started = Instant::now();
+    log_start(&cfg);
+    let host = host::claim(&cfg)?;
+    // Before any thread starts, so every thread inherits the mask and only
+    // the signal thread receives SIGTERM/SIGINT.
+    let stop_signals = signals::block_stop_signals()?;
+    let n = cfg.shards;
+    let process = Arc::new(Process {
+        state: AtomicU8::new(BOOTING),
+        go: Latch::new(1, n),
+        stop: Latch::new(1, n),
+        drained: Latch::new(n, n),
+    });
+    signals::start_signal_thread(stop_signals, process.clone());
+    let (reservation, addr) = host::reserve(cfg.listen)?;
+    let shards = boot::start(&cfg, host.direct, addr, &process)?;
+    boot::wait_until_listening(&shards, &process, n, started)?;
+    drop(reservation);
+    // A signal during boot found BOOTING and ended the process; from here on
+    // it moves SERVING to STOPPING.
+    let _ = process.state.compare_exchange(BOOTING, SERVING, Ordering::AcqRel, Ordering::Acquire);
+    println!("ringstream listening on http://{addr} ({n} shards, data in {})", cfg.data_dir.display());
+    let _ = std::io::stdout().flush();
+    wait_for_shards(shards, &process)?;
+    drop(host);
+    tracing::info!("shutdown complete: every shard drained and synced");
+    Ok(())
+}
+
+fn log_start(cfg: &Config) {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        shards = cfg.shards,
+        cpus = ?crate::preflight::allowed_cpus(),
+        pinned = cfg.pin,
+        data_dir = %cfg.data_dir.display(),
+        listen = %cfg.listen,
+        config_file = %cfg.config_file.as_ref().map_or("none".to_string(), |p| p.display().to_string()),
+        "ringstream starting"
+    );
+}
+
+/// The shards run until a shutdown; each reports once drained and synced.
+/// A shard that ends outside a shutdown (a panic) ends the process.
+fn wait_for_shards(shards: boot::Shards, process: &Process) -> anyhow::Result<()> {
+    let mut failures = Vec::new();
+    for _ in 0..shards.handles.len() {
+        match shards.done.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if process.state.load(Ordering::Acquire) != STOPPING => bail!(e),
+            Ok(Err(e)) => failures.push(e),
+            Err(_) => break,
+        }
+    }
+    for h in shards.handles {
+        if let Err(e) = h.join() {
+            failures.push(format!("a shard stopped: {e:?}"));
+        }
+    }
+    if !failures.is_empty() {
+        bail!("shutdown: {}", failures.join("; "));
+    }
+    Ok(())
+}

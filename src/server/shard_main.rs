@@ -1,0 +1,194 @@
+//! What each shard's executor runs, start to end: open and recover its log,
+//! join the mesh, tell the other shards its buckets and forks, wait for go,
+//! listen and serve until the stop latch opens, then drain.
+
+use super::boot::{Boot, Recovered};
+use super::context::{serve_remote, Ctx};
+use super::shutdown::{drain, ShardExit};
+use super::Process;
+use crate::config::Config;
+use crate::http::conn;
+use crate::http::stop::Stop;
+use crate::limits::RECLAIM_INTERVAL_MS;
+use crate::metrics::EdgeMetrics;
+use crate::shard::mesh::{Link, Mesh, Peers};
+use crate::shard::router::ShardRequest;
+use crate::shard::Shard;
+use crate::storage::dma_file::DiskStore;
+use crate::storage::io::SegmentStore;
+use crate::storage::{Log, LogConfig};
+use glommio::net::TcpListener;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Everything one shard's executor is started with.
+pub(super) struct ShardBoot {
+    pub id: usize,
+    pub cfg: Config,
+    pub direct: bool,
+    pub addr: SocketAddr,
+    /// Taken once, by `shard_main`.
+    pub link: Option<Link>,
+    pub boot: crossbeam_channel::Sender<Boot>,
+    pub done: crossbeam_channel::Sender<Result<(), String>>,
+    pub process: Arc<Process>,
+}
+
+impl ShardBoot {
+    fn step(&self, what: &'static str) {
+        tracing::debug!("shard {}: boot: {what}", self.id);
+        let _ = self.boot.send(Boot::Step { shard: self.id, what });
+    }
+}
+
+/// A shard that finished booting.
+struct Up {
+    shard: Rc<Shard<DiskStore>>,
+    mesh: Rc<Mesh>,
+    edge: Rc<EdgeMetrics>,
+    listener: TcpListener,
+}
+
+/// The executor's whole life. A failed boot is reported on the boot channel;
+/// the end (clean or not) on the done channel, when `exit` drops.
+pub(super) async fn shard_main(mut b: ShardBoot) {
+    let mut exit = ShardExit { id: b.id, done: b.done.clone(), result: None };
+    let link = b.link.take().expect("a shard's mesh link is taken once");
+    match boot(&b, link).await {
+        Ok(up) => exit.result = Some(serve(&b, up).await),
+        Err(e) => {
+            let _ = b.boot.send(Boot::Failed(e));
+        }
+    }
+}
+
+async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
+    let id = b.id;
+    b.step("opening the data directory");
+    let dir = b.cfg.data_dir.join(format!("shard-{id}"));
+    let store =
+        DiskStore::open(&dir, b.direct).await.map_err(|e| format!("shard {id}: opening {}: {e}", dir.display()))?;
+    let storage = store.describe();
+    b.step("recovering the log");
+    let started = Instant::now();
+    let log_cfg = LogConfig { segment_bytes: b.cfg.segment_bytes, pending_bytes_max: b.cfg.max_pending_bytes };
+    let (log, records, report) =
+        Log::open(store, log_cfg).await.map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
+    let log = Rc::new(log);
+    let shard = Rc::new(Shard::recover(id, b.cfg.shards, log.clone(), &records)?);
+    let bytes: u64 = records.iter().map(|r| u64::from(r.loc.body_len)).sum();
+    drop(records);
+    let elapsed = started.elapsed();
+    shard.set_live(Rc::new(|d| Box::pin(glommio::timer::sleep(d))), Duration::from_millis(b.cfg.long_poll_timeout_ms));
+    let l = log.clone();
+    glommio::spawn_local(async move { l.run_writer().await }).detach();
+    glommio::spawn_local(async move { log.run_preparer().await }).detach();
+    b.step("joining the mesh");
+    let (mesh, edge) = join_mesh(link, &shard);
+    replicate(b, &shard, &mesh).await?;
+    b.step("replicated buckets and fork references");
+    let _ = b.boot.send(Boot::Replicated);
+    // Every shard's buckets and fork references are known once go opens
+    // (this shard keeps serving the mesh meanwhile).
+    b.process.go.wait(id).await;
+    start_background(&shard);
+    b.step("listening");
+    let listener = TcpListener::bind(b.addr).map_err(|e| format!("shard {id}: listening on {}: {e}", b.addr))?;
+    let streams = shard.stream_count();
+    let _ = b.boot.send(Boot::Ready(Recovered { shard: id, storage, streams, bytes, report, elapsed }));
+    Ok(Up { shard, mesh, edge, listener })
+}
+
+/// Joins the mesh and serves what other shards hand over, on its own task.
+fn join_mesh(link: Link, shard: &Rc<Shard<DiskStore>>) -> (Rc<Mesh>, Rc<EdgeMetrics>) {
+    let (mesh, inbox) = link.join();
+    shard.set_peers(mesh.clone());
+    let edge = Rc::new(EdgeMetrics::default());
+    let (s, e, m) = (shard.clone(), edge.clone(), mesh.clone());
+    let handler = move |req| serve_remote(s.clone(), e.clone(), m.clone(), req);
+    glommio::spawn_local(mesh.clone().serve(inbox, handler)).detach();
+    (mesh, edge)
+}
+
+/// Tells every other shard the buckets this one owns, and each fork's
+/// source owner that the fork exists (references are not logged: they are
+/// rebuilt from the forks' own records).
+async fn replicate(b: &ShardBoot, shard: &Shard<DiskStore>, mesh: &Mesh) -> Result<(), String> {
+    let id = b.id;
+    for bucket in shard.owned_buckets() {
+        for peer in (0..b.cfg.shards).filter(|&p| p != id) {
+            let req = ShardRequest::ReplicateBucket { bucket: bucket.clone(), present: true };
+            mesh.call(peer, req).await.map_err(|e| format!("shard {id}: replicating buckets: {e}"))?;
+        }
+    }
+    for (source, source_uid) in shard.fork_sources() {
+        let req = ShardRequest::ForkRef { source, source_uid, add: true };
+        shard.call(req).await.map_err(|e| format!("shard {id}: counting fork references: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Collection of unreferenced sources and the reclaim pass: only after go,
+/// when every fork has counted its reference, so the TTL sweep never
+/// hard-deletes a referenced source.
+fn start_background(shard: &Rc<Shard<DiskStore>>) {
+    let s = shard.clone();
+    glommio::spawn_local(async move { s.collect_unreferenced().await }).detach();
+    let s = shard.clone();
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(Duration::from_millis(RECLAIM_INTERVAL_MS)).await;
+            s.reclaim().await;
+        }
+    })
+    .detach();
+}
+
+/// Accepts connections until the stop latch opens, then drains.
+async fn serve(b: &ShardBoot, up: Up) -> Result<(), String> {
+    let id = b.id;
+    let stop = Rc::new(Stop::default());
+    let ctx = Rc::new(Ctx {
+        me: id,
+        shards: b.cfg.shards,
+        shard: up.shard.clone(),
+        mesh: up.mesh,
+        edge: up.edge.clone(),
+        stop: stop.clone(),
+        process: b.process.clone(),
+    });
+    // The stop latch becomes this shard's stop: live reads answer, idle
+    // connections close, the accept loop below ends.
+    let (shard, s, process) = (up.shard.clone(), stop.clone(), b.process.clone());
+    glommio::spawn_local(async move {
+        process.stop.wait(id).await;
+        shard.begin_shutdown();
+        s.trigger();
+    })
+    .detach();
+    let timeouts = conn::RequestTimeouts {
+        header: Duration::from_millis(b.cfg.header_timeout_ms),
+        body: Duration::from_millis(b.cfg.body_timeout_ms),
+    };
+    let gate = Rc::new(conn::Gate::new(b.cfg.max_connections, timeouts));
+    let accepting = stop.slot();
+    loop {
+        let accepted = futures_lite::future::or(async { Some(up.listener.accept().await) }, async {
+            accepting.wait().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(s)) => conn::admit(s, ctx.clone(), &gate),
+            Some(Err(e)) => {
+                tracing::warn!("shard {id}: accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(up.listener);
+    drain(id, &up.shard, &up.edge, &gate, &b.process.drained).await
+}

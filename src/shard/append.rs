@@ -1,0 +1,110 @@
+//! Appends: the producer and Stream-Seq rules, the record, the durable ack.
+
+use super::*;
+
+impl<S: SegmentStore> Shard<S> {
+    pub(super) async fn append(&self, key: StreamKey, req: AppendReq) -> Reply {
+        let now = (self.now_ms)();
+        let (verdict, json, uid, inc, tail) = {
+            let mut streams = self.streams.borrow_mut();
+            let s = streams.get_mut(&key).ok_or(Error::NotFound)?;
+            // The ETag only matters for If-Match; don't build it on every append.
+            let etag = match &req.if_match {
+                Some(_) => s.info(&s.visible(self.log.durable_lsn())).etag,
+                None => String::new(),
+            };
+            let cx = AppendContext {
+                content_type: &s.content_type,
+                closed: s.closed,
+                next_offset: Offset::new(0, s.tail),
+                etag: &etag,
+                last_stream_seq: s.stream_seq.as_deref(),
+                producer: req.producer.as_ref().and_then(|p| s.producers.get(&p.id).copied()),
+                closed_by: s.closed_by.as_ref(),
+            };
+            let verdict = rules::check_append(&cx, &req);
+            // Every write that reaches the stream refreshes its TTL, even a
+            // close-only or rejected one (F93).
+            s.last_access_ms = now;
+            (verdict?, s.json, s.uid, s.incarnation, s.tail)
+        };
+        let producer_ack = match verdict {
+            AppendVerdict::Duplicate { epoch, highest_seq } => Some(Some(ProducerAck { epoch, seq: highest_seq })),
+            AppendVerdict::AlreadyClosed => Some(None),
+            AppendVerdict::Write { .. } => None,
+        };
+        if let Some(producer) = producer_ack {
+            let streams = self.streams.borrow();
+            let s = streams.get(&key).ok_or(Error::NotFound)?;
+            let mut v = s.visible(self.log.durable_lsn());
+            if let (Some(p), Some(_)) = (&req.producer, &producer) {
+                // A retry answers with the offset its original got, when we
+                // still remember it; older ones get the current tail.
+                if let Some(t) = s.acked_tail(&p.id, p.epoch, p.seq) {
+                    v.tail = t.min(v.tail);
+                }
+            }
+            return Ok(Outcome::Appended {
+                info: s.info(&v),
+                producer,
+                duplicate: true,
+                close_only: req.body.is_empty(),
+            });
+        }
+        let AppendVerdict::Write { producer } = verdict else { unreachable!() };
+        let data = if json && !req.body.is_empty() { json::normalize(&req.body, false)?.0 } else { req.body };
+        let rec = AppendRecord {
+            close: req.close,
+            stream_seq: req.stream_seq,
+            producer: producer.as_ref().map(|p| (p.id.clone(), p.epoch, p.seq)),
+            written_at_ms: now,
+            data,
+        };
+        let body = rec.encode();
+        let data_len = rec.data.len();
+        let h = RecordHeader {
+            kind: persist::KIND_APPEND,
+            stream_id: uid,
+            incarnation: inc,
+            stream_offset: tail,
+            body_len: 0,
+        };
+        let (loc, lsn) = match self.log.append(h, &body) {
+            Ok(x) => x,
+            Err(e) => {
+                if matches!(e, storage::Error::Full) {
+                    self.stats.borrow_mut().rejected_backpressure += 1;
+                }
+                return Err(self.storage_err(e));
+            }
+        };
+        let info = {
+            let mut streams = self.streams.borrow_mut();
+            let s = streams.get_mut(&key).expect("checked above, same task, no await since");
+            s.apply_append(&rec, loc, body.len() - data_len, lsn);
+            if rec.close {
+                s.closed_lsn = lsn;
+            }
+            if s.write_lsn <= self.log.durable_lsn() {
+                s.durable_write_ms = s.last_write_ms;
+            }
+            s.last_write_ms = now;
+            s.write_lsn = lsn;
+            s.last_lsn = lsn;
+            s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
+        };
+        {
+            let mut st = self.stats.borrow_mut();
+            st.appends += 1;
+            st.append_bytes += data_len as u64;
+        }
+        self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
+        self.wake_readers(&key);
+        Ok(Outcome::Appended {
+            info,
+            producer: producer.map(|p| ProducerAck { epoch: p.epoch, seq: p.seq }),
+            duplicate: false,
+            close_only: data_len == 0,
+        })
+    }
+}

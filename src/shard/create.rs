@@ -1,0 +1,151 @@
+//! Creating streams: new ones, forks, and the idempotent re-create that
+//! answers an existing stream with the same configuration.
+
+use super::*;
+
+impl<S: SegmentStore> Shard<S> {
+    pub(super) async fn create(&self, key: StreamKey, req: CreateReq) -> Reply {
+        let asked = CreateConfig {
+            content_type: stream_content_type(req.content_type.as_deref()),
+            lifetime: req.lifetime.clone(),
+            closed: req.closed,
+        };
+        if let Some(r) = self.existing_create(&key, &req, &asked) {
+            return r;
+        }
+        if req.if_match.is_some() {
+            // If-Match on a stream that does not exist never matches (RFC 9110 13.1.1).
+            return Err(Error::PreconditionFailed);
+        }
+        let (mut content_type, mut lifetime, mut data, mut fork) =
+            (asked.content_type.clone(), asked.lifetime.clone(), Vec::new(), None);
+        if let Some(f) = &req.fork {
+            let snap = ShardRequest::ForkSnapshot {
+                source: f.source.clone(),
+                offset: f.offset,
+                sub_offset: f.sub_offset,
+                content_type: req.content_type.clone(),
+            };
+            let Outcome::ForkData { data: inherited, content_type: src_ct, lifetime: src_life, source_uid } =
+                self.call(snap).await?
+            else {
+                return Err(Error::Unavailable("unexpected answer to a fork snapshot".into()));
+            };
+            let record = ForkRecord {
+                bucket: f.source.bucket.clone(),
+                stream: f.source.stream.clone(),
+                source_uid,
+                offset: f.offset.map(|o| (o.seq, o.pos)),
+                sub_offset: f.sub_offset,
+            };
+            // The source counted a reference; a concurrent create may have
+            // won the path while we waited: give the reference back.
+            if let Some(r) = self.existing_create(&key, &req, &asked) {
+                self.release_source(record).await;
+                return r;
+            }
+            content_type = req.content_type.as_ref().map_or(src_ct, |_| content_type);
+            // F102: without its own TTL/expiry the fork inherits the source's.
+            if lifetime == Lifetime::Forever {
+                lifetime = src_life;
+            }
+            data = inherited;
+            fork = Some(record);
+        }
+        let json = is_json(&content_type);
+        if !req.body.is_empty() {
+            if json {
+                data.extend_from_slice(&json::normalize(&req.body, true)?.0);
+            } else {
+                data.extend_from_slice(&req.body);
+            }
+        }
+        let asked = CreateConfig { content_type, lifetime, closed: req.closed };
+        let now = (self.now_ms)();
+        let uid = self.next_uid.get();
+        let incarnation = self.tombstones.borrow().get(&key).map_or(1, |i| i + 1);
+        let rec = CreateRecord {
+            bucket: key.bucket.clone(),
+            stream: key.stream.clone(),
+            content_type: asked.content_type.clone(),
+            lifetime: asked.lifetime.clone(),
+            closed: asked.closed,
+            created_at_ms: now,
+            fork,
+            data,
+        };
+        let body = rec.encode();
+        let h = RecordHeader { kind: persist::KIND_CREATE, stream_id: uid, incarnation, stream_offset: 0, body_len: 0 };
+        let (loc, lsn) = match self.log.append(h, &body) {
+            Ok(x) => x,
+            Err(e) => {
+                if let Some(f) = rec.fork {
+                    self.release_source(f).await;
+                }
+                return Err(self.storage_err(e));
+            }
+        };
+        self.next_uid.set(uid + 1);
+        let data_len = rec.data.len();
+        let mut s = Stream::new(uid, incarnation, rec.content_type, rec.lifetime, now, now);
+        debug_assert_eq!(s.json, json);
+        s.created_lsn = lsn;
+        s.write_lsn = lsn;
+        s.tail = data_len as u64;
+        s.closed = rec.closed;
+        s.closed_lsn = lsn;
+        s.last_lsn = lsn;
+        s.fork = rec.fork;
+        self.note_state(&mut s, loc.segment);
+        if data_len > 0 {
+            s.chunks.push(Chunk { start: 0, len: data_len as u32, loc, data_off: (body.len() - data_len) as u32, lsn });
+        }
+        let v = Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() };
+        let info = s.info(&v);
+        self.by_uid.borrow_mut().insert(uid, key.clone());
+        self.streams.borrow_mut().insert(key, s);
+        self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
+        Ok(Outcome::Created { info, new: true })
+    }
+
+    /// PUT on a path that holds a stream: 200 for the same configuration
+    /// (F11), 409 for another (F12), 412 for a failed If-Match. For a fork,
+    /// what was not asked (content type, lifetime) is not compared, since
+    /// it was inherited.
+    pub(super) fn existing_create(&self, key: &StreamKey, req: &CreateReq, asked: &CreateConfig) -> Option<Reply> {
+        let streams = self.streams.borrow();
+        let s = streams.get(key)?;
+        let v = s.visible(self.log.durable_lsn());
+        if let Some(want) = &req.if_match {
+            if !crate::protocol::headers::etag_matches(want, &s.info(&v).etag) {
+                return Some(Err(Error::PreconditionFailed));
+            }
+        }
+        let same = match (&req.fork, &s.fork) {
+            (None, None) => rules::same_config(&s.config(), asked),
+            (Some(f), Some(have)) => {
+                f.source.bucket == have.bucket
+                    && f.source.stream == have.stream
+                    && f.offset.map(|o| (o.seq, o.pos)) == have.offset
+                    && f.sub_offset == have.sub_offset
+                    && s.closed == asked.closed
+                    && (req.content_type.is_none()
+                        || rules::same_config(
+                            &s.config(),
+                            &CreateConfig { lifetime: s.lifetime.clone(), closed: s.closed, ..asked.clone() },
+                        ))
+                    && (asked.lifetime == Lifetime::Forever
+                        || rules::same_config(
+                            &s.config(),
+                            &CreateConfig { content_type: s.content_type.clone(), closed: s.closed, ..asked.clone() },
+                        ))
+            }
+            _ => false,
+        };
+        Some(if same {
+            Ok(Outcome::Created { info: s.info(&v), new: false })
+        } else {
+            Err(Error::Conflict("a stream with a different configuration exists at this path".into()))
+        })
+    }
+}

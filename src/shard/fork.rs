@@ -1,0 +1,91 @@
+//! Forks across shards: the source side's validation and copy of what a fork inherits.
+
+use super::*;
+
+impl<S: SegmentStore> Shard<S> {
+    /// At boot: the (source, uid) of every fork this shard holds.
+    pub fn fork_sources(&self) -> Vec<(StreamKey, u64)> {
+        self.streams
+            .borrow()
+            .values()
+            .filter_map(|s| s.fork.as_ref())
+            .map(|f| (StreamKey { bucket: f.bucket.clone(), stream: f.stream.clone() }, f.source_uid))
+            .collect()
+    }
+
+    /// At the source's owner: validate a fork point (F100/F101), count the
+    /// reference, and copy out the data the fork inherits.
+    pub(super) async fn fork_snapshot(
+        &self,
+        source: StreamKey,
+        offset: Option<Offset>,
+        sub_offset: u64,
+        content_type: Option<String>,
+    ) -> Reply {
+        let pending = self.streams.borrow().get(&source).map(|s| s.last_lsn);
+        if let Some(lsn) = pending {
+            self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
+        }
+        self.expire_if_due(&source).await;
+        let mut streams = self.streams.borrow_mut();
+        let s = streams.get_mut(&source).ok_or(Error::NotFound)?;
+        if s.soft_deleted {
+            return Err(Error::Conflict("the fork source was deleted".into()));
+        }
+        if s.trim > 0 {
+            // A fork copies the source's data from its start.
+            return Err(Error::Gone("the fork source's early data was trimmed by a snapshot"));
+        }
+        if let Some(ct) = &content_type {
+            if !crate::protocol::headers::content_types_match(ct, &s.content_type) {
+                return Err(Error::Conflict(format!(
+                    "fork Content-Type {ct:?} differs from the source's {:?}",
+                    s.content_type
+                )));
+            }
+        }
+        let v = s.visible(self.log.durable_lsn());
+        let anchor = offset.map_or(v.tail, |o| o.pos);
+        if anchor > v.tail {
+            return Err(Error::BadRequest("Stream-Fork-Offset is past the source's tail".into()));
+        }
+        let chunks = &s.chunks[..v.chunks];
+        let mut point = anchor;
+        if sub_offset > 0 {
+            let i = chunks.partition_point(|c| c.start + c.len as u64 <= anchor);
+            let c = chunks.get(i).ok_or_else(|| Error::BadRequest("no data after Stream-Fork-Offset".into()))?;
+            let from = (anchor - c.start) as usize;
+            let extra = if s.json {
+                let mut rest = Vec::new();
+                let off = c.data_off as usize + from;
+                self.log
+                    .read_body(c.loc, off..c.data_off as usize + c.len as usize, &mut rest)
+                    .map_err(|e| self.storage_err(e))?;
+                json::prefix_len_of_messages(&rest, sub_offset as usize)
+            } else {
+                let rest = c.len as usize - from;
+                (sub_offset as usize <= rest).then_some(sub_offset as usize)
+            };
+            point += extra
+                .ok_or_else(|| Error::BadRequest("Stream-Fork-Sub-Offset is past the end of the message".into()))?
+                as u64;
+        }
+        if point as usize > crate::limits::REQUEST_BODY_BYTES_MAX as usize {
+            // Forks copy what they inherit into one record.
+            return Err(Error::TooLarge);
+        }
+        let mut data = Vec::with_capacity(point as usize);
+        for c in chunks.iter().take_while(|c| c.start < point) {
+            let take = (point - c.start).min(c.len as u64) as usize;
+            let off = c.data_off as usize;
+            self.log.read_body(c.loc, off..off + take, &mut data).map_err(|e| self.storage_err(e))?;
+        }
+        s.fork_refs += 1;
+        Ok(Outcome::ForkData {
+            data,
+            content_type: s.content_type.clone(),
+            lifetime: s.lifetime.clone(),
+            source_uid: s.uid,
+        })
+    }
+}

@@ -1,0 +1,156 @@
+//! Reads: catch-up reads of a stream's durable bytes, long-poll waits and
+//! the readers they wake, and the cursors live responses carry.
+
+use super::*;
+
+impl<S: SegmentStore> Shard<S> {
+    pub(super) fn jitter_secs(&self) -> u64 {
+        // xorshift64: cursor jitter needs spread, not cryptographic quality.
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        1 + x % 3600
+    }
+
+    pub(super) fn cursor(&self, client: Option<&str>) -> u64 {
+        crate::protocol::cursor::next_cursor((self.now_ms)(), client, self.jitter_secs())
+    }
+
+    pub(super) fn wake_readers(&self, key: &StreamKey) {
+        if let Some(s) = self.streams.borrow_mut().get_mut(key) {
+            for w in s.waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+
+    /// Long-poll (F56–F62): answer at once when there is data after the
+    /// offset or the stream is closed there; otherwise wait for an append or
+    /// close to become durable, or for the timeout (204). SSE connections
+    /// reach here too, one wait at a time, from whichever core holds them.
+    pub(super) async fn read_live(&self, key: &StreamKey, mut req: ReadReq) -> Reply {
+        let deadline = Instant::now() + self.long_poll_timeout.get();
+        if req.from == ReadFrom::Now {
+            // `now` means the tail when the request arrived; later rounds
+            // must not move it, or data appended meanwhile would be skipped.
+            let streams = self.streams.borrow();
+            let s = streams.get(key).ok_or(Error::NotFound)?;
+            req.from = ReadFrom::At(Offset::new(0, s.visible(self.log.durable_lsn()).tail));
+        }
+        req.live = Live::No;
+        loop {
+            let Outcome::Read(mut r) = self.read(key, req.clone())? else { unreachable!() };
+            let has_data = r.has_data();
+            if has_data || r.closed_at_end {
+                r.timed_out = !has_data;
+                r.cursor = (!r.closed_at_end).then(|| self.cursor(req.cursor.as_deref()));
+                return Ok(Outcome::Read(r));
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let sleep = self.sleep.borrow().clone();
+            let (Some(sleep), false, false) = (sleep, remaining.is_zero(), self.stopping.get()) else {
+                r.timed_out = true;
+                r.cursor = Some(self.cursor(req.cursor.as_deref()));
+                return Ok(Outcome::Read(r));
+            };
+            let (tx, rx) = oneshot::channel();
+            self.streams.borrow_mut().get_mut(key).ok_or(Error::NotFound)?.waiters.push(tx);
+            // Woken (or the stream was deleted, which drops the sender):
+            // loop and read again. Timed out: answer with what is there.
+            let woke = futures_lite::future::or(
+                async {
+                    let _ = rx.await;
+                    true
+                },
+                async {
+                    sleep(remaining).await;
+                    false
+                },
+            )
+            .await;
+            if !woke {
+                let Outcome::Read(mut r) = self.read(key, req.clone())? else { unreachable!() };
+                r.timed_out = !r.has_data();
+                r.cursor = (!r.closed_at_end).then(|| self.cursor(req.cursor.as_deref()));
+                return Ok(Outcome::Read(r));
+            }
+        }
+    }
+
+    pub(super) fn read(&self, key: &StreamKey, req: ReadReq) -> Reply {
+        let mut streams = self.streams.borrow_mut();
+        let s = streams.get_mut(key).ok_or(Error::NotFound)?;
+        s.last_access_ms = (self.now_ms)();
+        let v = s.visible(self.log.durable_lsn());
+        let info = s.info(&v);
+        let below_trim = match req.from {
+            ReadFrom::Start => s.trim > 0,
+            ReadFrom::At(o) => o.pos < s.trim,
+            ReadFrom::Now => false,
+        };
+        if below_trim {
+            return Err(Error::Gone("data before the current snapshot was trimmed; read the bootstrap instead"));
+        }
+        let start = match req.from {
+            ReadFrom::Start => 0,
+            ReadFrom::Now => v.tail,
+            // Past the tail: empty, positioned at the tail (F55, as the reference server).
+            ReadFrom::At(o) => o.pos.min(v.tail),
+        };
+        let offset_now = req.from == ReadFrom::Now;
+        let mut body = Vec::new();
+        let mut pos = start;
+        let chunks = &s.chunks[..v.chunks];
+        let mut i = chunks.partition_point(|c| c.start + c.len as u64 <= start);
+        while i < chunks.len() && !offset_now {
+            let c = chunks[i];
+            let from = (pos - c.start) as usize;
+            let room = READ_CHUNK_BYTES_MAX.saturating_sub(body.len());
+            if room == 0 {
+                break;
+            }
+            let take = if s.json {
+                // JSON messages are never split: whole chunks only, at least one.
+                if !body.is_empty() && c.len as usize > room {
+                    break;
+                }
+                c.len as usize - from
+            } else {
+                (c.len as usize - from).min(room)
+            };
+            let off = c.data_off as usize + from;
+            self.log.read_body(c.loc, off..off + take, &mut body).map_err(|e| self.storage_err(e))?;
+            pos += take as u64;
+            if from + take < c.len as usize {
+                break;
+            }
+            i += 1;
+        }
+        let next = Offset::new(0, pos);
+        let up_to_date = pos == v.tail;
+        let closed_at_end = up_to_date && v.closed;
+        let etag =
+            (!offset_now).then(|| rules::range_etag(s.uid, s.incarnation, Offset::new(0, start), next, closed_at_end));
+        let not_modified = match (&req.if_none_match, &etag) {
+            (Some(h), Some(e)) => crate::protocol::headers::etag_matches(h, e),
+            _ => false,
+        };
+        if s.json {
+            body = json::wrap_array(&body);
+        }
+        Ok(Outcome::Read(ReadOutcome {
+            info,
+            body,
+            next_offset: next,
+            up_to_date,
+            closed_at_end,
+            etag,
+            not_modified,
+            offset_now,
+            cursor: None,
+            timed_out: false,
+        }))
+    }
+}

@@ -1,0 +1,154 @@
+//! Space reclamation: the per-shard pass that re-logs what old segments
+//! still hold and deletes the segments nothing needs.
+
+use super::*;
+
+impl<S: SegmentStore> Shard<S> {
+    /// Background pass (every RECLAIM_INTERVAL_MS): expires streams whose
+    /// TTL ran out, then deletes every sealed segment recovery no longer
+    /// needs. A segment is needed while it holds
+    /// - data a stream still serves (not trimmed, not deleted) or a retained
+    ///   snapshot's blob;
+    /// - a stream's latest create/state/snapshot record, or a data-less
+    ///   record written after it (close, soft delete); a bucket's create;
+    /// - a delete record (stream or bucket) while an older segment still holds
+    ///   a record that would bring back what it deleted.
+    ///
+    /// Metadata that alone keeps a segment is re-logged into the active
+    /// segment first (a state record, a bucket create), which frees it.
+    /// Segments go oldest first, so a delete record never goes before what it
+    /// deleted. Recovery then rebuilds the same state from what is left (see
+    /// `recover`: appends whose create is gone wait for their state record).
+    pub async fn reclaim(&self) {
+        if self.stopping.get() {
+            // Shutting down: write nothing more.
+            return;
+        }
+        let now = (self.now_ms)();
+        let keys: Vec<StreamKey> = self.streams.borrow().keys().cloned().collect();
+        let expired: Vec<StreamKey> = keys.into_iter().filter(|k| self.expiry_due(k, now)).collect();
+        // Each is checked again: an earlier one's release may have awaited.
+        for key in &expired {
+            self.expire_if_due(key).await;
+        }
+        let sealed = self.log.sealed_segments();
+        if !self.reclaim_due.get() && sealed.len() == self.reclaim_sealed.get() {
+            return;
+        }
+        self.reclaim_due.set(false);
+        if sealed.is_empty() {
+            self.reclaim_sealed.set(0);
+            return;
+        }
+        let (data, pins) = self.segment_needs(&sealed);
+        // Re-log metadata that alone keeps a sealed segment.
+        let mut relogged = 0usize;
+        let mut last_lsn = 0;
+        let mut seen = HashSet::new();
+        'relog: for (seg, list) in &pins {
+            if data.contains(seg) {
+                continue;
+            }
+            for pin in list {
+                if relogged == crate::limits::RECLAIM_RELOG_MAX {
+                    // The rest waits for the next pass.
+                    self.reclaim_due.set(true);
+                    break 'relog;
+                }
+                let lsn = match pin {
+                    MetaPin::Stream(key) if seen.insert(key.clone()) => {
+                        let rec = match self.streams.borrow().get(key) {
+                            Some(s) => s.state_record(key),
+                            None => continue,
+                        };
+                        self.log_state(key, &rec, None).map(|(_, lsn)| lsn)
+                    }
+                    MetaPin::Stream(_) => continue,
+                    MetaPin::Bucket(b) => self.log_bucket_create(b),
+                };
+                match lsn {
+                    Ok(lsn) => {
+                        last_lsn = lsn;
+                        relogged += 1;
+                    }
+                    // Backpressure or a failing disk: try again next pass.
+                    Err(_) => {
+                        self.reclaim_due.set(true);
+                        return;
+                    }
+                }
+            }
+        }
+        // With nothing re-logged nothing has changed (no await since the
+        // needs were computed); otherwise compute them again.
+        let (sealed, data, pins) = if relogged > 0 {
+            self.stats.borrow_mut().relogged += relogged as u64;
+            if self.log.durable(last_lsn).await.is_err() {
+                return;
+            }
+            let sealed = self.log.sealed_segments();
+            let (data, pins) = self.segment_needs(&sealed);
+            (sealed, data, pins)
+        } else {
+            (sealed, data, pins)
+        };
+        let mut on_disk: BTreeSet<u64> = sealed.iter().copied().collect();
+        for &seg in &sealed {
+            if data.contains(&seg) || pins.contains_key(&seg) || self.delete_still_needed(seg, &on_disk) {
+                continue;
+            }
+            if let Err(e) = self.log.remove_segment(seg).await {
+                tracing::warn!("shard {}: could not reclaim segment {seg}: {e}", self.id);
+                self.reclaim_due.set(true);
+                break;
+            }
+            on_disk.remove(&seg);
+            self.seg_index.borrow_mut().remove(&seg);
+            self.stats.borrow_mut().segments_reclaimed += 1;
+        }
+        self.reclaim_sealed.set(self.log.sealed_segments().len());
+    }
+
+    /// Which of `sealed` hold needed data, and which hold needed metadata (by whom).
+    pub(super) fn segment_needs(&self, sealed: &[u64]) -> (HashSet<u64>, BTreeMap<u64, Vec<MetaPin>>) {
+        let oldest = sealed.first().copied().unwrap_or(0);
+        let newest = sealed.last().copied().unwrap_or(0);
+        let in_range = |seg: u64| (oldest..=newest).contains(&seg);
+        let mut data = HashSet::new();
+        let mut pins: BTreeMap<u64, Vec<MetaPin>> = BTreeMap::new();
+        for (key, s) in self.streams.borrow().iter() {
+            // A stream's chunks are in log order, so their segments do not
+            // decrease: visit each distinct segment once (O(segments × log chunks)).
+            let mut i = 0;
+            while let Some(c) = s.chunks.get(i) {
+                let seg = c.loc.segment;
+                data.insert(seg);
+                i += s.chunks[i..].partition_point(|c| c.loc.segment <= seg);
+            }
+            data.extend(s.snapshots.values().map(|sn| sn.loc.segment));
+            for &seg in std::iter::once(&s.state_seg).chain(&s.meta_segs) {
+                if in_range(seg) {
+                    pins.entry(seg).or_default().push(MetaPin::Stream(key.clone()));
+                }
+            }
+        }
+        for (b, &seg) in self.bucket_segs.borrow().iter() {
+            if in_range(seg) {
+                pins.entry(seg).or_default().push(MetaPin::Bucket(b.clone()));
+            }
+        }
+        (data, pins)
+    }
+
+    /// Whether a delete record in `seg` still has something to delete in an
+    /// older segment that is still on disk.
+    pub(super) fn delete_still_needed(&self, seg: u64, on_disk: &BTreeSet<u64>) -> bool {
+        let index = self.seg_index.borrow();
+        let Some(here) = index.get(&seg) else {
+            return false;
+        };
+        let older = || on_disk.range(..seg).filter_map(|o| index.get(o));
+        here.deleted_uids.iter().any(|uid| older().any(|i| i.state_uids.contains(uid)))
+            || here.bucket_deletes.iter().any(|b| older().any(|i| i.bucket_creates.contains(b)))
+    }
+}

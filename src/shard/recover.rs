@@ -1,0 +1,230 @@
+//! Recovery: rebuilding a shard's streams, buckets and segment index from
+//! the records its log returned at boot.
+
+use super::*;
+
+impl<S: SegmentStore> Shard<S> {
+    /// Rebuilds the shard's state from its recovered log.
+    pub fn recover(id: usize, shards: usize, log: Rc<Log<S>>, records: &[Recovered]) -> Result<Self, String> {
+        let shard = Shard {
+            id,
+            shards,
+            log,
+            streams: RefCell::default(),
+            by_uid: RefCell::default(),
+            next_uid: Cell::new(1),
+            tombstones: RefCell::default(),
+            buckets_owned: RefCell::default(),
+            buckets_known: RefCell::default(),
+            peers: RefCell::new(None),
+            stats: RefCell::default(),
+            append_us: RefCell::new(Histo::latency_us()),
+            stopping: Cell::new(false),
+            now_ms: Box::new(wall_clock_ms),
+            sleep: RefCell::new(None),
+            long_poll_timeout: Cell::new(Duration::from_millis(crate::limits::LONG_POLL_TIMEOUT_MS_DEFAULT)),
+            rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (wall_clock_ms() as u64) ^ ((id as u64) << 32)),
+            seg_index: RefCell::default(),
+            bucket_segs: RefCell::default(),
+            reclaim_due: Cell::new(true),
+            reclaim_sealed: Cell::new(0),
+        };
+        let boot_ms = (shard.now_ms)();
+        // Appends whose stream's create record was reclaimed: adopted by the
+        // stream's next state record (which always exists: see `reclaim`).
+        let mut orphans: HashMap<u64, Stream> = HashMap::new();
+        // Snapshot blobs seen, by (uid, offset).
+        let mut blobs: HashMap<(u64, u64), Snap> = HashMap::new();
+        let mut body = Vec::new();
+        for r in records {
+            body.clear();
+            let h = r.header;
+            shard
+                .log
+                .read_body(r.loc, 0..h.body_len as usize, &mut body)
+                .map_err(|e| format!("reading recovered record: {e}"))?;
+            let bad = |what: &str| {
+                format!("shard {id}: malformed {what} record in segment {} at {}", r.loc.segment, r.loc.pos)
+            };
+            let seg = r.loc.segment;
+            shard.next_uid.set(shard.next_uid.get().max(h.stream_id.saturating_add(1)));
+            match h.kind {
+                persist::KIND_CREATE => {
+                    let c = CreateRecord::decode(&body).map_err(|_| bad("create"))?;
+                    let key = StreamKey { bucket: c.bucket, stream: c.stream };
+                    // TTL windows restart at boot: reads are not logged, so
+                    // the last access before a crash is unknown; the later
+                    // time errs on keeping data.
+                    let mut s =
+                        Stream::new(h.stream_id, h.incarnation, c.content_type, c.lifetime, c.created_at_ms, boot_ms);
+                    s.closed = c.closed;
+                    s.fork = c.fork;
+                    if !c.data.is_empty() {
+                        let data_off = (body.len() - c.data.len()) as u32;
+                        s.chunks.push(Chunk { start: 0, len: c.data.len() as u32, loc: r.loc, data_off, lsn: 0 });
+                        s.tail = c.data.len() as u64;
+                    }
+                    shard.note_state(&mut s, seg);
+                    shard.insert_recovered(key, s);
+                }
+                persist::KIND_APPEND => {
+                    let (a, data_off) = AppendRecord::decode_meta(&body).map_err(|_| bad("append"))?;
+                    let key = shard.by_uid.borrow().get(&h.stream_id).cloned();
+                    let mut streams = shard.streams.borrow_mut();
+                    let s = match key.as_ref().and_then(|k| streams.get_mut(k)) {
+                        Some(s) => s,
+                        None => orphans
+                            .entry(h.stream_id)
+                            .or_insert_with(|| Stream::adoptable(h.stream_id, h.incarnation, boot_ms)),
+                    };
+                    if s.incarnation != h.incarnation {
+                        continue;
+                    }
+                    s.replay_append(&a, r.loc, h.stream_offset, data_off).map_err(|e| format!("shard {id}: {e}"))?;
+                }
+                persist::KIND_STATE | persist::KIND_SNAPSHOT => {
+                    let (st, blob_off) = StateRecord::decode_meta(&body).map_err(|_| bad("state"))?;
+                    if h.kind == persist::KIND_SNAPSHOT {
+                        let m = st.snapshots.last().ok_or_else(|| bad("snapshot"))?;
+                        let snap = Snap {
+                            content_type: m.content_type.clone(),
+                            loc: r.loc,
+                            data_off: blob_off as u32,
+                            len: (body.len() - blob_off) as u32,
+                            published_at_ms: m.published_at_ms,
+                        };
+                        blobs.insert((h.stream_id, m.offset), snap);
+                    }
+                    let key = StreamKey { bucket: st.bucket.clone(), stream: st.stream.clone() };
+                    let known = shard.by_uid.borrow().get(&h.stream_id).cloned();
+                    let mut s = match known.and_then(|k| shard.streams.borrow_mut().remove(&k)) {
+                        Some(s) => s,
+                        None => orphans
+                            .remove(&h.stream_id)
+                            .unwrap_or_else(|| Stream::adoptable(h.stream_id, h.incarnation, boot_ms)),
+                    };
+                    if s.incarnation != h.incarnation {
+                        s = Stream::adoptable(h.stream_id, h.incarnation, boot_ms);
+                    }
+                    // Records between what was replayed and this record may
+                    // have been reclaimed (their data trimmed by a later
+                    // state): a gap. A gap this record's trim covers is
+                    // explained; one it does not must be explained by a later
+                    // state record (checked at the end), as must a snapshot
+                    // listed here whose blob is gone.
+                    if s.tail > st.tail {
+                        return Err(format!(
+                            "shard {id}: stream {key:?}: replayed data ends at {} past the tail {} of the state \
+                             record in segment {seg} at {}",
+                            s.tail, st.tail, r.loc.pos
+                        ));
+                    }
+                    s.trim_to(st.trim);
+                    if s.tail < st.tail {
+                        s.gap_end = st.tail;
+                        s.chunks.clear();
+                    }
+                    if s.gap_end <= st.trim {
+                        s.gap_end = 0;
+                    }
+                    s.apply_state(&st);
+                    s.snapshots.clear();
+                    s.blob_missing = false;
+                    for m in &st.snapshots {
+                        match blobs.get(&(h.stream_id, m.offset)) {
+                            Some(snap) => {
+                                s.snapshots.insert(m.offset, snap.clone());
+                            }
+                            None => s.blob_missing = true,
+                        }
+                    }
+                    shard.note_state(&mut s, seg);
+                    shard.insert_recovered(key, s);
+                }
+                persist::KIND_DELETE => {
+                    let soft = persist::decode_delete(&body).map_err(|_| bad("delete"))?;
+                    let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else {
+                        if !soft {
+                            orphans.remove(&h.stream_id);
+                            shard.index(seg).deleted_uids.push(h.stream_id);
+                        }
+                        continue;
+                    };
+                    if soft {
+                        if let Some(s) = shard.streams.borrow_mut().get_mut(&key) {
+                            s.soft_deleted = true;
+                            s.note_meta(seg);
+                        }
+                        continue;
+                    }
+                    shard.index(seg).deleted_uids.push(h.stream_id);
+                    shard.by_uid.borrow_mut().remove(&h.stream_id);
+                    if let Some(old) = shard.streams.borrow_mut().remove(&key) {
+                        shard.tombstones.borrow_mut().insert(key, old.incarnation);
+                    }
+                }
+                persist::KIND_BUCKET_CREATE => {
+                    let b = persist::decode_bucket(&body).map_err(|_| bad("bucket"))?;
+                    shard.note_bucket(&b, seg, true);
+                    shard.buckets_owned.borrow_mut().insert(b.clone());
+                    shard.buckets_known.borrow_mut().insert(b);
+                }
+                persist::KIND_BUCKET_DELETE => {
+                    let b = persist::decode_bucket(&body).map_err(|_| bad("bucket"))?;
+                    shard.note_bucket(&b, seg, false);
+                    shard.buckets_owned.borrow_mut().remove(&b);
+                    shard.buckets_known.borrow_mut().remove(&b);
+                }
+                k => return Err(format!("shard {id}: unknown record kind {k}")),
+            }
+        }
+        for (key, s) in shard.streams.borrow().iter() {
+            if s.gap_end > 0 {
+                return Err(format!(
+                    "shard {id}: stream {key:?}: records before offset {} are missing and nothing trimmed them",
+                    s.gap_end
+                ));
+            }
+            if s.blob_missing {
+                return Err(format!("shard {id}: stream {key:?}: a retained snapshot's record is missing"));
+            }
+        }
+        // Uids must never repeat, even when every record of the newest
+        // streams was reclaimed: start above the wall clock (1024 per ms).
+        shard.next_uid.set(shard.next_uid.get().max((wall_clock_ms().max(0) as u64) << 10));
+        Ok(shard)
+    }
+
+    /// Recovery: a create or state record brought this stream (back).
+    pub(super) fn insert_recovered(&self, key: StreamKey, s: Stream) {
+        let mut streams = self.streams.borrow_mut();
+        if let Some(old) = streams.remove(&key) {
+            self.by_uid.borrow_mut().remove(&old.uid);
+        }
+        self.by_uid.borrow_mut().insert(s.uid, key.clone());
+        streams.insert(key, s);
+    }
+
+    pub(super) fn index(&self, segment: u64) -> std::cell::RefMut<'_, SegIndex> {
+        std::cell::RefMut::map(self.seg_index.borrow_mut(), |m| m.entry(segment).or_default())
+    }
+
+    /// A record holding the stream's whole configuration was written in `segment`.
+    pub(super) fn note_state(&self, s: &mut Stream, segment: u64) {
+        s.state_seg = segment;
+        s.meta_segs.clear();
+        self.index(segment).state_uids.insert(s.uid);
+    }
+
+    /// A bucket create (or delete) record was written in `segment`.
+    pub(super) fn note_bucket(&self, bucket: &str, segment: u64, created: bool) {
+        if created {
+            self.index(segment).bucket_creates.insert(bucket.to_string());
+            self.bucket_segs.borrow_mut().insert(bucket.to_string(), segment);
+        } else {
+            self.index(segment).bucket_deletes.push(bucket.to_string());
+            self.bucket_segs.borrow_mut().remove(bucket);
+            self.reclaim_due.set(true);
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! One shard's append-only log: segments, group commit, reads, recovery.
+//!
+//! Appends are synchronous and cheap: the record is framed into the in-memory
+//! mirror of the active segment and gets a log sequence number (`lsn`, the
+//! count of framed bytes appended since open). A single writer task flushes
+//! everything appended so far with one aligned write per dirty segment and
+//! one fdatasync, then releases every waiter whose lsn it covered. While that
+//! flush is in flight, new appends gather for the next one: the group commit.
+//!
+//! The partial last block of the active segment stays in the mirror and is
+//! rewritten by the next flush, because O_DIRECT writes whole aligned blocks.
+//! A segment that filled up gets a seal record (see [`record::seal`]) and is
+//! flushed and synced before any byte of its successor, so after a crash only
+//! the newest segment can have a torn tail, and every older one must end in
+//! its seal.
+
+mod preparer;
+mod recovery;
+mod writer;
+
+use super::error::{Error, Result};
+use super::io::{SealedBytes, SegmentFile, SegmentStore};
+use super::record::{self, DecodeError, RecordHeader, SEAL_FRAMED_BYTES};
+use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES};
+use crate::metrics::Histo;
+use crate::notify::Notify;
+use futures_channel::oneshot;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+#[derive(Debug, Clone, Copy)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    /// Appended-but-not-durable bytes beyond which appends fail with `Full`.
+    pub pending_bytes_max: u64,
+}
+
+/// Where a record lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordLoc {
+    pub segment: u64,
+    /// Byte position of the record's header in the segment.
+    pub pos: u64,
+    pub body_len: u32,
+}
+
+/// A record found by recovery, in log order.
+#[derive(Debug, Clone, Copy)]
+pub struct Recovered {
+    pub header: RecordHeader,
+    pub loc: RecordLoc,
+}
+
+/// What recovery did, for the boot log and for tests.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub records: usize,
+    /// (segment, cut position) when a torn tail was cut.
+    pub torn_tail: Option<(u64, u64)>,
+    /// The newest segment with records, sealed at boot (writing resumes in
+    /// a new segment), when it was not sealed already.
+    pub sealed_at_boot: Option<u64>,
+    pub active_segment: u64,
+}
+
+/// Counters for the metrics endpoint and the benchmarks.
+#[derive(Debug, Clone)]
+pub struct LogStats {
+    pub flushes: u64,
+    pub records_flushed: u64,
+    pub bytes_flushed: u64,
+    pub max_records_per_flush: u64,
+    /// Records per flush.
+    pub batch_records: Histo,
+    /// Microseconds from the first write of a flush to the end of its sync.
+    pub flush_io_us: Histo,
+    /// Microseconds of each segment write (with O_DSYNC: write + sync in one).
+    pub write_us: Histo,
+    /// Microseconds of each fdatasync (none when writes are durable by themselves).
+    pub sync_us: Histo,
+}
+
+impl Default for LogStats {
+    fn default() -> Self {
+        LogStats {
+            flushes: 0,
+            records_flushed: 0,
+            bytes_flushed: 0,
+            max_records_per_flush: 0,
+            batch_records: Histo::batch_records(),
+            flush_io_us: Histo::latency_us(),
+            write_us: Histo::latency_us(),
+            sync_us: Histo::latency_us(),
+        }
+    }
+}
+
+enum SegData<F> {
+    /// Written by this process and not yet sealed-and-durable: served from memory.
+    Mirror { buf: Vec<u8>, records: u64, durable_len: usize, sealed: bool, file: Option<Rc<F>> },
+    /// Sealed and durable: served from the mapped file.
+    Mapped(Rc<dyn SealedBytes>),
+}
+
+struct State<F> {
+    segments: BTreeMap<u64, SegData<F>>,
+    active: u64,
+    /// Files created ahead of use, by segment number.
+    prepared: BTreeMap<u64, Rc<F>>,
+    lsn_tail: u64,
+    lsn_durable: u64,
+    records_pending: u64,
+    waiters: VecDeque<(u64, oneshot::Sender<Result<()>>)>,
+    poisoned: Option<Error>,
+    stats: LogStats,
+}
+
+pub struct Log<S: SegmentStore> {
+    store: S,
+    cfg: LogConfig,
+    st: RefCell<State<S::File>>,
+    wake_writer: Notify,
+    wake_preparer: Notify,
+    segment_ready: Notify,
+    stopped: Cell<bool>,
+}
+
+fn align_down(v: usize) -> usize {
+    v / DIRECT_IO_ALIGNMENT_BYTES as usize * DIRECT_IO_ALIGNMENT_BYTES as usize
+}
+fn align_up(v: usize) -> usize {
+    v.div_ceil(DIRECT_IO_ALIGNMENT_BYTES as usize) * DIRECT_IO_ALIGNMENT_BYTES as usize
+}
+
+/// One dirty range copied out for the writer.
+struct FlushJob {
+    segment: u64,
+    pos: u64,
+    /// Mirror length this job makes durable.
+    end: usize,
+    sealed: bool,
+}
+
+impl<S: SegmentStore> Log<S> {
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Frames a record into the active segment. Returns where it lives and
+    /// the lsn to wait for with [`Log::durable`].
+    pub fn append(&self, mut h: RecordHeader, body: &[u8]) -> Result<(RecordLoc, u64)> {
+        assert_ne!(h.kind, record::KIND_SEAL, "seals are the log's own records");
+        h.body_len = body.len() as u32;
+        let framed = record::framed_len(body.len());
+        // Every segment keeps room for its seal.
+        if (framed + SEAL_FRAMED_BYTES) as u64 > self.cfg.segment_bytes {
+            return Err(Error::TooLarge(body.len()));
+        }
+        let mut st = self.st.borrow_mut();
+        if let Some(e) = &st.poisoned {
+            return Err(e.clone());
+        }
+        let pending = st.lsn_tail - st.lsn_durable;
+        if pending > 0 && pending + framed as u64 > self.cfg.pending_bytes_max {
+            return Err(Error::Full);
+        }
+        let active_len = match st.segments.get(&st.active) {
+            Some(SegData::Mirror { buf, .. }) => buf.len(),
+            _ => unreachable!("active segment is always a mirror"),
+        };
+        if (active_len + framed + SEAL_FRAMED_BYTES) as u64 > self.cfg.segment_bytes {
+            let old = st.active;
+            if let Some(SegData::Mirror { buf, records, sealed, .. }) = st.segments.get_mut(&old) {
+                record::seal(old, buf.len() as u64, *records, buf);
+                *sealed = true;
+            }
+            // The seal goes out with the segment's last flush.
+            st.lsn_tail += SEAL_FRAMED_BYTES as u64;
+            st.active = old + 1;
+            let file = st.prepared.remove(&(old + 1));
+            st.segments
+                .insert(old + 1, SegData::Mirror { buf: Vec::new(), records: 0, durable_len: 0, sealed: false, file });
+            self.wake_preparer.notify();
+        }
+        let no = st.active;
+        let Some(SegData::Mirror { buf, records, .. }) = st.segments.get_mut(&no) else { unreachable!() };
+        let pos = buf.len() as u64;
+        record::encode(no, &h, body, buf);
+        *records += 1;
+        st.lsn_tail += framed as u64;
+        st.records_pending += 1;
+        let lsn = st.lsn_tail;
+        drop(st);
+        self.wake_writer.notify();
+        Ok((RecordLoc { segment: no, pos, body_len: h.body_len }, lsn))
+    }
+
+    /// Resolves when everything up to `lsn` is on stable storage.
+    pub async fn durable(&self, lsn: u64) -> Result<()> {
+        let rx = {
+            let mut st = self.st.borrow_mut();
+            if st.lsn_durable >= lsn {
+                return Ok(());
+            }
+            if let Some(e) = &st.poisoned {
+                return Err(e.clone());
+            }
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push_back((lsn, tx));
+            rx
+        };
+        rx.await.unwrap_or(Err(Error::Poisoned))
+    }
+
+    pub fn durable_lsn(&self) -> u64 {
+        self.st.borrow().lsn_durable
+    }
+
+    pub fn tail_lsn(&self) -> u64 {
+        self.st.borrow().lsn_tail
+    }
+
+    pub fn pending_bytes(&self) -> u64 {
+        let st = self.st.borrow();
+        st.lsn_tail - st.lsn_durable
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.st.borrow().poisoned.is_some()
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.st.borrow().stats.clone()
+    }
+
+    /// Appends bytes `range` of the record body at `loc` to `out`. Records
+    /// read from mapped segments are verified again, so media corruption after
+    /// boot is reported instead of served.
+    pub fn read_body(&self, loc: RecordLoc, range: std::ops::Range<usize>, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.st.borrow();
+        let corrupt = || Error::Corrupt { segment: loc.segment, position: loc.pos };
+        match st.segments.get(&loc.segment) {
+            Some(SegData::Mirror { buf, .. }) => {
+                let start = loc.pos as usize + RECORD_HEADER_BYTES;
+                let body = buf.get(start..start + loc.body_len as usize).ok_or_else(corrupt)?;
+                out.extend_from_slice(body.get(range).ok_or_else(corrupt)?);
+                Ok(())
+            }
+            Some(SegData::Mapped(m)) => {
+                let bytes = m.bytes().get(loc.pos as usize..).ok_or_else(corrupt)?;
+                let (h, body, _) = record::decode(loc.segment, bytes).map_err(|_| corrupt())?;
+                if h.body_len != loc.body_len {
+                    return Err(corrupt());
+                }
+                out.extend_from_slice(bytes[body].get(range).ok_or_else(corrupt)?);
+                Ok(())
+            }
+            None => Err(corrupt()),
+        }
+    }
+
+    /// Stops the writer and preparer loops after their current step.
+    pub fn stop(&self) {
+        self.stopped.set(true);
+        self.wake_writer.notify();
+        self.wake_preparer.notify();
+    }
+
+    /// Segments that are sealed and durable (never written again), ascending:
+    /// the ones [`Log::remove_segment`] may delete.
+    pub fn sealed_segments(&self) -> Vec<u64> {
+        let st = self.st.borrow();
+        st.segments.iter().filter(|(_, s)| matches!(s, SegData::Mapped(_))).map(|(&no, _)| no).collect()
+    }
+
+    /// Deletes a sealed segment for good (file and directory entry, durably).
+    /// The caller guarantees no record in it is needed any more: recovery
+    /// without it must rebuild the same state. Reads of it fail from now on.
+    pub async fn remove_segment(&self, no: u64) -> Result<()> {
+        {
+            let mut st = self.st.borrow_mut();
+            if !matches!(st.segments.get(&no), Some(SegData::Mapped(_))) {
+                let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "segment is not sealed");
+                return Err(Error::io("remove", no, source));
+            }
+            st.segments.remove(&no);
+        }
+        self.store.remove(no).await.map_err(|source| Error::io("remove", no, source))
+    }
+
+    pub(super) fn file_of(&self, no: u64) -> Rc<S::File> {
+        match self.st.borrow().segments.get(&no) {
+            Some(SegData::Mirror { file: Some(f), .. }) => f.clone(),
+            _ => unreachable!("flush jobs only name segments with files"),
+        }
+    }
+}
