@@ -25,7 +25,7 @@
 //! - [`storage`]: per-shard segment logs, recovery; no HTTP, no protocol.
 //!
 //! # Dependency rule
-//! `http -> protocol, shard::router`; `shard -> protocol, storage`;
+//! `http -> protocol, shard::message`; `shard -> protocol, storage`;
 //! `protocol -> limits`; `storage -> limits, metrics, notify`; `metrics -> limits`. storage and protocol never
 //! import http or glommio networking; glommio appears only in `server`,
 //! `shard::mesh`, `http::conn` and `storage::dma_file` (checked by

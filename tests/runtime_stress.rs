@@ -24,8 +24,17 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-/// The slowest any one operation may be.
+/// The slowest any one operation may be while its executor makes no other
+/// progress, and the slowest any scheduling operation may be at all.
 const OP_LIMIT: Duration = Duration::from_millis(500);
+/// The slowest an O_DIRECT write + fdatasync may be while its executor keeps
+/// running its other tasks. Such a write is in the kernel (io_uring, io-wq,
+/// the file system, the disk), not waiting for the scheduler: on the shared
+/// 2-vCPU VM it took up to ~0.5 s at times under this load while plain
+/// threads writing beside it stayed under 20 ms (cause unknown; see
+/// vendor/glommio/PATCHES.md, "Known, not fixed"). A lost completion still
+/// fails here.
+const IO_LIMIT: Duration = Duration::from_secs(5);
 /// Short enough that a pending preemption is common at every step.
 const PREEMPT: Duration = Duration::from_micros(50);
 /// Small DMA pools, so that dozens of executors fit any memlock limit.
@@ -64,24 +73,36 @@ const OPS: [Op; 8] =
 struct Slot {
     since: AtomicU64,
     op: AtomicUsize,
+    /// The executor's progress count when the operation began.
+    progress_at_begin: AtomicU64,
 }
 
 struct Watch {
     epoch: Instant,
     slots: Vec<Slot>,
+    /// Operations completed, per executor (slot / per_executor).
+    progress: Vec<AtomicU64>,
+    per_executor: usize,
     completed: AtomicU64,
-    slowest_ns: AtomicU64,
+    /// Per kind of operation (indexed like OPS), the slowest one completed.
+    slowest_ns: [AtomicU64; 8],
 }
 
 impl Watch {
-    fn new(slots: usize) -> Arc<Watch> {
+    /// `slots` tasks, `per_executor` of them on each executor.
+    fn new(slots: usize, per_executor: usize) -> Arc<Watch> {
+        let slot = || Slot {
+            since: AtomicU64::new(1),
+            op: AtomicUsize::new(Op::Start as usize),
+            progress_at_begin: AtomicU64::new(0),
+        };
         Arc::new(Watch {
             epoch: Instant::now(),
-            slots: (0..slots)
-                .map(|_| Slot { since: AtomicU64::new(1), op: AtomicUsize::new(Op::Start as usize) })
-                .collect(),
+            slots: (0..slots).map(|_| slot()).collect(),
+            progress: (0..slots.div_ceil(per_executor)).map(|_| AtomicU64::new(0)).collect(),
+            per_executor,
             completed: AtomicU64::new(0),
-            slowest_ns: AtomicU64::new(0),
+            slowest_ns: Default::default(),
         })
     }
 
@@ -90,13 +111,17 @@ impl Watch {
     }
 
     fn begin(&self, slot: usize, op: Op) {
+        let progress = self.progress[slot / self.per_executor].load(Ordering::Relaxed);
+        self.slots[slot].progress_at_begin.store(progress, Ordering::Relaxed);
         self.slots[slot].op.store(op as usize, Ordering::Relaxed);
         self.slots[slot].since.store(self.now_ns(), Ordering::Release);
     }
 
     fn end(&self, slot: usize) {
         let since = self.slots[slot].since.swap(0, Ordering::AcqRel);
-        self.slowest_ns.fetch_max(self.now_ns() - since, Ordering::Relaxed);
+        let op = self.slots[slot].op.load(Ordering::Relaxed);
+        self.slowest_ns[op].fetch_max(self.now_ns() - since, Ordering::Relaxed);
+        self.progress[slot / self.per_executor].fetch_add(1, Ordering::Relaxed);
         self.completed.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -108,15 +133,21 @@ impl Watch {
         out
     }
 
-    /// The first operation outstanding for longer than OP_LIMIT, if any.
+    /// The first operation past its limit, if any: OP_LIMIT for everything
+    /// but an O_DIRECT write whose executor kept completing other operations
+    /// meanwhile, which gets IO_LIMIT.
     fn overdue(&self) -> Option<String> {
         let now = self.now_ns();
         self.slots.iter().enumerate().find_map(|(i, s)| {
             let since = s.since.load(Ordering::Acquire);
             let age = Duration::from_nanos(now.saturating_sub(since));
-            (since != 0 && age > OP_LIMIT).then(|| {
-                let op = OPS[s.op.load(Ordering::Relaxed)];
-                format!("task {i}: {op:?} outstanding for {age:?} (limit {OP_LIMIT:?})")
+            let op = OPS[s.op.load(Ordering::Relaxed)];
+            let progress = self.progress[i / self.per_executor].load(Ordering::Relaxed);
+            let executor_ran = progress != s.progress_at_begin.load(Ordering::Relaxed);
+            let limit = if matches!(op, Op::DirectWrite) && executor_ran { IO_LIMIT } else { OP_LIMIT };
+            (since != 0 && age > limit).then(|| {
+                let idle = if executor_ran { "" } else { ", its executor completed nothing meanwhile" };
+                format!("task {i}: {op:?} outstanding for {age:?} (limit {limit:?}{idle})")
             })
         })
     }
@@ -142,8 +173,13 @@ fn watched(watch: &Arc<Watch>, work: impl FnOnce() -> Result<(), String> + Send 
             panic!("runtime stall: {what}");
         }
     }
-    let slowest = Duration::from_nanos(watch.slowest_ns.load(Ordering::Relaxed));
-    eprintln!("{} operations, slowest {slowest:?}", watch.completed.load(Ordering::Relaxed));
+    let slowest: Vec<String> = OPS
+        .iter()
+        .zip(&watch.slowest_ns)
+        .filter(|(_, ns)| ns.load(Ordering::Relaxed) > 0)
+        .map(|(op, ns)| format!("{op:?} {:?}", Duration::from_nanos(ns.load(Ordering::Relaxed))))
+        .collect();
+    eprintln!("{} operations; slowest of each kind: {}", watch.completed.load(Ordering::Relaxed), slowest.join(", "));
     assert!(watch.overdue().is_none());
 }
 
@@ -256,6 +292,13 @@ async fn mixed(seat: Seat, dir: PathBuf, watch: Arc<Watch>, until: Instant) -> R
 async fn direct_writes(dir: &Path, id: usize, w: &Watch, slot: usize, until: Instant) -> Result<(), String> {
     let path = dir.join(format!("exec-{id}.dat"));
     let file = DmaFile::create(&path).await.map_err(|e| format!("creating {}: {e}", path.display()))?;
+    // Pre-zeroed, like the server's segments: a write that extends a file
+    // makes fdatasync commit the file system's journal, which on a shared
+    // disk can take longer than OP_LIMIT without any executor at fault.
+    const FILE_BYTES: u64 = 256 * 4096;
+    let zeros = file.alloc_dma_buffer(FILE_BYTES as usize);
+    file.write_at(zeros, 0).await.map_err(|e| format!("pre-zeroing: {e}"))?;
+    file.fdatasync().await.map_err(|e| format!("pre-zeroing: {e}"))?;
     let mut pos = 0u64;
     while Instant::now() < until {
         let mut buf = file.alloc_dma_buffer(4096);
@@ -265,7 +308,7 @@ async fn direct_writes(dir: &Path, id: usize, w: &Watch, slot: usize, until: Ins
             file.fdatasync().await
         };
         w.time(slot, Op::DirectWrite, write).await.map_err(|e| format!("O_DIRECT write: {e}"))?;
-        pos = (pos + 4096) % (256 * 4096);
+        pos = (pos + 4096) % FILE_BYTES;
     }
     file.close().await.map_err(|e| e.to_string())
 }
@@ -305,7 +348,7 @@ async fn doorbell(
 fn mixed_wakeups_never_stall() {
     let n = executors();
     let secs = env_or("RINGSTREAM_STRESS_SECS", 6);
-    let watch = Watch::new(n * TASKS_PER_EXECUTOR);
+    let watch = Watch::new(n * TASKS_PER_EXECUTOR, TASKS_PER_EXECUTOR);
     let dir = scratch_dir("runtime-stress");
     let mut seats = Vec::new();
     for pair in 0..n / 2 {
@@ -360,7 +403,7 @@ fn boot_loop_never_stalls() {
     let n = executors();
     let boots = env_or("RINGSTREAM_STRESS_BOOTS", 300) as usize;
     // One slot per executor running at once; a boot is timed from its spawn to its join.
-    let watch = Watch::new(n);
+    let watch = Watch::new(n, 1);
     let dir = scratch_dir("boot-loop");
     let w = watch.clone();
     let d = dir.clone();
@@ -391,7 +434,7 @@ fn boot_loop_never_stalls() {
 /// spawns and awaits tasks in a loop.
 #[test]
 fn spawn_local_loop_with_tiny_preempt_timer() {
-    let watch = Watch::new(1);
+    let watch = Watch::new(1, 1);
     let w = watch.clone();
     watched(&watch, move || {
         let h = LocalExecutorBuilder::new(Placement::Unbound)

@@ -206,6 +206,10 @@ impl SegmentStore for TestStore {
     fn describe(&self) -> String {
         "simulator with yielding I/O".into()
     }
+
+    fn location(&self) -> String {
+        self.sim.location()
+    }
 }
 
 // ---------------------------------------------------------------------------

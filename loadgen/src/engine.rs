@@ -32,8 +32,8 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
 
 use crate::client::ResponseParser;
+use crate::model::{intended_offset, new_histogram, stream_index, AppendOutcome, Config, Progress, Timing, IO_ERROR};
 use crate::payload::{wall_us, Format, PayloadGen, Rng};
-use crate::workload::{intended_offset, new_histogram, stream_index, AppendOutcome, Config, Progress, Timing};
 
 /// Token of the worker's timerfd.
 const TIMER: Token = Token(usize::MAX);
@@ -45,9 +45,6 @@ const ERROR_BACKOFF: Duration = Duration::from_millis(1);
 /// Read buffer per connection. The parser copies what it needs, so one
 /// read of any size can be parsed in place.
 const READ_BUF: usize = 16 * 1024;
-
-/// Error key for I/O and protocol failures (real statuses are 100..=599).
-pub const IO_ERROR: u16 = 0;
 
 /// What the workers share, read-only.
 pub struct Shared<'a> {

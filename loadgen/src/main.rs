@@ -5,6 +5,7 @@
 
 mod client;
 mod engine;
+mod model;
 mod payload;
 mod reader;
 mod report;
@@ -19,9 +20,9 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 use client::Target;
+use model::{Config, ReadMode, Surface};
 use payload::PayloadDist;
 use report::Report;
-use workload::{Config, ReadMode, Surface};
 
 /// Exit status when the run saw failed requests (without --allow-errors).
 const EXIT_ERRORS: u8 = 2;

@@ -29,9 +29,8 @@ use mio::{Events, Interest, Poll, Token};
 use serde::Deserialize;
 
 use crate::client::ResponseParser;
-use crate::engine::IO_ERROR;
+use crate::model::{new_histogram, Config, Progress, ReadMode, Timing, IO_ERROR};
 use crate::payload::{decode_json_array, wall_us, BinaryScanner};
-use crate::workload::{new_histogram, Config, Progress, ReadMode, Timing};
 
 /// Pause before retrying after a failed read request.
 const RETRY: Duration = Duration::from_millis(100);

@@ -10,7 +10,7 @@ use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::workload::{Config, RunResult};
+use crate::model::{Config, RunResult};
 
 /// Latency summary in microseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -428,7 +428,8 @@ pub fn compare(
 mod tests {
     use super::*;
     use crate::client::Target;
-    use crate::workload::{new_histogram, tests::test_config, Surface};
+    use crate::model::{new_histogram, Surface};
+    use crate::workload::tests::test_config;
     use std::time::Duration;
 
     fn sample_result() -> RunResult {

@@ -2,6 +2,7 @@
 //! owning shard, write the answer. Keep-alive and pipelining (requests are
 //! answered one after another, in order), bounded buffers, timeouts.
 
+use super::gate::{Gate, Slot};
 use super::parse::{parse_head, BodyKind, ChunkProgress, ChunkedDecoder, Method, ParseError, ParseLimits, RequestHead};
 use super::respond::{self, Response};
 use super::route::{route, route_label, surface_of, Route, RouteError};
@@ -17,11 +18,9 @@ use crate::notify::Notify;
 use crate::protocol::headers::sse_is_text;
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::{Live, Outcome, ReadReq, StreamKey, StreamOp, Surface};
-use crate::shard::router::{Dispatch, ShardRequest};
+use crate::shard::message::{Dispatch, ShardRequest};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -108,90 +107,6 @@ async fn read_more(
 fn until(deadline: Instant) -> Option<Duration> {
     let left = deadline.checked_duration_since(Instant::now())?;
     (!left.is_zero()).then(|| left.min(Duration::from_millis(CONN_READ_TIMEOUT_MS)))
-}
-
-/// How long a request may take to arrive, per connection.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestTimeouts {
-    /// From the first byte of a head to its end.
-    pub header: Duration,
-    /// From the end of a head to the end of its body.
-    pub body: Duration,
-}
-
-/// Per shard: the bound on open connections and the request timeouts.
-///
-/// Over the bound, a new connection evicts the connection that has waited
-/// longest for a request head (an idle keep-alive connection, or one whose
-/// head is still arriving); connections busy with a request are never
-/// evicted. When every connection is busy, the newcomer is answered 503 +
-/// Retry-After and closed. Evicted connections close at once, so the count
-/// exceeds the bound only until they have ended.
-pub struct Gate {
-    max: usize,
-    timeouts: RequestTimeouts,
-    refusing: Cell<usize>,
-    next_wait: Cell<u64>,
-    /// Connections waiting for a request head, oldest wait first.
-    waiting: RefCell<BTreeMap<u64, Rc<Notify>>>,
-    /// Set whenever the last open connection closes (graceful shutdown waits on it).
-    none_open: Notify,
-}
-
-impl Gate {
-    pub fn new(max_connections: usize, timeouts: RequestTimeouts) -> Gate {
-        Gate {
-            max: max_connections,
-            timeouts,
-            refusing: Cell::new(0),
-            next_wait: Cell::new(0),
-            waiting: RefCell::new(BTreeMap::new()),
-            none_open: Notify::default(),
-        }
-    }
-
-    /// Resolves once the last open connection closed since the previous
-    /// call resolved (the caller re-checks the gauge).
-    pub async fn all_closed(&self) {
-        self.none_open.wait().await
-    }
-
-    /// A slot for a new connection when `open` are open (the shard's
-    /// connections gauge), evicting the longest-waiting one when full; None
-    /// when every open connection is busy.
-    fn admit(self: &Rc<Self>, open: u64) -> Option<Slot> {
-        if open >= self.max as u64 {
-            let (_, oldest) = self.waiting.borrow_mut().pop_first()?;
-            oldest.notify();
-        }
-        Some(Slot { gate: self.clone(), evict: Rc::new(Notify::default()) })
-    }
-
-    /// Marks `slot` evictable until the guard is dropped.
-    fn waiting(&self, slot: &Slot) -> Waiting<'_> {
-        let n = self.next_wait.get();
-        self.next_wait.set(n + 1);
-        self.waiting.borrow_mut().insert(n, slot.evict.clone());
-        Waiting { gate: self, n }
-    }
-}
-
-/// One admitted connection: its gate, and how the gate evicts it.
-struct Slot {
-    gate: Rc<Gate>,
-    /// Set by the gate to evict the connection while it waits for a head.
-    evict: Rc<Notify>,
-}
-
-struct Waiting<'a> {
-    gate: &'a Gate,
-    n: u64,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.gate.waiting.borrow_mut().remove(&self.n);
-    }
 }
 
 /// Takes a freshly accepted connection: serves it on its own task, or, when
@@ -522,7 +437,7 @@ async fn serve_sse<C: ConnContext + ?Sized>(
         surface,
         op: StreamOp::Read(ReadReq { from, live, cursor: client_cursor.clone(), if_none_match: None }),
     };
-    let mut r = match cx.dispatch(read(req.from, Live::No)).await {
+    let mut r = match cx.dispatch(read(req.from, Live::Sse)).await {
         Ok(Outcome::Read(r)) => r,
         Ok(_) => return,
         Err(e) => {
@@ -542,8 +457,8 @@ async fn serve_sse<C: ConnContext + ?Sized>(
         if r.has_data() {
             sse::data_event(&mut out, &r.body, base64);
         }
-        let cursor = crate::protocol::cursor::next_cursor(wall_ms(), client_cursor.as_deref(), jitter_secs());
-        sse::control_event(&mut out, r.next_offset, Some(cursor), r.up_to_date, r.closed_at_end);
+        // The cursor comes from the stream's shard (its clock, its jitter).
+        sse::control_event(&mut out, r.next_offset, r.cursor, r.up_to_date, r.closed_at_end);
         if write_all(stream, &out).await.is_err() || r.closed_at_end || stop.is_stopped() {
             return;
         }
@@ -551,20 +466,10 @@ async fn serve_sse<C: ConnContext + ?Sized>(
         if started.elapsed() >= std::time::Duration::from_millis(SSE_CONNECTION_MS_MAX) {
             return;
         }
-        let live = if r.up_to_date { Live::LongPoll } else { Live::No };
+        let live = if r.up_to_date { Live::LongPoll } else { Live::Sse };
         r = match cx.dispatch(read(ReadFrom::At(r.next_offset), live)).await {
             Ok(Outcome::Read(next)) => next,
             _ => return,
         };
     }
-}
-
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
-
-/// 1..=3600, spread enough for cursor jitter (F88); not cryptographic.
-fn jitter_secs() -> u64 {
-    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos() as u64);
-    1 + (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % 3600
 }

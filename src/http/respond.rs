@@ -245,9 +245,6 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             r.body = listing_json(&l).into_bytes();
             r
         }
-        Outcome::Ack | Outcome::Count(_) | Outcome::Stats(_) | Outcome::ForkData { .. } | Outcome::ListPart { .. } => {
-            Response::new(500).text("internal message reached the HTTP edge")
-        }
     }
 }
 

@@ -12,7 +12,7 @@ use crate::protocol::ForkReq;
 use crate::protocol::{
     AppendReq, BucketOp, CreateReq, Error, ListReq, Live, ReadReq, SnapshotReq, StreamKey, StreamOp, Surface,
 };
-use crate::shard::router::ShardRequest;
+use crate::shard::message::ShardRequest;
 
 #[derive(Debug)]
 pub enum Route {

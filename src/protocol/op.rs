@@ -55,6 +55,9 @@ pub struct AppendReq {
 pub enum Live {
     No,
     LongPoll,
+    /// The client asked for SSE. The connection runs the SSE loop; each of
+    /// its catch-up rounds reaches the shard as `Sse` (read now, with a
+    /// cursor), each wait as `LongPoll`.
     Sse,
 }
 
@@ -251,28 +254,6 @@ pub enum Outcome {
         streams: u64,
     },
     BucketDeleted,
-    /// Internal acknowledgement between shards.
-    Ack,
-    /// Internal: number of streams a shard holds in a bucket.
-    Count(u64),
     /// A page of a bucket listing (gathered from every shard).
     Listing(Listing),
-    /// Internal: one shard's part of a listing: its first `limit` matching
-    /// streams after the cursor (sorted), how many match after the cursor,
-    /// and how many match the prefix at all.
-    ListPart {
-        streams: Vec<ListedStream>,
-        after_count: u64,
-        prefix_count: u64,
-    },
-    /// Internal: a shard's metrics, one block of sample lines per family
-    /// (`crate::metrics::Samples::into_blocks`).
-    Stats(Vec<String>),
-    /// Internal: what a new fork inherits from its source.
-    ForkData {
-        data: Vec<u8>,
-        content_type: String,
-        lifetime: super::headers::Lifetime,
-        source_uid: u64,
-    },
 }

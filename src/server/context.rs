@@ -5,9 +5,8 @@ use super::{Process, SERVING};
 use crate::http::conn::ConnContext;
 use crate::http::stop::Stop;
 use crate::metrics::{EdgeMetrics, Family, Samples};
-use crate::protocol::Outcome;
-use crate::shard::mesh::{Mesh, Peers};
-use crate::shard::router::{Dispatch, Reply, ShardRequest};
+use crate::shard::mesh::{Mesh, Served};
+use crate::shard::message::{Control, Dispatch, Reply, ShardRequest};
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use std::future::Future;
@@ -29,7 +28,7 @@ pub(super) struct Ctx {
 impl Dispatch for Ctx {
     fn dispatch(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
         Box::pin(async move {
-            if req.owner(self.shards).is_some_and(|owner| owner != self.me) {
+            if req.owner(self.shards) != self.me {
                 self.edge.handoffs.set(self.edge.handoffs.get() + 1);
             } else {
                 self.shard.stats.borrow_mut().requests_local += 1;
@@ -48,19 +47,34 @@ pub(super) fn shard_metrics(shard: &Shard<DiskStore>, edge: &EdgeMetrics, mesh: 
     s
 }
 
-/// Runs a request that another shard handed over. `Stats` answers with this
-/// shard's whole metrics (shard, edge and mesh), not just the shard's part.
-pub(super) async fn serve_remote(
-    shard: Rc<Shard<DiskStore>>,
-    edge: Rc<EdgeMetrics>,
-    mesh: Rc<Mesh>,
-    req: ShardRequest,
-) -> Reply {
-    shard.stats.borrow_mut().requests_remote_in += 1;
-    if let ShardRequest::Stats = req {
-        return Ok(Outcome::Stats(shard_metrics(&shard, &edge, &mesh).into_blocks()));
+/// What this shard does with what other shards hand it over the mesh.
+pub(super) struct Remote {
+    pub shard: Rc<Shard<DiskStore>>,
+    pub edge: Rc<EdgeMetrics>,
+    pub mesh: Rc<Mesh>,
+}
+
+impl Served for Remote {
+    fn request(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply>>> {
+        let shard = self.shard.clone();
+        Box::pin(async move {
+            shard.stats.borrow_mut().requests_remote_in += 1;
+            shard.handle(req).await
+        })
     }
-    shard.handle(req).await
+
+    fn control(&self, c: Control) -> Pin<Box<dyn Future<Output = ()>>> {
+        let shard = self.shard.clone();
+        Box::pin(async move {
+            shard.stats.borrow_mut().requests_remote_in += 1;
+            shard.control(c).await
+        })
+    }
+
+    /// The whole of this shard's metrics: shard, edge and mesh.
+    fn stats(&self) -> Vec<String> {
+        shard_metrics(&self.shard, &self.edge, &self.mesh).into_blocks()
+    }
 }
 
 impl ConnContext for Ctx {
@@ -70,7 +84,7 @@ impl ConnContext for Ctx {
             for s in 0..self.shards {
                 if s == self.me {
                     all.merge(&shard_metrics(&self.shard, &self.edge, &self.mesh).into_blocks());
-                } else if let Ok(Outcome::Stats(blocks)) = self.mesh.call(s, ShardRequest::Stats).await {
+                } else if let Ok(blocks) = self.mesh.stats(s).await {
                     all.merge(&blocks);
                 }
             }

@@ -3,7 +3,7 @@
 //! listen and serve until the stop latch opens, then drain.
 
 use super::boot::{Boot, Recovered};
-use super::context::{serve_remote, Ctx};
+use super::context::{Ctx, Remote};
 use super::shutdown::{drain, ShardExit};
 use super::Process;
 use crate::config::Config;
@@ -11,8 +11,8 @@ use crate::http::conn;
 use crate::http::stop::Stop;
 use crate::limits::RECLAIM_INTERVAL_MS;
 use crate::metrics::EdgeMetrics;
-use crate::shard::mesh::{Link, Mesh, Peers};
-use crate::shard::router::ShardRequest;
+use crate::shard::mesh::{Link, Mesh};
+use crate::shard::message::Control;
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::io::SegmentStore;
@@ -87,7 +87,7 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     glommio::spawn_local(async move { log.run_preparer().await }).detach();
     b.step("joining the mesh");
     let (mesh, edge) = join_mesh(link, &shard);
-    replicate(b, &shard, &mesh).await?;
+    replicate(b, &shard).await?;
     b.step("replicated buckets and fork references");
     let _ = b.boot.send(Boot::Replicated);
     // Every shard's buckets and fork references are known once go opens
@@ -106,26 +106,26 @@ fn join_mesh(link: Link, shard: &Rc<Shard<DiskStore>>) -> (Rc<Mesh>, Rc<EdgeMetr
     let (mesh, inbox) = link.join();
     shard.set_peers(mesh.clone());
     let edge = Rc::new(EdgeMetrics::default());
-    let (s, e, m) = (shard.clone(), edge.clone(), mesh.clone());
-    let handler = move |req| serve_remote(s.clone(), e.clone(), m.clone(), req);
-    glommio::spawn_local(mesh.clone().serve(inbox, handler)).detach();
+    let remote = Rc::new(Remote { shard: shard.clone(), edge: edge.clone(), mesh: mesh.clone() });
+    glommio::spawn_local(mesh.clone().serve(inbox, remote)).detach();
     (mesh, edge)
 }
 
 /// Tells every other shard the buckets this one owns, and each fork's
 /// source owner that the fork exists (references are not logged: they are
 /// rebuilt from the forks' own records).
-async fn replicate(b: &ShardBoot, shard: &Shard<DiskStore>, mesh: &Mesh) -> Result<(), String> {
+async fn replicate(b: &ShardBoot, shard: &Shard<DiskStore>) -> Result<(), String> {
     let id = b.id;
     for bucket in shard.owned_buckets() {
         for peer in (0..b.cfg.shards).filter(|&p| p != id) {
-            let req = ShardRequest::ReplicateBucket { bucket: bucket.clone(), present: true };
-            mesh.call(peer, req).await.map_err(|e| format!("shard {id}: replicating buckets: {e}"))?;
+            let bucket = bucket.clone();
+            let replicate = |done| Control::ReplicateBucket { bucket, present: true, done };
+            shard.ask(peer, replicate).await.map_err(|e| format!("shard {id}: replicating buckets: {e}"))?;
         }
     }
     for (source, source_uid) in shard.fork_sources() {
-        let req = ShardRequest::ForkRef { source, source_uid, add: true };
-        shard.call(req).await.map_err(|e| format!("shard {id}: counting fork references: {e}"))?;
+        let count = |done| Control::ForkRef { source, source_uid, add: true, done };
+        shard.ask_owner(count).await.map_err(|e| format!("shard {id}: counting fork references: {e}"))?;
     }
     Ok(())
 }
@@ -168,11 +168,11 @@ async fn serve(b: &ShardBoot, up: Up) -> Result<(), String> {
         s.trigger();
     })
     .detach();
-    let timeouts = conn::RequestTimeouts {
+    let timeouts = crate::http::gate::RequestTimeouts {
         header: Duration::from_millis(b.cfg.header_timeout_ms),
         body: Duration::from_millis(b.cfg.body_timeout_ms),
     };
-    let gate = Rc::new(conn::Gate::new(b.cfg.max_connections, timeouts));
+    let gate = Rc::new(crate::http::gate::Gate::new(b.cfg.max_connections, timeouts));
     let accepting = stop.slot();
     loop {
         let accepted = futures_lite::future::or(async { Some(up.listener.accept().await) }, async {

@@ -1,6 +1,6 @@
 //! Graceful shutdown of one shard, and the main thread waiting for all of them.
 
-use crate::http::conn;
+use crate::http::gate::Gate;
 use crate::latch::Latch;
 use crate::limits::SHUTDOWN_DRAIN_MS;
 use crate::metrics::EdgeMetrics;
@@ -17,7 +17,7 @@ pub(super) async fn drain(
     id: usize,
     shard: &Shard<DiskStore>,
     edge: &EdgeMetrics,
-    gate: &conn::Gate,
+    gate: &Gate,
     drained: &Latch,
 ) -> Result<(), String> {
     tracing::info!("shard {id}: stopped accepting; {} connections to finish", edge.connections.get());

@@ -28,30 +28,13 @@ impl<S: SegmentStore> Shard<S> {
             s.last_access_ms = now;
             (verdict?, s.json, s.uid, s.incarnation, s.tail)
         };
-        let producer_ack = match verdict {
-            AppendVerdict::Duplicate { epoch, highest_seq } => Some(Some(ProducerAck { epoch, seq: highest_seq })),
-            AppendVerdict::AlreadyClosed => Some(None),
-            AppendVerdict::Write { .. } => None,
-        };
-        if let Some(producer) = producer_ack {
-            let streams = self.streams.borrow();
-            let s = streams.get(&key).ok_or(Error::NotFound)?;
-            let mut v = s.visible(self.log.durable_lsn());
-            if let (Some(p), Some(_)) = (&req.producer, &producer) {
-                // A retry answers with the offset its original got, when we
-                // still remember it; older ones get the current tail.
-                if let Some(t) = s.acked_tail(&p.id, p.epoch, p.seq) {
-                    v.tail = t.min(v.tail);
-                }
+        let producer = match verdict {
+            AppendVerdict::Write { producer } => producer,
+            AppendVerdict::Duplicate { epoch, highest_seq } => {
+                return self.answer_unwritten(&key, &req, Some(ProducerAck { epoch, seq: highest_seq }));
             }
-            return Ok(Outcome::Appended {
-                info: s.info(&v),
-                producer,
-                duplicate: true,
-                close_only: req.body.is_empty(),
-            });
-        }
-        let AppendVerdict::Write { producer } = verdict else { unreachable!() };
+            AppendVerdict::AlreadyClosed => return self.answer_unwritten(&key, &req, None),
+        };
         let data = if json && !req.body.is_empty() { json::normalize(&req.body, false)?.0 } else { req.body };
         let rec = AppendRecord {
             close: req.close,
@@ -106,5 +89,21 @@ impl<S: SegmentStore> Shard<S> {
             duplicate: false,
             close_only: data_len == 0,
         })
+    }
+
+    /// The answer to an append that writes nothing (an idempotent retry, or
+    /// a close of a closed stream): the stream as it is.
+    fn answer_unwritten(&self, key: &StreamKey, req: &AppendReq, producer: Option<ProducerAck>) -> Reply {
+        let streams = self.streams.borrow();
+        let s = streams.get(key).ok_or(Error::NotFound)?;
+        let mut v = s.visible(self.log.durable_lsn());
+        if let (Some(p), Some(_)) = (&req.producer, &producer) {
+            // A retry answers with the offset its original got, when we
+            // still remember it; older ones get the current tail.
+            if let Some(t) = s.acked_tail(&p.id, p.epoch, p.seq) {
+                v.tail = t.min(v.tail);
+            }
+        }
+        Ok(Outcome::Appended { info: s.info(&v), producer, duplicate: true, close_only: req.body.is_empty() })
     }
 }

@@ -41,7 +41,7 @@ impl<S: SegmentStore> Shard<S> {
                 self.buckets_owned.borrow_mut().insert(bucket.clone());
                 self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
                 self.buckets_known.borrow_mut().insert(bucket.clone());
-                self.broadcast(|| ShardRequest::ReplicateBucket { bucket: bucket.clone(), present: true }).await?;
+                self.broadcast(|done| Control::ReplicateBucket { bucket: bucket.clone(), present: true, done }).await?;
                 Ok(Outcome::BucketCreated)
             }
             BucketOp::Get => {
@@ -71,20 +71,16 @@ impl<S: SegmentStore> Shard<S> {
                 self.buckets_owned.borrow_mut().remove(&bucket);
                 self.buckets_known.borrow_mut().remove(&bucket);
                 self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
-                self.broadcast(|| ShardRequest::ReplicateBucket { bucket: bucket.clone(), present: false }).await?;
+                self.broadcast(|done| Control::ReplicateBucket { bucket: bucket.clone(), present: false, done })
+                    .await?;
                 Ok(Outcome::BucketDeleted)
             }
         }
     }
 
     pub(super) async fn total_in_bucket(&self, bucket: &str) -> Result<u64, Error> {
-        let mut total = self.count_in_bucket(bucket);
-        for o in self.broadcast(|| ShardRequest::CountBucket { bucket: bucket.to_string() }).await? {
-            if let Outcome::Count(n) = o {
-                total += n;
-            }
-        }
-        Ok(total)
+        let others = self.broadcast(|count| Control::CountBucket { bucket: bucket.to_string(), count }).await?;
+        Ok(self.count_in_bucket(bucket) + others.iter().sum::<u64>())
     }
 
     /// `GET /ds/{bucket}/streams`, on the bucket's owner: every shard (this
@@ -98,21 +94,21 @@ impl<S: SegmentStore> Shard<S> {
         if !self.buckets_owned.borrow().contains(&bucket) {
             return Err(Error::NotFound);
         }
-        let peers = self.peers.borrow().clone();
-        let mut calls: Vec<Pin<Box<dyn Future<Output = Reply> + '_>>> = vec![Box::pin(self.list_part(&bucket, &list))];
-        if let Some(peers) = &peers {
-            for target in (0..self.shards).filter(|&t| t != self.id) {
-                calls.push(peers.call(target, ShardRequest::ListPart { bucket: bucket.clone(), list: list.clone() }));
-            }
+        type Part<'a> = Pin<Box<dyn Future<Output = Result<Result<ListPart, Error>, Error>> + 'a>>;
+        let mut calls: Vec<Part<'_>> = vec![Box::pin(async { Ok(self.list_part(&bucket, &list).await) })];
+        for target in (0..self.shards).filter(|&t| t != self.id) {
+            let (bucket, list) = (bucket.clone(), list.clone());
+            calls.push(Box::pin(self.ask(target, move |part| Control::ListPart { bucket, list, part })));
+        }
+        let mut parts = Vec::with_capacity(self.shards);
+        for part in join_all(calls).await {
+            parts.push(part??);
         }
         let (mut streams, mut after_count, mut stream_count) = (Vec::new(), 0u64, 0u64);
-        for part in join_all(calls).await {
-            let Outcome::ListPart { streams: s, after_count: a, prefix_count: c } = part? else {
-                return Err(Error::Unavailable("unexpected answer to a listing".into()));
-            };
-            streams.extend(s);
-            after_count += a;
-            stream_count += c;
+        for p in parts {
+            streams.extend(p.streams);
+            after_count += p.after_count;
+            stream_count += p.prefix_count;
         }
         // Stream IDs are unique across shards (each lives on one), so a sort
         // of at most shards x limit entries is the whole merge.
@@ -130,7 +126,7 @@ impl<S: SegmentStore> Shard<S> {
     /// tail or closure is what `visible` shows. Soft-deleted and expired
     /// streams are left out (expiry is not logged here: listing is not an
     /// access).
-    pub(super) async fn list_part(&self, bucket: &str, list: &ListReq) -> Reply {
+    pub(super) async fn list_part(&self, bucket: &str, list: &ListReq) -> Result<ListPart, Error> {
         let matches = |k: &StreamKey| k.bucket == bucket && k.stream.starts_with(list.prefix.as_str());
         let pending = self.streams.borrow().iter().filter(|(k, _)| matches(k)).map(|(_, s)| s.last_lsn).max();
         if let Some(lsn) = pending {
@@ -175,19 +171,7 @@ impl<S: SegmentStore> Shard<S> {
                 }
             })
             .collect();
-        Ok(Outcome::ListPart { streams, after_count, prefix_count })
-    }
-
-    /// Sends a request to every other shard and waits for all answers.
-    pub(super) async fn broadcast(&self, make: impl Fn() -> ShardRequest) -> Result<Vec<Outcome>, Error> {
-        let peers = self.peers.borrow().clone();
-        let mut out = Vec::new();
-        if let Some(peers) = peers {
-            for target in (0..self.shards).filter(|&t| t != self.id) {
-                out.push(peers.call(target, make()).await?);
-            }
-        }
-        Ok(out)
+        Ok(ListPart { streams, after_count, prefix_count })
     }
 }
 

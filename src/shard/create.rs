@@ -20,17 +20,15 @@ impl<S: SegmentStore> Shard<S> {
         let (mut content_type, mut lifetime, mut data, mut fork) =
             (asked.content_type.clone(), asked.lifetime.clone(), Vec::new(), None);
         if let Some(f) = &req.fork {
-            let snap = ShardRequest::ForkSnapshot {
-                source: f.source.clone(),
-                offset: f.offset,
-                sub_offset: f.sub_offset,
-                content_type: req.content_type.clone(),
-            };
-            let Outcome::ForkData { data: inherited, content_type: src_ct, lifetime: src_life, source_uid } =
-                self.call(snap).await?
-            else {
-                return Err(Error::Unavailable("unexpected answer to a fork snapshot".into()));
-            };
+            let ForkData { data: inherited, content_type: src_ct, lifetime: src_life, source_uid } = self
+                .ask_owner(|data| Control::ForkSnapshot {
+                    source: f.source.clone(),
+                    offset: f.offset,
+                    sub_offset: f.sub_offset,
+                    content_type: req.content_type.clone(),
+                    data,
+                })
+                .await??;
             let record = ForkRecord {
                 bucket: f.source.bucket.clone(),
                 stream: f.source.stream.clone(),
@@ -121,27 +119,8 @@ impl<S: SegmentStore> Shard<S> {
                 return Some(Err(Error::PreconditionFailed));
             }
         }
-        let same = match (&req.fork, &s.fork) {
-            (None, None) => rules::same_config(&s.config(), asked),
-            (Some(f), Some(have)) => {
-                f.source.bucket == have.bucket
-                    && f.source.stream == have.stream
-                    && f.offset.map(|o| (o.seq, o.pos)) == have.offset
-                    && f.sub_offset == have.sub_offset
-                    && s.closed == asked.closed
-                    && (req.content_type.is_none()
-                        || rules::same_config(
-                            &s.config(),
-                            &CreateConfig { lifetime: s.lifetime.clone(), closed: s.closed, ..asked.clone() },
-                        ))
-                    && (asked.lifetime == Lifetime::Forever
-                        || rules::same_config(
-                            &s.config(),
-                            &CreateConfig { content_type: s.content_type.clone(), closed: s.closed, ..asked.clone() },
-                        ))
-            }
-            _ => false,
-        };
+        let same =
+            rules::recreate_matches(&s.config(), s.fork.as_ref(), asked, req.fork.as_ref(), req.content_type.is_some());
         Some(if same {
             Ok(Outcome::Created { info: s.info(&v), new: false })
         } else {

@@ -1,13 +1,14 @@
 //! The one road from a request to its owner: this shard runs it, or the
 //! mesh hands it to the shard that owns it. Connections (through
-//! `server::context`), internal calls between operations and boot all take it.
+//! `server::context`), operations that need another shard, and boot all
+//! take it: `call` for data-plane requests, `ask` for control requests.
 
 use super::*;
 
 impl<S: SegmentStore> Shard<S> {
     /// Runs a request on its owner: here, or over the mesh.
     pub fn call(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
-        let owner = req.owner(self.shards).unwrap_or(self.id);
+        let owner = req.owner(self.shards);
         Box::pin(async move {
             if owner == self.id {
                 self.handle(req).await
@@ -19,5 +20,45 @@ impl<S: SegmentStore> Shard<S> {
                 }
             }
         })
+    }
+
+    /// Sends the control request `make` builds around an answer channel to
+    /// `target` (this shard included) and waits for the typed answer.
+    pub async fn ask<R>(&self, target: usize, make: impl FnOnce(oneshot::Sender<R>) -> Control) -> Result<R, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.deliver(target, make(tx)).await?;
+        rx.await.map_err(|_| Error::Unavailable(format!("shard {target} dropped the request")))
+    }
+
+    /// `ask` of the shard that owns the stream the request is about.
+    pub async fn ask_owner<R>(&self, make: impl FnOnce(oneshot::Sender<R>) -> Control) -> Result<R, Error> {
+        let (tx, rx) = oneshot::channel();
+        let c = make(tx);
+        let target = c.owner(self.shards).unwrap_or(self.id);
+        self.deliver(target, c).await?;
+        rx.await.map_err(|_| Error::Unavailable(format!("shard {target} dropped the request")))
+    }
+
+    async fn deliver(&self, target: usize, c: Control) -> Result<(), Error> {
+        if target == self.id {
+            // Boxed: a control request may lead to another (a released fork
+            // releasing its own source).
+            Box::pin(self.control(c)).await;
+            return Ok(());
+        }
+        let peers = self.peers.borrow().clone();
+        match peers {
+            Some(p) if p.control(target, c) => Ok(()),
+            _ => Err(Error::Unavailable(format!("shard {target} is not reachable"))),
+        }
+    }
+
+    /// Sends a control request to every other shard and waits for all answers.
+    pub(super) async fn broadcast<R>(&self, make: impl Fn(oneshot::Sender<R>) -> Control) -> Result<Vec<R>, Error> {
+        let mut out = Vec::new();
+        for target in (0..self.shards).filter(|&t| t != self.id) {
+            out.push(self.ask(target, &make).await?);
+        }
+        Ok(out)
     }
 }

@@ -21,7 +21,7 @@ impl<S: SegmentStore> Shard<S> {
         offset: Option<Offset>,
         sub_offset: u64,
         content_type: Option<String>,
-    ) -> Reply {
+    ) -> Result<ForkData, Error> {
         let pending = self.streams.borrow().get(&source).map(|s| s.last_lsn);
         if let Some(lsn) = pending {
             self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
@@ -29,26 +29,14 @@ impl<S: SegmentStore> Shard<S> {
         self.expire_if_due(&source).await;
         let mut streams = self.streams.borrow_mut();
         let s = streams.get_mut(&source).ok_or(Error::NotFound)?;
-        if s.soft_deleted {
-            return Err(Error::Conflict("the fork source was deleted".into()));
-        }
-        if s.trim > 0 {
-            // A fork copies the source's data from its start.
-            return Err(Error::Gone("the fork source's early data was trimmed by a snapshot"));
-        }
-        if let Some(ct) = &content_type {
-            if !crate::protocol::headers::content_types_match(ct, &s.content_type) {
-                return Err(Error::Conflict(format!(
-                    "fork Content-Type {ct:?} differs from the source's {:?}",
-                    s.content_type
-                )));
-            }
-        }
         let v = s.visible(self.log.durable_lsn());
-        let anchor = offset.map_or(v.tail, |o| o.pos);
-        if anchor > v.tail {
-            return Err(Error::BadRequest("Stream-Fork-Offset is past the source's tail".into()));
-        }
+        let src = rules::ForkSource {
+            soft_deleted: s.soft_deleted,
+            trim: s.trim,
+            content_type: &s.content_type,
+            tail: v.tail,
+        };
+        let anchor = rules::check_fork_source(&src, content_type.as_deref(), offset)?;
         let chunks = &s.chunks[..v.chunks];
         let mut point = anchor;
         if sub_offset > 0 {
@@ -81,11 +69,6 @@ impl<S: SegmentStore> Shard<S> {
             self.log.read_body(c.loc, off..off + take, &mut data).map_err(|e| self.storage_err(e))?;
         }
         s.fork_refs += 1;
-        Ok(Outcome::ForkData {
-            data,
-            content_type: s.content_type.clone(),
-            lifetime: s.lifetime.clone(),
-            source_uid: s.uid,
-        })
+        Ok(ForkData { data, content_type: s.content_type.clone(), lifetime: s.lifetime.clone(), source_uid: s.uid })
     }
 }

@@ -96,12 +96,8 @@ impl<S: SegmentStore> Shard<S> {
 
     /// A fork is gone: tell its source's owner (which may cascade).
     pub(super) async fn release_source(&self, f: ForkRecord) {
-        let req = ShardRequest::ForkRef {
-            source: StreamKey { bucket: f.bucket, stream: f.stream },
-            source_uid: f.source_uid,
-            add: false,
-        };
-        let _ = self.call(req).await;
+        let source = StreamKey { bucket: f.bucket, stream: f.stream };
+        let _ = self.ask_owner(|done| Control::ForkRef { source, source_uid: f.source_uid, add: false, done }).await;
     }
 
     /// Counts a fork reference up or down. Dropping the last reference of a

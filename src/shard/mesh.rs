@@ -11,7 +11,7 @@
 //! ordering is explicit (SeqCst fences on both sides); a doorbell is written
 //! only to a shard that is about to sleep.
 
-use super::router::{Reply, ShardRequest};
+use super::message::{Control, Reply, ShardRequest};
 use crate::protocol::Error;
 use crossbeam_channel::{Receiver, Sender};
 use futures_channel::oneshot;
@@ -30,12 +30,33 @@ use std::sync::Arc;
 /// Something that can run a request on another shard and return its reply.
 pub trait Peers {
     fn call(&self, target: usize, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>>;
+    /// Hands a control request to `target`; false if that shard is gone
+    /// (the request, and with it its answer channel, is then dropped).
+    fn control(&self, target: usize, c: Control) -> bool;
+}
+
+/// What a shard does with what the mesh brings it.
+pub trait Served {
+    fn request(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply>>>;
+    fn control(&self, c: Control) -> Pin<Box<dyn Future<Output = ()>>>;
+    /// The shard's metrics, one block of sample lines per family.
+    fn stats(&self) -> Vec<String>;
 }
 
 /// What travels between shards.
 pub enum Msg {
-    Request { id: u64, from: usize, req: ShardRequest },
-    Reply { id: u64, reply: Reply },
+    Request {
+        id: u64,
+        from: usize,
+        req: ShardRequest,
+    },
+    Reply {
+        id: u64,
+        reply: Reply,
+    },
+    /// Answered on the channel inside.
+    Control(Control),
+    Stats(oneshot::Sender<Vec<String>>),
 }
 
 /// The sending side of one shard's inbox, shared by every other shard.
@@ -148,12 +169,7 @@ impl Mesh {
 
     /// Drains the inbox forever: requests run as their own tasks (a slow
     /// request never holds up the others), replies complete their waiters.
-    pub async fn serve<H, F>(self: Rc<Self>, mut inbox: Inbox, handler: H)
-    where
-        H: Fn(ShardRequest) -> F + 'static,
-        F: Future<Output = Reply> + 'static,
-    {
-        let handler = Rc::new(handler);
+    pub async fn serve(self: Rc<Self>, mut inbox: Inbox, handler: Rc<dyn Served>) {
         let door = &self.doors[self.me];
         let mut scratch = [0u8; 64];
         loop {
@@ -174,20 +190,22 @@ impl Mesh {
         }
     }
 
-    fn dispatch<H, F>(self: &Rc<Self>, msg: Msg, handler: &Rc<H>)
-    where
-        H: Fn(ShardRequest) -> F + 'static,
-        F: Future<Output = Reply> + 'static,
-    {
+    fn dispatch(self: &Rc<Self>, msg: Msg, handler: &Rc<dyn Served>) {
         match msg {
             Msg::Request { id, from, req } => {
                 let mesh = self.clone();
-                let handler = handler.clone();
+                let reply = handler.request(req);
                 glommio::spawn_local(async move {
-                    let reply = handler(req).await;
+                    let reply = reply.await;
                     let _ = mesh.doors[from].deliver(Msg::Reply { id, reply });
                 })
                 .detach();
+            }
+            Msg::Control(c) => {
+                glommio::spawn_local(handler.control(c)).detach();
+            }
+            Msg::Stats(tx) => {
+                let _ = tx.send(handler.stats());
             }
             Msg::Reply { id, reply } => {
                 if let Some(tx) = self.waiting.borrow_mut().remove(&id) {
@@ -198,7 +216,24 @@ impl Mesh {
     }
 }
 
+impl Mesh {
+    /// Another shard's metrics.
+    pub async fn stats(&self, target: usize) -> Result<Vec<String>, Error> {
+        let (tx, rx) = oneshot::channel();
+        if !self.doors[target].deliver(Msg::Stats(tx)) {
+            return Err(Error::Unavailable(format!("shard {target} is not reachable")));
+        }
+        rx.await.map_err(|_| Error::Unavailable(format!("shard {target} dropped the request")))
+    }
+}
+
 impl Peers for Mesh {
+    fn control(&self, target: usize, c: Control) -> bool {
+        debug_assert_ne!(target, self.me);
+        self.hops_out.set(self.hops_out.get() + 1);
+        self.doors[target].deliver(Msg::Control(c))
+    }
+
     fn call(&self, target: usize, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
         debug_assert_ne!(target, self.me);
         Box::pin(async move {

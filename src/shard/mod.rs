@@ -6,18 +6,22 @@
 //! stream's last record to be durable and never show a record past the
 //! log's durable point.
 //!
-//! `router` picks the owner, `mesh` carries requests between cores; the
+//! `router` picks the owner, `message` is what travels to it (data plane
+//! and control plane), `dispatch` is the one road there, `mesh` carries it
+//! between cores, `control` answers other shards; the
 //! operations live one concern a file: `create`, `append`, `read`,
 //! `snapshot`, `lifecycle`, `fork`, `bucket`, `reclaim`, `recover`, over the
 //! state model in `stream`.
 
 mod append;
 mod bucket;
+mod control;
 mod create;
 mod dispatch;
 mod fork;
 mod lifecycle;
 pub mod mesh;
+pub mod message;
 mod read;
 mod reclaim;
 mod recover;
@@ -41,8 +45,9 @@ use crate::storage::io::SegmentStore;
 use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
 use futures_channel::oneshot;
 use mesh::Peers;
+use message::{Control, ForkData, ListPart};
+pub use message::{Reply, ShardRequest};
 use router::shard_for_bucket;
-pub use router::{Reply, ShardRequest};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -161,25 +166,7 @@ impl<S: SegmentStore> Shard<S> {
                 self.stream_op(key, op).await
             }
             ShardRequest::Bucket { bucket, op } => self.bucket_op(bucket, op).await,
-            ShardRequest::ReplicateBucket { bucket, present } => {
-                if present {
-                    self.buckets_known.borrow_mut().insert(bucket);
-                } else {
-                    self.buckets_known.borrow_mut().remove(&bucket);
-                }
-                Ok(Outcome::Ack)
-            }
-            ShardRequest::CountBucket { bucket } => Ok(Outcome::Count(self.count_in_bucket(&bucket))),
             ShardRequest::ListBucket { bucket, list } => self.list_bucket(bucket, list).await,
-            ShardRequest::ListPart { bucket, list } => self.list_part(&bucket, &list).await,
-            ShardRequest::Stats => Ok(Outcome::Stats(self.metrics().into_blocks())),
-            ShardRequest::ForkSnapshot { source, offset, sub_offset, content_type } => {
-                self.fork_snapshot(source, offset, sub_offset, content_type).await
-            }
-            ShardRequest::ForkRef { source, source_uid, add } => {
-                self.fork_ref(&source, source_uid, add).await;
-                Ok(Outcome::Ack)
-            }
         }
     }
 
@@ -254,7 +241,13 @@ impl<S: SegmentStore> Shard<S> {
                 }
                 r
             }
-            StreamOp::Read(r) if r.live == Live::No => self.read(&key, r),
+            StreamOp::Read(r) if r.live == Live::No => self.read(&key, r).map(Outcome::Read),
+            StreamOp::Read(r) if r.live == Live::Sse => {
+                let client = r.cursor.clone();
+                let mut o = self.read(&key, r)?;
+                o.cursor = (!o.closed_at_end).then(|| self.cursor(client.as_deref()));
+                Ok(Outcome::Read(o))
+            }
             StreamOp::Read(r) => self.read_live(&key, r).await,
             StreamOp::Head { if_none_match } => {
                 let streams = self.streams.borrow();

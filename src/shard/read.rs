@@ -41,7 +41,7 @@ impl<S: SegmentStore> Shard<S> {
         }
         req.live = Live::No;
         loop {
-            let Outcome::Read(mut r) = self.read(key, req.clone())? else { unreachable!() };
+            let mut r = self.read(key, req.clone())?;
             let has_data = r.has_data();
             if has_data || r.closed_at_end {
                 r.timed_out = !has_data;
@@ -71,7 +71,7 @@ impl<S: SegmentStore> Shard<S> {
             )
             .await;
             if !woke {
-                let Outcome::Read(mut r) = self.read(key, req.clone())? else { unreachable!() };
+                let mut r = self.read(key, req.clone())?;
                 r.timed_out = !r.has_data();
                 r.cursor = (!r.closed_at_end).then(|| self.cursor(req.cursor.as_deref()));
                 return Ok(Outcome::Read(r));
@@ -79,26 +79,13 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
-    pub(super) fn read(&self, key: &StreamKey, req: ReadReq) -> Reply {
+    pub(super) fn read(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, Error> {
         let mut streams = self.streams.borrow_mut();
         let s = streams.get_mut(key).ok_or(Error::NotFound)?;
         s.last_access_ms = (self.now_ms)();
         let v = s.visible(self.log.durable_lsn());
         let info = s.info(&v);
-        let below_trim = match req.from {
-            ReadFrom::Start => s.trim > 0,
-            ReadFrom::At(o) => o.pos < s.trim,
-            ReadFrom::Now => false,
-        };
-        if below_trim {
-            return Err(Error::Gone("data before the current snapshot was trimmed; read the bootstrap instead"));
-        }
-        let start = match req.from {
-            ReadFrom::Start => 0,
-            ReadFrom::Now => v.tail,
-            // Past the tail: empty, positioned at the tail (F55, as the reference server).
-            ReadFrom::At(o) => o.pos.min(v.tail),
-        };
+        let start = rules::read_start(req.from, s.trim, v.tail)?;
         let offset_now = req.from == ReadFrom::Now;
         let mut body = Vec::new();
         let mut pos = start;
@@ -140,7 +127,7 @@ impl<S: SegmentStore> Shard<S> {
         if s.json {
             body = json::wrap_array(&body);
         }
-        Ok(Outcome::Read(ReadOutcome {
+        Ok(ReadOutcome {
             info,
             body,
             next_offset: next,
@@ -151,6 +138,6 @@ impl<S: SegmentStore> Shard<S> {
             offset_now,
             cursor: None,
             timed_out: false,
-        }))
+        })
     }
 }

@@ -45,26 +45,15 @@ impl<S: SegmentStore> Shard<S> {
             let s = streams.get_mut(&key).ok_or(Error::NotFound)?;
             s.last_access_ms = now;
             let v = s.visible(self.log.durable_lsn());
-            if offset > v.tail {
-                return Err(Error::Conflict(format!(
-                    "snapshot offset {} is past the stream's tail {}",
-                    req.offset,
-                    Offset::new(0, v.tail)
-                )));
-            }
-            if let Some((&current, _)) = s.snapshots.last_key_value() {
-                if offset < current {
-                    return Err(Error::Conflict(format!("a newer snapshot exists at {}", Offset::new(0, current))));
-                }
-            }
-            if offset < s.trim {
-                return Err(Error::Gone("the snapshot offset is below the stream's retained data"));
-            }
-            let boundary =
-                offset == v.tail || offset == s.trim || s.chunks.binary_search_by_key(&offset, |c| c.start).is_ok();
-            if !boundary {
-                return Err(Error::BadRequest("the snapshot offset is not a message boundary of the stream".into()));
-            }
+            let target = rules::SnapshotTarget {
+                tail: v.tail,
+                trim: s.trim,
+                newest: s.snapshots.last_key_value().map(|(&o, _)| o),
+                at_boundary: offset == v.tail
+                    || offset == s.trim
+                    || s.chunks.binary_search_by_key(&offset, |c| c.start).is_ok(),
+            };
+            rules::check_snapshot_offset(req.offset, &target)?;
             let mut rec = s.state_record(&key);
             rec.trim = offset;
             rec.snapshots.retain(|m| m.offset != offset);

@@ -1,51 +1,11 @@
-//! The protocol's decisions as pure functions over plain state: they check a
-//! request and say what should happen, and change nothing. The shard applies
-//! the verdict (and acknowledges only after the log made it durable).
+//! Appends (F19–F33): closure, content type, Stream-Seq, If-Match and the
+//! producer rules, in the conflict precedence of F27.
 
-use super::error::Error;
-use super::headers::{content_types_match, etag_matches, Lifetime, ProducerHeaders};
-use super::offset::Offset;
-use super::op::AppendReq;
-
-/// An idempotent producer's state on one stream (F31).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProducerState {
-    pub epoch: u64,
-    pub last_seq: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProducerVerdict {
-    /// Write it and store (epoch, seq).
-    Accept,
-    /// Already written: answer as the original did, write nothing.
-    Duplicate { epoch: u64, highest_seq: u64 },
-}
-
-/// F31, in its order of checks. Changes nothing.
-pub fn check_producer(state: Option<&ProducerState>, epoch: u64, seq: u64) -> Result<ProducerVerdict, Error> {
-    let Some(st) = state else {
-        // Unknown producer: it must start at seq 0 (any epoch).
-        return if seq == 0 { Ok(ProducerVerdict::Accept) } else { Err(Error::SeqGap { expected: 0, received: seq }) };
-    };
-    if epoch < st.epoch {
-        return Err(Error::StaleEpoch { current: st.epoch });
-    }
-    if epoch > st.epoch {
-        return if seq == 0 {
-            Ok(ProducerVerdict::Accept)
-        } else {
-            Err(Error::BadRequest(format!("a new producer epoch must start at Producer-Seq 0, got {seq}")))
-        };
-    }
-    if seq <= st.last_seq {
-        Ok(ProducerVerdict::Duplicate { epoch, highest_seq: st.last_seq })
-    } else if seq == st.last_seq + 1 {
-        Ok(ProducerVerdict::Accept)
-    } else {
-        Err(Error::SeqGap { expected: st.last_seq + 1, received: seq })
-    }
-}
+use super::producer::{check_producer, ProducerState, ProducerVerdict};
+use crate::protocol::error::Error;
+use crate::protocol::headers::{content_types_match, etag_matches, ProducerHeaders};
+use crate::protocol::offset::Offset;
+use crate::protocol::op::AppendReq;
 
 /// What the shard knows about a stream when it checks an append.
 pub struct AppendContext<'a> {
@@ -126,66 +86,9 @@ pub fn check_append(cx: &AppendContext<'_>, req: &AppendReq) -> Result<AppendVer
     Ok(AppendVerdict::Write { producer: req.producer.clone() })
 }
 
-/// The configuration a PUT asks for, compared for idempotent create (F11/F12).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreateConfig {
-    pub content_type: String,
-    pub lifetime: Lifetime,
-    pub closed: bool,
-}
-
-/// True when an existing stream has the configuration a PUT asks for.
-pub fn same_config(existing: &CreateConfig, asked: &CreateConfig) -> bool {
-    content_types_match(&existing.content_type, &asked.content_type)
-        && existing.closed == asked.closed
-        && match (&existing.lifetime, &asked.lifetime) {
-            (Lifetime::ExpiresAt { at_ms: a, .. }, Lifetime::ExpiresAt { at_ms: b, .. }) => a == b,
-            (a, b) => a == b,
-        }
-}
-
-/// Whether a stream with this lifetime has expired at `now_ms`, given the
-/// last time a read or write reached it (sliding TTL, F93/F94).
-pub fn expired(lifetime: &Lifetime, last_access_ms: i64, now_ms: i64) -> bool {
-    match lifetime {
-        Lifetime::Forever => false,
-        Lifetime::Ttl { secs } => {
-            let window_ms = i64::try_from(*secs).unwrap_or(i64::MAX).saturating_mul(1000);
-            now_ms >= last_access_ms.saturating_add(window_ms)
-        }
-        Lifetime::ExpiresAt { at_ms, .. } => now_ms >= *at_ms,
-    }
-}
-
-/// Stream-level ETag: identity of the incarnation, the tail, and closure.
-pub fn stream_etag(uid: u64, incarnation: u32, tail: Offset, closed: bool) -> String {
-    format!("\"{uid:x}.{incarnation}:{}{}\"", tail.pos, if closed { ":c" } else { "" })
-}
-
-/// ETag of one read response covering `[start, end)` (F86).
-pub fn range_etag(uid: u64, incarnation: u32, start: Offset, end: Offset, closed: bool) -> String {
-    format!("\"{uid:x}.{incarnation}:{}:{}{}\"", start.pos, end.pos, if closed { ":c" } else { "" })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ps(epoch: u64, last_seq: u64) -> ProducerState {
-        ProducerState { epoch, last_seq }
-    }
-
-    #[test]
-    fn producer_rules_f31() {
-        assert_eq!(check_producer(None, 5, 0), Ok(ProducerVerdict::Accept));
-        assert_eq!(check_producer(None, 0, 3), Err(Error::SeqGap { expected: 0, received: 3 }));
-        assert_eq!(check_producer(Some(&ps(2, 4)), 1, 5), Err(Error::StaleEpoch { current: 2 }));
-        assert_eq!(check_producer(Some(&ps(2, 4)), 3, 0), Ok(ProducerVerdict::Accept));
-        assert!(matches!(check_producer(Some(&ps(2, 4)), 3, 1), Err(Error::BadRequest(_))));
-        assert_eq!(check_producer(Some(&ps(2, 4)), 2, 1), Ok(ProducerVerdict::Duplicate { epoch: 2, highest_seq: 4 }));
-        assert_eq!(check_producer(Some(&ps(2, 4)), 2, 5), Ok(ProducerVerdict::Accept));
-        assert_eq!(check_producer(Some(&ps(2, 4)), 2, 7), Err(Error::SeqGap { expected: 5, received: 7 }));
-    }
 
     fn req(body: &[u8], ct: Option<&str>) -> AppendReq {
         AppendReq {
@@ -269,18 +172,5 @@ mod tests {
         assert_eq!(check_append(&c, &r), Ok(AppendVerdict::AlreadyClosed));
         r.body = b"x".to_vec();
         assert!(matches!(check_append(&c, &r), Err(Error::StreamClosed { .. })));
-    }
-
-    #[test]
-    fn ttl_slides_and_expires_at_does_not() {
-        let ttl = Lifetime::Ttl { secs: 2 };
-        assert!(!expired(&ttl, 1000, 2999));
-        assert!(expired(&ttl, 1000, 3000));
-        let at = Lifetime::ExpiresAt { at_ms: 5000, raw: String::new() };
-        assert!(!expired(&at, 0, 4999));
-        assert!(expired(&at, 4999, 5000));
-        assert!(!expired(&Lifetime::Forever, 0, i64::MAX));
-        // A TTL too large for i64 milliseconds never wraps into the past.
-        assert!(!expired(&Lifetime::Ttl { secs: u64::MAX }, 1000, 2000));
     }
 }

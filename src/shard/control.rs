@@ -1,0 +1,34 @@
+//! Answering other shards: bucket replication and counts, listing parts,
+//! fork snapshots and reference counts. Each answer goes back on the
+//! channel inside the request (a dropped channel means the asker gave up).
+
+use super::*;
+
+impl<S: SegmentStore> Shard<S> {
+    /// Runs one control request from another shard (or from this one).
+    pub async fn control(&self, c: Control) {
+        match c {
+            Control::ReplicateBucket { bucket, present, done } => {
+                if present {
+                    self.buckets_known.borrow_mut().insert(bucket);
+                } else {
+                    self.buckets_known.borrow_mut().remove(&bucket);
+                }
+                let _ = done.send(());
+            }
+            Control::CountBucket { bucket, count } => {
+                let _ = count.send(self.count_in_bucket(&bucket));
+            }
+            Control::ListPart { bucket, list, part } => {
+                let _ = part.send(self.list_part(&bucket, &list).await);
+            }
+            Control::ForkSnapshot { source, offset, sub_offset, content_type, data } => {
+                let _ = data.send(self.fork_snapshot(source, offset, sub_offset, content_type).await);
+            }
+            Control::ForkRef { source, source_uid, add, done } => {
+                self.fork_ref(&source, source_uid, add).await;
+                let _ = done.send(());
+            }
+        }
+    }
+}

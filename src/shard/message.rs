@@ -1,0 +1,108 @@
+//! What travels to a shard. Two planes, two types:
+//! - [`ShardRequest`]: the data plane, what the HTTP edge asks of the owner
+//!   of a stream or a bucket; answered with a [`Reply`] that the edge turns
+//!   into a response.
+//! - [`Control`]: what shards ask of one another (bucket replication, counts,
+//!   listing parts, fork bookkeeping); each carries a typed answer channel,
+//!   so an answer can never be of the wrong kind and never reaches HTTP.
+//!
+//! Everything here is `Send`: it crosses cores over the mesh.
+
+use super::router::{shard_for, shard_for_bucket};
+use crate::protocol::headers::Lifetime;
+use crate::protocol::{BucketOp, Error, ListReq, ListedStream, Offset, Outcome, StreamKey, StreamOp, Surface};
+use futures_channel::oneshot;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A request for the owner of a stream or a bucket.
+#[derive(Debug, Clone)]
+pub enum ShardRequest {
+    Stream {
+        key: StreamKey,
+        surface: Surface,
+        op: StreamOp,
+    },
+    Bucket {
+        bucket: String,
+        op: BucketOp,
+    },
+    /// `GET /ds/{bucket}/streams`: runs on the bucket's owner, which gathers
+    /// a [`Control::ListPart`] from every shard and merges them.
+    ListBucket {
+        bucket: String,
+        list: ListReq,
+    },
+}
+
+pub type Reply = Result<Outcome, Error>;
+
+impl ShardRequest {
+    /// The shard that must run this request.
+    pub fn owner(&self, shards: usize) -> usize {
+        match self {
+            ShardRequest::Stream { key, .. } => shard_for(key, shards),
+            ShardRequest::Bucket { bucket, .. } | ShardRequest::ListBucket { bucket, .. } => {
+                shard_for_bucket(bucket, shards)
+            }
+        }
+    }
+}
+
+/// How the HTTP edge hands a request to its owner: run it here when this
+/// core owns it, else send it over the mesh and wait for the reply.
+pub trait Dispatch {
+    fn dispatch(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>>;
+}
+
+/// Shard-to-shard requests, each with the channel its answer goes back on.
+#[derive(Debug)]
+pub enum Control {
+    /// The owner of a bucket tells every shard it now exists (or not).
+    ReplicateBucket { bucket: String, present: bool, done: oneshot::Sender<()> },
+    /// How many live streams a shard holds in a bucket.
+    CountBucket { bucket: String, count: oneshot::Sender<u64> },
+    /// One shard's part of a bucket listing (asked by the bucket's owner).
+    ListPart { bucket: String, list: ListReq, part: oneshot::Sender<Result<ListPart, Error>> },
+    /// To a fork source's owner: validate the fork point, count a reference,
+    /// and return what the fork inherits.
+    ForkSnapshot {
+        source: StreamKey,
+        offset: Option<Offset>,
+        sub_offset: u64,
+        content_type: Option<String>,
+        data: oneshot::Sender<Result<ForkData, Error>>,
+    },
+    /// To a fork source's owner: one fork fewer (at boot: one more).
+    ForkRef { source: StreamKey, source_uid: u64, add: bool, done: oneshot::Sender<()> },
+}
+
+impl Control {
+    /// The shard a request about a stream must go to; None for those sent
+    /// to chosen shards (replication, counts, listing parts).
+    pub fn owner(&self, shards: usize) -> Option<usize> {
+        match self {
+            Control::ForkSnapshot { source, .. } | Control::ForkRef { source, .. } => Some(shard_for(source, shards)),
+            _ => None,
+        }
+    }
+}
+
+/// One shard's part of a listing: its first `limit` matching streams after
+/// the cursor (sorted), how many match after the cursor, and how many match
+/// the prefix at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPart {
+    pub streams: Vec<ListedStream>,
+    pub after_count: u64,
+    pub prefix_count: u64,
+}
+
+/// What a new fork inherits from its source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkData {
+    pub data: Vec<u8>,
+    pub content_type: String,
+    pub lifetime: Lifetime,
+    pub source_uid: u64,
+}
