@@ -61,21 +61,7 @@ impl<S: SegmentStore> Shard<S> {
                 return Err(self.storage_err(e));
             }
         };
-        let info = {
-            let mut streams = self.streams.borrow_mut();
-            let s = streams.get_mut(&key).expect("checked above, same task, no await since");
-            s.apply_append(&rec, loc, body.len() - data_len, lsn);
-            if rec.close {
-                s.closed_lsn = lsn;
-            }
-            if s.write_lsn <= self.log.durable_lsn() {
-                s.durable_write_ms = s.last_write_ms;
-            }
-            s.last_write_ms = now;
-            s.write_lsn = lsn;
-            s.last_lsn = lsn;
-            s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
-        };
+        let info = self.note_appended(&key, &rec, loc, body.len() - data_len, lsn, now);
         {
             let mut st = self.stats.borrow_mut();
             st.appends += 1;
@@ -89,6 +75,31 @@ impl<S: SegmentStore> Shard<S> {
             duplicate: false,
             close_only: data_len == 0,
         })
+    }
+
+    /// The stream after its append record went into the log (durable or not yet).
+    fn note_appended(
+        &self,
+        key: &StreamKey,
+        rec: &AppendRecord,
+        loc: RecordLoc,
+        data_off: usize,
+        lsn: u64,
+        now: i64,
+    ) -> StreamInfo {
+        let mut streams = self.streams.borrow_mut();
+        let s = streams.get_mut(key).expect("checked by the caller, same task, no await since");
+        s.apply_append(rec, loc, data_off, lsn);
+        if rec.close {
+            s.closed_lsn = lsn;
+        }
+        if s.write_lsn <= self.log.durable_lsn() {
+            s.durable_write_ms = s.last_write_ms;
+        }
+        s.last_write_ms = now;
+        s.write_lsn = lsn;
+        s.last_lsn = lsn;
+        s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
     }
 
     /// The answer to an append that writes nothing (an idempotent retry, or

@@ -2,8 +2,12 @@
 //! answers an existing stream with the same configuration.
 
 use super::*;
+use crate::protocol::ForkReq;
 
 impl<S: SegmentStore> Shard<S> {
+    /// PUT: an idempotent re-create, or a new stream (a fork inherits its
+    /// source's data and, where the PUT does not name them, its content type
+    /// and lifetime), durable before the answer.
     pub(super) async fn create(&self, key: StreamKey, req: CreateReq) -> Reply {
         let asked = CreateConfig {
             content_type: stream_content_type(req.content_type.as_deref()),
@@ -17,61 +21,79 @@ impl<S: SegmentStore> Shard<S> {
             // If-Match on a stream that does not exist never matches (RFC 9110 13.1.1).
             return Err(Error::PreconditionFailed);
         }
-        let (mut content_type, mut lifetime, mut data, mut fork) =
-            (asked.content_type.clone(), asked.lifetime.clone(), Vec::new(), None);
-        if let Some(f) = &req.fork {
-            let ForkData { data: inherited, content_type: src_ct, lifetime: src_life, source_uid } = self
-                .ask_owner(|data| Control::ForkSnapshot {
-                    source: f.source.clone(),
-                    offset: f.offset,
-                    sub_offset: f.sub_offset,
-                    content_type: req.content_type.clone(),
-                    data,
-                })
-                .await??;
-            let record = ForkRecord {
-                bucket: f.source.bucket.clone(),
-                stream: f.source.stream.clone(),
-                source_uid,
-                offset: f.offset.map(|o| (o.seq, o.pos)),
-                sub_offset: f.sub_offset,
-            };
-            // The source counted a reference; a concurrent create may have
-            // won the path while we waited: give the reference back.
-            if let Some(r) = self.existing_create(&key, &req, &asked) {
-                self.release_source(record).await;
-                return r;
-            }
-            content_type = req.content_type.as_ref().map_or(src_ct, |_| content_type);
-            // F102: without its own TTL/expiry the fork inherits the source's.
-            if lifetime == Lifetime::Forever {
-                lifetime = src_life;
-            }
-            data = inherited;
-            fork = Some(record);
-        }
-        let json = is_json(&content_type);
-        if !req.body.is_empty() {
-            if json {
-                data.extend_from_slice(&json::normalize(&req.body, true)?.0);
-            } else {
-                data.extend_from_slice(&req.body);
-            }
-        }
-        let asked = CreateConfig { content_type, lifetime, closed: req.closed };
-        let now = (self.now_ms)();
-        let uid = self.next_uid.get();
-        let incarnation = self.tombstones.borrow().get(&key).map_or(1, |i| i + 1);
-        let rec = CreateRecord {
+        let mut rec = CreateRecord {
             bucket: key.bucket.clone(),
             stream: key.stream.clone(),
             content_type: asked.content_type.clone(),
             lifetime: asked.lifetime.clone(),
             closed: asked.closed,
-            created_at_ms: now,
-            fork,
-            data,
+            created_at_ms: (self.now_ms)(),
+            fork: None,
+            data: Vec::new(),
         };
+        if let Some(f) = &req.fork {
+            if let Some(raced) = self.inherit(&key, &req, &asked, f, &mut rec).await? {
+                return raced;
+            }
+        }
+        if !req.body.is_empty() {
+            if is_json(&rec.content_type) {
+                rec.data.extend_from_slice(&json::normalize(&req.body, true)?.0);
+            } else {
+                rec.data.extend_from_slice(&req.body);
+            }
+        }
+        self.log_create(key, rec).await
+    }
+
+    /// Asks the fork source's owner for what the fork inherits and fills it
+    /// into `rec`. Some(answer) when a concurrent create won the path while
+    /// we waited (the source's reference is then given back).
+    async fn inherit(
+        &self,
+        key: &StreamKey,
+        req: &CreateReq,
+        asked: &CreateConfig,
+        f: &ForkReq,
+        rec: &mut CreateRecord,
+    ) -> Result<Option<Reply>, Error> {
+        let ForkData { data, content_type, lifetime, source_uid } = self
+            .ask_owner(|data| Control::ForkSnapshot {
+                source: f.source.clone(),
+                offset: f.offset,
+                sub_offset: f.sub_offset,
+                content_type: req.content_type.clone(),
+                data,
+            })
+            .await??;
+        let fork = ForkRecord {
+            bucket: f.source.bucket.clone(),
+            stream: f.source.stream.clone(),
+            source_uid,
+            offset: f.offset.map(|o| (o.seq, o.pos)),
+            sub_offset: f.sub_offset,
+        };
+        if let Some(r) = self.existing_create(key, req, asked) {
+            self.release_source(fork).await;
+            return Ok(Some(r));
+        }
+        if req.content_type.is_none() {
+            rec.content_type = content_type;
+        }
+        // F102: without its own TTL/expiry the fork inherits the source's.
+        if rec.lifetime == Lifetime::Forever {
+            rec.lifetime = lifetime;
+        }
+        rec.data = data;
+        rec.fork = Some(fork);
+        Ok(None)
+    }
+
+    /// Writes a new stream's create record and makes the stream, answering
+    /// once the record is durable. A failed write gives a fork's reference back.
+    async fn log_create(&self, key: StreamKey, rec: CreateRecord) -> Reply {
+        let uid = self.next_uid.get();
+        let incarnation = self.tombstones.borrow().get(&key).map_or(1, |i| i + 1);
         let body = rec.encode();
         let h = RecordHeader { kind: persist::KIND_CREATE, stream_id: uid, incarnation, stream_offset: 0, body_len: 0 };
         let (loc, lsn) = match self.log.append(h, &body) {
@@ -85,8 +107,8 @@ impl<S: SegmentStore> Shard<S> {
         };
         self.next_uid.set(uid + 1);
         let data_len = rec.data.len();
+        let now = rec.created_at_ms;
         let mut s = Stream::new(uid, incarnation, rec.content_type, rec.lifetime, now, now);
-        debug_assert_eq!(s.json, json);
         s.created_lsn = lsn;
         s.write_lsn = lsn;
         s.tail = data_len as u64;

@@ -3,8 +3,20 @@
 
 use super::*;
 
+/// What replaying a log keeps between records.
+struct Replay {
+    boot_ms: i64,
+    /// Appends whose stream's create record was reclaimed: adopted by the
+    /// stream's next state record (which always exists: see `reclaim`).
+    orphans: HashMap<u64, Stream>,
+    /// Snapshot blobs seen, by (uid, offset).
+    blobs: HashMap<(u64, u64), Snap>,
+}
+
 impl<S: SegmentStore> Shard<S> {
-    /// Rebuilds the shard's state from its recovered log.
+    /// Rebuilds the shard's state from its recovered log: one replay
+    /// function per record kind, in log order, then the checks that every
+    /// gap and every listed snapshot was explained.
     pub fn recover(id: usize, shards: usize, log: Rc<Log<S>>, records: &[Recovered]) -> Result<Self, String> {
         let shard = Shard {
             id,
@@ -29,154 +41,16 @@ impl<S: SegmentStore> Shard<S> {
             reclaim_due: Cell::new(true),
             reclaim_sealed: Cell::new(0),
         };
-        let boot_ms = (shard.now_ms)();
-        // Appends whose stream's create record was reclaimed: adopted by the
-        // stream's next state record (which always exists: see `reclaim`).
-        let mut orphans: HashMap<u64, Stream> = HashMap::new();
-        // Snapshot blobs seen, by (uid, offset).
-        let mut blobs: HashMap<(u64, u64), Snap> = HashMap::new();
+        let mut replay = Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
         let mut body = Vec::new();
         for r in records {
             body.clear();
-            let h = r.header;
             shard
                 .log
-                .read_body(r.loc, 0..h.body_len as usize, &mut body)
-                .map_err(|e| format!("reading recovered record: {e}"))?;
-            let bad = |what: &str| {
-                format!("shard {id}: malformed {what} record in segment {} at {}", r.loc.segment, r.loc.pos)
-            };
-            let seg = r.loc.segment;
-            shard.next_uid.set(shard.next_uid.get().max(h.stream_id.saturating_add(1)));
-            match h.kind {
-                persist::KIND_CREATE => {
-                    let c = CreateRecord::decode(&body).map_err(|_| bad("create"))?;
-                    let key = StreamKey { bucket: c.bucket, stream: c.stream };
-                    // TTL windows restart at boot: reads are not logged, so
-                    // the last access before a crash is unknown; the later
-                    // time errs on keeping data.
-                    let mut s =
-                        Stream::new(h.stream_id, h.incarnation, c.content_type, c.lifetime, c.created_at_ms, boot_ms);
-                    s.closed = c.closed;
-                    s.fork = c.fork;
-                    if !c.data.is_empty() {
-                        let data_off = (body.len() - c.data.len()) as u32;
-                        s.chunks.push(Chunk { start: 0, len: c.data.len() as u32, loc: r.loc, data_off, lsn: 0 });
-                        s.tail = c.data.len() as u64;
-                    }
-                    shard.note_state(&mut s, seg);
-                    shard.insert_recovered(key, s);
-                }
-                persist::KIND_APPEND => {
-                    let (a, data_off) = AppendRecord::decode_meta(&body).map_err(|_| bad("append"))?;
-                    let key = shard.by_uid.borrow().get(&h.stream_id).cloned();
-                    let mut streams = shard.streams.borrow_mut();
-                    let s = match key.as_ref().and_then(|k| streams.get_mut(k)) {
-                        Some(s) => s,
-                        None => orphans
-                            .entry(h.stream_id)
-                            .or_insert_with(|| Stream::adoptable(h.stream_id, h.incarnation, boot_ms)),
-                    };
-                    if s.incarnation != h.incarnation {
-                        continue;
-                    }
-                    s.replay_append(&a, r.loc, h.stream_offset, data_off).map_err(|e| format!("shard {id}: {e}"))?;
-                }
-                persist::KIND_STATE | persist::KIND_SNAPSHOT => {
-                    let (st, blob_off) = StateRecord::decode_meta(&body).map_err(|_| bad("state"))?;
-                    if h.kind == persist::KIND_SNAPSHOT {
-                        let m = st.snapshots.last().ok_or_else(|| bad("snapshot"))?;
-                        let snap = Snap {
-                            content_type: m.content_type.clone(),
-                            loc: r.loc,
-                            data_off: blob_off as u32,
-                            len: (body.len() - blob_off) as u32,
-                            published_at_ms: m.published_at_ms,
-                        };
-                        blobs.insert((h.stream_id, m.offset), snap);
-                    }
-                    let key = StreamKey { bucket: st.bucket.clone(), stream: st.stream.clone() };
-                    let known = shard.by_uid.borrow().get(&h.stream_id).cloned();
-                    let mut s = match known.and_then(|k| shard.streams.borrow_mut().remove(&k)) {
-                        Some(s) => s,
-                        None => orphans
-                            .remove(&h.stream_id)
-                            .unwrap_or_else(|| Stream::adoptable(h.stream_id, h.incarnation, boot_ms)),
-                    };
-                    if s.incarnation != h.incarnation {
-                        s = Stream::adoptable(h.stream_id, h.incarnation, boot_ms);
-                    }
-                    // Records between what was replayed and this record may
-                    // have been reclaimed (their data trimmed by a later
-                    // state): a gap. A gap this record's trim covers is
-                    // explained; one it does not must be explained by a later
-                    // state record (checked at the end), as must a snapshot
-                    // listed here whose blob is gone.
-                    if s.tail > st.tail {
-                        return Err(format!(
-                            "shard {id}: stream {key:?}: replayed data ends at {} past the tail {} of the state \
-                             record in segment {seg} at {}",
-                            s.tail, st.tail, r.loc.pos
-                        ));
-                    }
-                    s.trim_to(st.trim);
-                    if s.tail < st.tail {
-                        s.gap_end = st.tail;
-                        s.chunks.clear();
-                    }
-                    if s.gap_end <= st.trim {
-                        s.gap_end = 0;
-                    }
-                    s.apply_state(&st);
-                    s.snapshots.clear();
-                    s.blob_missing = false;
-                    for m in &st.snapshots {
-                        match blobs.get(&(h.stream_id, m.offset)) {
-                            Some(snap) => {
-                                s.snapshots.insert(m.offset, snap.clone());
-                            }
-                            None => s.blob_missing = true,
-                        }
-                    }
-                    shard.note_state(&mut s, seg);
-                    shard.insert_recovered(key, s);
-                }
-                persist::KIND_DELETE => {
-                    let soft = persist::decode_delete(&body).map_err(|_| bad("delete"))?;
-                    let Some(key) = shard.by_uid.borrow().get(&h.stream_id).cloned() else {
-                        if !soft {
-                            orphans.remove(&h.stream_id);
-                            shard.index(seg).deleted_uids.push(h.stream_id);
-                        }
-                        continue;
-                    };
-                    if soft {
-                        if let Some(s) = shard.streams.borrow_mut().get_mut(&key) {
-                            s.soft_deleted = true;
-                            s.note_meta(seg);
-                        }
-                        continue;
-                    }
-                    shard.index(seg).deleted_uids.push(h.stream_id);
-                    shard.by_uid.borrow_mut().remove(&h.stream_id);
-                    if let Some(old) = shard.streams.borrow_mut().remove(&key) {
-                        shard.tombstones.borrow_mut().insert(key, old.incarnation);
-                    }
-                }
-                persist::KIND_BUCKET_CREATE => {
-                    let b = persist::decode_bucket(&body).map_err(|_| bad("bucket"))?;
-                    shard.note_bucket(&b, seg, true);
-                    shard.buckets_owned.borrow_mut().insert(b.clone());
-                    shard.buckets_known.borrow_mut().insert(b);
-                }
-                persist::KIND_BUCKET_DELETE => {
-                    let b = persist::decode_bucket(&body).map_err(|_| bad("bucket"))?;
-                    shard.note_bucket(&b, seg, false);
-                    shard.buckets_owned.borrow_mut().remove(&b);
-                    shard.buckets_known.borrow_mut().remove(&b);
-                }
-                k => return Err(format!("shard {id}: unknown record kind {k}")),
-            }
+                .read_body(r.loc, 0..r.header.body_len as usize, &mut body)
+                .map_err(|e| format!("shard {id}: reading recovered record: {e}"))?;
+            shard.next_uid.set(shard.next_uid.get().max(r.header.stream_id.saturating_add(1)));
+            shard.replay_record(&mut replay, r, &body)?;
         }
         for (key, s) in shard.streams.borrow().iter() {
             if s.gap_end > 0 {
@@ -192,7 +66,180 @@ impl<S: SegmentStore> Shard<S> {
         // Uids must never repeat, even when every record of the newest
         // streams was reclaimed: start above the wall clock (1024 per ms).
         shard.next_uid.set(shard.next_uid.get().max((wall_clock_ms().max(0) as u64) << 10));
+        // Uids must never repeat, even when every record of the newest
+        // streams was reclaimed: start above the wall clock (1024 per ms).
+        shard.next_uid.set(shard.next_uid.get().max((wall_clock_ms().max(0) as u64) << 10));
         Ok(shard)
+    }
+
+    fn replay_record(&self, replay: &mut Replay, r: &Recovered, body: &[u8]) -> Result<(), String> {
+        let bad = |what: &str| {
+            format!("shard {}: malformed {what} record in segment {} at {}", self.id, r.loc.segment, r.loc.pos)
+        };
+        match r.header.kind {
+            persist::KIND_CREATE => {
+                let c = CreateRecord::decode(body).map_err(|_| bad("create"))?;
+                self.replay_create(replay, r, body.len(), c);
+                Ok(())
+            }
+            persist::KIND_APPEND => {
+                let (a, data_off) = AppendRecord::decode_meta(body).map_err(|_| bad("append"))?;
+                self.replay_append(replay, r, &a, data_off)
+            }
+            persist::KIND_STATE | persist::KIND_SNAPSHOT => {
+                let (st, blob_off) = StateRecord::decode_meta(body).map_err(|_| bad("state"))?;
+                if r.header.kind == persist::KIND_SNAPSHOT {
+                    let m = st.snapshots.last().ok_or_else(|| bad("snapshot"))?;
+                    let snap = Snap {
+                        content_type: m.content_type.clone(),
+                        loc: r.loc,
+                        data_off: blob_off as u32,
+                        len: (body.len() - blob_off) as u32,
+                        published_at_ms: m.published_at_ms,
+                    };
+                    replay.blobs.insert((r.header.stream_id, m.offset), snap);
+                }
+                self.replay_state(replay, r, &st)
+            }
+            persist::KIND_DELETE => {
+                let soft = persist::decode_delete(body).map_err(|_| bad("delete"))?;
+                self.replay_delete(replay, r, soft);
+                Ok(())
+            }
+            persist::KIND_BUCKET_CREATE | persist::KIND_BUCKET_DELETE => {
+                let b = persist::decode_bucket(body).map_err(|_| bad("bucket"))?;
+                self.replay_bucket(r.loc.segment, b, r.header.kind == persist::KIND_BUCKET_CREATE);
+                Ok(())
+            }
+            k => Err(format!("shard {}: unknown record kind {k}", self.id)),
+        }
+    }
+
+    fn replay_create(&self, replay: &mut Replay, r: &Recovered, body_len: usize, c: CreateRecord) {
+        let h = r.header;
+        let key = StreamKey { bucket: c.bucket, stream: c.stream };
+        // TTL windows restart at boot: reads are not logged, so the last
+        // access before a crash is unknown; the later time errs on keeping data.
+        let mut s =
+            Stream::new(h.stream_id, h.incarnation, c.content_type, c.lifetime, c.created_at_ms, replay.boot_ms);
+        s.closed = c.closed;
+        s.fork = c.fork;
+        if !c.data.is_empty() {
+            let data_off = (body_len - c.data.len()) as u32;
+            s.chunks.push(Chunk { start: 0, len: c.data.len() as u32, loc: r.loc, data_off, lsn: 0 });
+            s.tail = c.data.len() as u64;
+        }
+        self.note_state(&mut s, r.loc.segment);
+        self.insert_recovered(key, s);
+    }
+
+    /// An append joins its stream, or waits as an orphan for the state
+    /// record that adopts it (its stream's create record was reclaimed).
+    fn replay_append(
+        &self,
+        replay: &mut Replay,
+        r: &Recovered,
+        a: &AppendRecord,
+        data_off: usize,
+    ) -> Result<(), String> {
+        let h = r.header;
+        let key = self.by_uid.borrow().get(&h.stream_id).cloned();
+        let mut streams = self.streams.borrow_mut();
+        let s = match key.as_ref().and_then(|k| streams.get_mut(k)) {
+            Some(s) => s,
+            None => replay
+                .orphans
+                .entry(h.stream_id)
+                .or_insert_with(|| Stream::adoptable(h.stream_id, h.incarnation, replay.boot_ms)),
+        };
+        if s.incarnation != h.incarnation {
+            return Ok(());
+        }
+        s.replay_append(a, r.loc, h.stream_offset, data_off).map_err(|e| format!("shard {}: {e}", self.id))
+    }
+
+    /// A state record carries a stream's whole state; records between what
+    /// was replayed and it may have been reclaimed (their data trimmed by a
+    /// later state): a gap. A gap this record's trim covers is explained; one
+    /// it does not must be explained by a later state record (checked at the
+    /// end), as must a snapshot listed here whose blob is gone.
+    fn replay_state(&self, replay: &mut Replay, r: &Recovered, st: &StateRecord) -> Result<(), String> {
+        let (h, seg) = (r.header, r.loc.segment);
+        let key = StreamKey { bucket: st.bucket.clone(), stream: st.stream.clone() };
+        let known = self.by_uid.borrow().get(&h.stream_id).cloned();
+        let mut s = match known.and_then(|k| self.streams.borrow_mut().remove(&k)) {
+            Some(s) => s,
+            None => replay
+                .orphans
+                .remove(&h.stream_id)
+                .unwrap_or_else(|| Stream::adoptable(h.stream_id, h.incarnation, replay.boot_ms)),
+        };
+        if s.incarnation != h.incarnation {
+            s = Stream::adoptable(h.stream_id, h.incarnation, replay.boot_ms);
+        }
+        if s.tail > st.tail {
+            return Err(format!(
+                "shard {}: stream {key:?}: replayed data ends at {} past the tail {} of the state record in \
+                 segment {seg} at {}",
+                self.id, s.tail, st.tail, r.loc.pos
+            ));
+        }
+        s.trim_to(st.trim);
+        if s.tail < st.tail {
+            s.gap_end = st.tail;
+            s.chunks.clear();
+        }
+        if s.gap_end <= st.trim {
+            s.gap_end = 0;
+        }
+        s.apply_state(st);
+        s.snapshots.clear();
+        s.blob_missing = false;
+        for m in &st.snapshots {
+            match replay.blobs.get(&(h.stream_id, m.offset)) {
+                Some(snap) => {
+                    s.snapshots.insert(m.offset, snap.clone());
+                }
+                None => s.blob_missing = true,
+            }
+        }
+        self.note_state(&mut s, seg);
+        self.insert_recovered(key, s);
+        Ok(())
+    }
+
+    fn replay_delete(&self, replay: &mut Replay, r: &Recovered, soft: bool) {
+        let (uid, seg) = (r.header.stream_id, r.loc.segment);
+        let Some(key) = self.by_uid.borrow().get(&uid).cloned() else {
+            if !soft {
+                replay.orphans.remove(&uid);
+                self.index(seg).deleted_uids.push(uid);
+            }
+            return;
+        };
+        if soft {
+            if let Some(s) = self.streams.borrow_mut().get_mut(&key) {
+                s.soft_deleted = true;
+                s.note_meta(seg);
+            }
+            return;
+        }
+        self.index(seg).deleted_uids.push(uid);
+        self.by_uid.borrow_mut().remove(&uid);
+        if let Some(old) = self.streams.borrow_mut().remove(&key) {
+            self.tombstones.borrow_mut().insert(key, old.incarnation);
+        }
+    }
+
+    fn replay_bucket(&self, seg: u64, bucket: String, created: bool) {
+        self.note_bucket(&bucket, seg, created);
+        if created {
+            self.buckets_owned.borrow_mut().insert(bucket.clone());
+            self.buckets_known.borrow_mut().insert(bucket);
+        } else {
+            self.buckets_owned.borrow_mut().remove(&bucket);
+            self.buckets_known.borrow_mut().remove(&bucket);
+        }
     }
 
     /// Recovery: a create or state record brought this stream (back).
