@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Side-by-side runs of Durable Streams servers on one machine (used by
+scripts/bench-compare.sh): for each pair, every server in turn (the order
+rotates from pair to pair), each workload on a freshly started server with a
+fresh data directory, driven by loadgen; per run the achieved rate, p50/p99
+and the server's CPU time per append (utime + stime of its process over the
+measured window, from /proc). Prints every run, then per workload the
+medians and the median of the per-pair ratios of the first server to each
+other one. Writes everything as JSON to --out.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+# name -> (connections, open-loop rate; 0 = closed loop). 1 KiB durable appends.
+WORKLOADS = {
+    "closed-c32": (32, 0),
+    "closed-c128": (128, 0),
+    "open-5k": (128, 5000),
+    "open-20k": (128, 20000),
+    "closed-c256": (256, 0),
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    """CPU time of a process and all its threads (and reaped children)."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / TICK
+
+
+def command(name, port, data, a):
+    if name == "ringstream":
+        extra = ["--shards", str(a.shards)] if a.shards else []
+        return [a.ringstream, "--listen", f"127.0.0.1:{port}", "--data-dir", data, *extra], None
+    if name == "electric":
+        return [a.electric, "--host", "127.0.0.1", "--port", str(port), "--data-dir", data], None
+    if name == "reference":
+        env = dict(os.environ, DATA_DIR=data, PORT=str(port))
+        return ["node", a.reference], env
+    sys.exit(f"unknown server {name}")
+
+
+def start(name, a, work):
+    port = free_port()
+    data = os.path.join(work, "data")
+    os.makedirs(data)
+    cmd, env = command(name, port, data, a)
+    log = open(os.path.join(work, "server.log"), "w")
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if p.poll() is not None:
+            sys.exit(f"{name} exited at start; see {log.name}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return p, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    sys.exit(f"{name} did not listen within 30 s")
+
+
+def run(name, workload, a):
+    conns, rate = WORKLOADS[workload]
+    work = tempfile.mkdtemp(prefix=f"ds-compare-{name}.")
+    p, url = start(name, a, work)
+    out = os.path.join(work, "report.json")
+    lg = [a.loadgen, "--target", url, "--surface", "v1", "--streams", str(a.streams), "--payload", "1024",
+          "--connections", str(conns), "--rate", str(rate), "--duration", str(a.duration),
+          "--warmup", str(a.warmup), "--quiet", "--allow-errors", "--out", out]
+    g = subprocess.Popen(lg, stdout=subprocess.DEVNULL)
+    time.sleep(a.warmup + 0.5)  # stream creation and warm-up are not measured
+    c0 = cpu_seconds(p.pid)
+    window = a.duration - 1.0
+    time.sleep(window)
+    c1 = cpu_seconds(p.pid)
+    rc = g.wait()
+    p.terminate()
+    try:
+        p.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    if rc not in (0, 2) or not os.path.exists(out):
+        sys.exit(f"loadgen failed against {name} ({workload}); logs in {work}")
+    r = json.load(open(out))
+    subprocess.run(["rm", "-rf", work])
+    achieved = r["achieved_rate"]
+    return {
+        "server": name, "workload": workload, "rate": achieved, "errors": r["errors"],
+        "p50_us": r["latency_us"]["p50"], "p99_us": r["latency_us"]["p99"],
+        "cpu_us_per_append": (c1 - c0) * 1e6 / max(achieved * window, 1.0),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--servers", default="ringstream,electric,reference")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--streams", type=int, default=100)
+    ap.add_argument("--shards", type=int, default=0)
+    ap.add_argument("--ringstream", default="target/release/ringstream")
+    ap.add_argument("--electric", default="")
+    ap.add_argument("--reference", default="")
+    ap.add_argument("--loadgen", default="target/release/loadgen")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    for k in ("ringstream", "electric", "reference", "loadgen"):
+        if getattr(a, k):
+            setattr(a, k, os.path.abspath(getattr(a, k)))
+    servers = a.servers.split(",")
+    workloads = a.workloads.split(",")
+    runs = []
+    for i in range(a.pairs):
+        order = servers[i % len(servers):] + servers[:i % len(servers)]
+        for w in workloads:
+            for s in order:
+                r = run(s, w, a)
+                r["pair"] = i + 1
+                runs.append(r)
+                print(f"pair {i + 1} {w:11} {s:10}: {r['rate']:8.0f}/s  p50 {r['p50_us']:7} us  p99 {r['p99_us']:8} us  "
+                      f"CPU {r['cpu_us_per_append']:6.1f} us/append  errors {r['errors']}", flush=True)
+    med = statistics.median
+    summary = {}
+    base = servers[0]
+    print(f"\nmedians of {a.pairs} pairs; ratios are {base} / other, the median of per-pair ratios")
+    for w in workloads:
+        summary[w] = {}
+        for s in servers:
+            rs = [r for r in runs if r["workload"] == w and r["server"] == s]
+            summary[w][s] = {k: med([r[k] for r in rs]) for k in ("rate", "p50_us", "p99_us", "cpu_us_per_append")}
+            m = summary[w][s]
+            print(f"{w:11} {s:10}: {m['rate']:8.0f}/s  p99 {m['p99_us']:8.0f} us  CPU {m['cpu_us_per_append']:6.1f} us/append")
+        for s in servers[1:]:
+            ratio = {}
+            for k in ("rate", "p99_us", "cpu_us_per_append"):
+                pairs = [(x[k], y[k]) for x in runs for y in runs if x["pair"] == y["pair"] and x["workload"] == w
+                         and y["workload"] == w and x["server"] == base and y["server"] == s]
+                ratio[k] = med([x / y for x, y in pairs if y > 0]) if pairs else None
+            summary[w][f"{base}/{s}"] = ratio
+            fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
+            print(f"{w:11} {base}/{s}: throughput {fmt(ratio['rate'])}x, p99 {fmt(ratio['p99_us'])}x, "
+                  f"CPU per append {fmt(ratio['cpu_us_per_append'])}x")
+    json.dump({"runs": runs, "summary": summary, "pairs": a.pairs, "duration": a.duration}, open(a.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
