@@ -5,7 +5,6 @@ use super::shard_main::{shard_main, ShardBoot};
 use super::Process;
 use crate::config::Config;
 use crate::limits::{BOOT_STALL_SECS, EXECUTOR_IO_MEMORY_BYTES, EXECUTOR_PREEMPT_TIMER_US};
-use crate::preflight;
 use crate::shard::mesh;
 use anyhow::{bail, Context};
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
@@ -43,8 +42,13 @@ pub(super) struct Shards {
 }
 
 /// Starts one executor per shard (pinned to the allowed CPUs unless --no-pin).
-pub(super) fn start(cfg: &Config, direct: bool, addr: SocketAddr, process: &Arc<Process>) -> anyhow::Result<Shards> {
-    let cpus = preflight::allowed_cpus();
+pub(super) fn start(
+    cfg: &Config,
+    cpus: &[usize],
+    direct: bool,
+    addr: SocketAddr,
+    process: &Arc<Process>,
+) -> anyhow::Result<Shards> {
     let mut plan = mesh::Plan::new(cfg.shards).context("creating the cross-shard mesh")?;
     // Unbounded: each shard sends a handful of boot messages.
     let (boot_tx, boot) = crossbeam_channel::unbounded::<Boot>();

@@ -28,12 +28,13 @@ pub(super) struct Ctx {
 impl Dispatch for Ctx {
     fn dispatch(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
         Box::pin(async move {
-            if req.owner(self.shards) != self.me {
+            let owner = req.owner(self.shards);
+            if owner != self.me {
                 self.edge.handoffs.set(self.edge.handoffs.get() + 1);
             } else {
                 self.shard.stats.borrow_mut().requests_local += 1;
             }
-            self.shard.call(req).await
+            self.shard.call(owner, req).await
         })
     }
 }

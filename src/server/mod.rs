@@ -52,7 +52,8 @@ struct Process {
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     assert!(cfg.shards > 0 && cfg.shards <= SHARDS_MAX);
     let started = Instant::now();
-    log_start(&cfg);
+    let cpus = crate::preflight::allowed_cpus();
+    log_start(&cfg, &cpus);
     let host = host::claim(&cfg)?;
     // Before any thread starts, so every thread inherits the mask and only
     // the signal thread receives SIGTERM/SIGINT.
@@ -66,7 +67,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     });
     signals::start_signal_thread(stop_signals, process.clone());
     let (reservation, addr) = host::reserve(cfg.listen)?;
-    let shards = boot::start(&cfg, host.direct, addr, &process)?;
+    let shards = boot::start(&cfg, &cpus, host.direct, addr, &process)?;
     boot::wait_until_listening(&shards, &process, n, started)?;
     drop(reservation);
     // A signal during boot found BOOTING and ended the process; from here on
@@ -80,11 +81,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn log_start(cfg: &Config) {
+fn log_start(cfg: &Config, cpus: &[usize]) {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         shards = cfg.shards,
-        cpus = ?crate::preflight::allowed_cpus(),
+        cpus = ?cpus,
         pinned = cfg.pin,
         data_dir = %cfg.data_dir.display(),
         listen = %cfg.listen,

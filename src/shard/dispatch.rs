@@ -6,28 +6,25 @@
 use super::*;
 
 impl<S: SegmentStore> Shard<S> {
-    /// Runs a request on its owner: here, or over the mesh.
-    pub fn call(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
-        let owner = req.owner(self.shards);
-        Box::pin(async move {
-            if owner == self.id {
-                self.handle(req).await
-            } else {
-                let peers = self.peers.borrow().clone();
-                match peers {
-                    Some(p) => p.call(owner, req).await,
-                    None => Err(Error::Unavailable("no mesh".into())),
-                }
-            }
-        })
+    /// Runs a request on its owner (`req.owner(shards)`, which the caller
+    /// has computed already): here, or over the mesh.
+    pub async fn call(&self, owner: usize, req: ShardRequest) -> Reply {
+        debug_assert_eq!(owner, req.owner(self.shards));
+        if owner == self.id {
+            return self.handle(req).await;
+        }
+        let peers = self.peers.borrow().clone();
+        match peers {
+            Some(p) => p.call(owner, req).await,
+            None => Err(Error::Unavailable("no mesh".into())),
+        }
     }
 
     /// Sends the control request `make` builds around an answer channel to
     /// `target` (this shard included) and waits for the typed answer.
     pub async fn ask<R>(&self, target: usize, make: impl FnOnce(oneshot::Sender<R>) -> Control) -> Result<R, Error> {
         let (tx, rx) = oneshot::channel();
-        self.deliver(target, make(tx)).await?;
-        rx.await.map_err(|_| Error::Unavailable(format!("shard {target} dropped the request")))
+        self.answer(target, make(tx), rx).await
     }
 
     /// `ask` of the shard that owns the stream the request is about.
@@ -35,6 +32,11 @@ impl<S: SegmentStore> Shard<S> {
         let (tx, rx) = oneshot::channel();
         let c = make(tx);
         let target = c.owner(self.shards).unwrap_or(self.id);
+        self.answer(target, c, rx).await
+    }
+
+    /// Delivers `c` to `target` and waits for the answer on `rx`.
+    async fn answer<R>(&self, target: usize, c: Control, rx: oneshot::Receiver<R>) -> Result<R, Error> {
         self.deliver(target, c).await?;
         rx.await.map_err(|_| Error::Unavailable(format!("shard {target} dropped the request")))
     }

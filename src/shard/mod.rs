@@ -242,12 +242,7 @@ impl<S: SegmentStore> Shard<S> {
                 r
             }
             StreamOp::Read(r) if r.live == Live::No => self.read(&key, r).map(Outcome::Read),
-            StreamOp::Read(r) if r.live == Live::Sse => {
-                let client = r.cursor.clone();
-                let mut o = self.read(&key, r)?;
-                o.cursor = (!o.closed_at_end).then(|| self.cursor(client.as_deref()));
-                Ok(Outcome::Read(o))
-            }
+            StreamOp::Read(r) if r.live == Live::Sse => self.read_sse(&key, r).map(Outcome::Read),
             StreamOp::Read(r) => self.read_live(&key, r).await,
             StreamOp::Head { if_none_match } => {
                 let streams = self.streams.borrow();

@@ -18,6 +18,19 @@ impl<S: SegmentStore> Shard<S> {
         crate::protocol::cursor::next_cursor((self.now_ms)(), client, self.jitter_secs())
     }
 
+    /// The cursor of a live answer: none once the stream closed there (F68).
+    fn cursor_unless_closed(&self, r: &ReadOutcome, client: Option<&str>) -> Option<u64> {
+        (!r.closed_at_end).then(|| self.cursor(client))
+    }
+
+    /// One catch-up round of an SSE connection: a read now, with a cursor.
+    pub(super) fn read_sse(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, Error> {
+        let client = req.cursor.clone();
+        let mut r = self.read(key, req)?;
+        r.cursor = self.cursor_unless_closed(&r, client.as_deref());
+        Ok(r)
+    }
+
     pub(super) fn wake_readers(&self, key: &StreamKey) {
         if let Some(s) = self.streams.borrow_mut().get_mut(key) {
             for w in s.waiters.drain(..) {
@@ -45,7 +58,7 @@ impl<S: SegmentStore> Shard<S> {
             let has_data = r.has_data();
             if has_data || r.closed_at_end {
                 r.timed_out = !has_data;
-                r.cursor = (!r.closed_at_end).then(|| self.cursor(req.cursor.as_deref()));
+                r.cursor = self.cursor_unless_closed(&r, req.cursor.as_deref());
                 return Ok(Outcome::Read(r));
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -73,7 +86,7 @@ impl<S: SegmentStore> Shard<S> {
             if !woke {
                 let mut r = self.read(key, req.clone())?;
                 r.timed_out = !r.has_data();
-                r.cursor = (!r.closed_at_end).then(|| self.cursor(req.cursor.as_deref()));
+                r.cursor = self.cursor_unless_closed(&r, req.cursor.as_deref());
                 return Ok(Outcome::Read(r));
             }
         }
