@@ -306,9 +306,15 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
+        // Pairs with the fence after `prepare_to_sleep` in `Reactor::wait`:
+        // either the sleeper's last sweep sees what the caller queued before
+        // this call, or this load sees `should_notify` and writes the eventfd
+        // (ringstream patch 3; upstream made the sleeper run a process-wide
+        // membarrier instead, one system call and IPI per sleep).
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self
             .should_notify
-            .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
             || force
         {
@@ -343,7 +349,7 @@ impl SleepNotifier {
         // This will allow this `eventfd` to be notified. This should not happen
         // for the placeholder (disconnected) case.
         assert_ne!(self.id, usize::MAX);
-        self.should_notify.store(true, Ordering::Relaxed);
+        self.should_notify.store(true, Ordering::SeqCst);
     }
 
     pub(super) fn wake_up(&self) {
