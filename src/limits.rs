@@ -83,6 +83,13 @@ pub const SHARD_CONNECTIONS_MAX: usize = 16 * 1024;
 pub const SHARD_REFUSALS_IN_FLIGHT_MAX: usize = 64;
 /// Bytes one socket read may return (per-connection read space).
 pub const CONN_READ_CHUNK_BYTES: usize = 16 * 1024;
+/// A connection whose last CONN_MOVE_STREAK requests all went to the same
+/// other shard moves to that shard (its socket is handed over), so that its
+/// next requests run where they land instead of crossing cores each time.
+pub const CONN_MOVE_STREAK: u32 = 3;
+/// At most this many moves per connection: a client that alternates between
+/// streams of different shards settles instead of bouncing between them.
+pub const CONN_MOVES_MAX: u8 = 4;
 
 /// Deepest nesting of arrays/objects accepted in a JSON-mode body; deeper
 /// gets 400. 128 is serde_json's recursion limit, so every message stored
@@ -134,10 +141,16 @@ pub const EXECUTOR_IO_MEMORY_BYTES: usize = 4 * 1024 * 1024;
 /// glommio 0.9 refuses to start an executor when RLIMIT_MEMLOCK is below
 /// this (its `Reactor::new`), whatever the capabilities; see `preflight`.
 pub const GLOMMIO_MEMLOCK_FLOOR_BYTES: u64 = 512 * 1024;
-/// glommio preemption timer: how long a task may run before the executor
-/// checks for other queues. Far below glommio's 100 ms default, because a
-/// latency-sensitive server cannot let one task hold a core that long.
-pub const EXECUTOR_PREEMPT_TIMER_US: u64 = 500;
+/// glommio preemption timer: how long the executor runs ready tasks before
+/// it goes back to polling its rings when they never run out (each task
+/// still runs to its next await; completions are reaped whenever the run
+/// queue empties, which under load is every few tasks). A shard has one
+/// task queue, so the timer only bounds that batch. glommio arms it anew on
+/// every turn of its loop; at 500 µs that cost about 16 % more CPU per
+/// append than at 10 ms (paired runs in docs/benchmarks.md; likely because a
+/// deadline before the kernel's next tick reprograms the timer device, a
+/// VM exit here).
+pub const EXECUTOR_PREEMPT_TIMER_US: u64 = 10_000;
 
 /// Bucket IDs (snakream.md): `[a-z0-9_-]{4,64}`.
 pub const BUCKET_ID_BYTES_MIN: usize = 4;
