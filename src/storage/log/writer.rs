@@ -44,6 +44,10 @@ impl<S: SegmentStore> Log<S> {
                 self.wake_writer.wait().await;
                 continue;
             }
+            // Let every task that is ready now (connections whose requests
+            // arrived in the same turn) append first: one flush carries
+            // them all instead of the first alone.
+            futures_lite::future::yield_now().await;
             if let Err(e) = self.flush_once().await {
                 self.poison(e);
             }
