@@ -9,7 +9,10 @@
 #      turn (the order rotates) runs every workload on a fresh process and
 #      data directory: 1 KiB durable appends over 100 streams, closed loop at
 #      32, 128 and 256 connections, open loop at 5,000 and 20,000/s over 128
-#      connections (scripts/lib/compare.py);
+#      connections (scripts/lib/compare.py), each connection writing every
+#      stream in turn (loadgen --spread rotate); and
+#      pinned-c32 and pinned-c128: closed loop, one writer per stream
+#      (connection k writes stream k mod 100, --spread pinned);
 #   3. medians, and the median per-pair ratios of ringstream to each peer
 #      (throughput, p99, server CPU per append).
 # The peers are installed into a cache by this script, pinned.
@@ -27,7 +30,7 @@ DURATION=10
 PAIRS=3
 SHARDS=0
 SERVERS=ringstream,electric,reference
-WORKLOADS=closed-c32,closed-c128,closed-c256,open-5k,open-20k
+WORKLOADS=closed-c32,closed-c128,closed-c256,open-5k,open-20k,pinned-c32,pinned-c128
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) DURATION="$2"; shift 2 ;;

@@ -37,6 +37,7 @@ pub enum Family {
     MeshCalls,
     MeshWakeups,
     Connections,
+    ConnectionsMoved,
     ConnectionsAccepted,
     ConnectionsRefused,
     LiveReaders,
@@ -67,13 +68,14 @@ const LATENCY_BOUNDS_US: &[u64] = &[
 const BATCH_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384];
 
 impl Family {
-    pub const ALL: [Family; 25] = [
+    pub const ALL: [Family; 26] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
         Family::MeshCalls,
         Family::MeshWakeups,
         Family::Connections,
+        Family::ConnectionsMoved,
         Family::ConnectionsAccepted,
         Family::ConnectionsRefused,
         Family::LiveReaders,
@@ -148,6 +150,11 @@ impl Family {
                 "Doorbell writes that woke this shard's mesh inbox.",
             ),
             Family::Connections => ("ringstream_connections", Gauge, "Open client connections."),
+            Family::ConnectionsMoved => (
+                "ringstream_connections_moved_total",
+                Counter,
+                "Client connections moved between shards (to the shard their requests kept going to), by direction: out of or into this shard.",
+            ),
             Family::ConnectionsAccepted => {
                 ("ringstream_connections_accepted_total", Counter, "Client connections accepted.")
             }
@@ -303,6 +310,8 @@ pub struct EdgeMetrics {
     requests: Box<[Cell<u64>]>,
     pub handoffs: Cell<u64>,
     pub connections: Cell<u64>,
+    pub moved_out: Cell<u64>,
+    pub moved_in: Cell<u64>,
     pub accepted: Cell<u64>,
     pub refused: Cell<u64>,
     pub long_polls: Cell<u64>,
@@ -315,6 +324,8 @@ impl Default for EdgeMetrics {
             requests: (0..RouteLabel::ALL.len() * STATUS_SLOTS).map(|_| Cell::new(0)).collect(),
             handoffs: Cell::new(0),
             connections: Cell::new(0),
+            moved_out: Cell::new(0),
+            moved_in: Cell::new(0),
             accepted: Cell::new(0),
             refused: Cell::new(0),
             long_polls: Cell::new(0),
@@ -369,6 +380,8 @@ impl EdgeMetrics {
         }
         out.sample(Family::Handoffs, shard, "", self.handoffs.get());
         out.sample(Family::Connections, shard, "", self.connections.get());
+        out.sample(Family::ConnectionsMoved, shard, "direction=\"out\"", self.moved_out.get());
+        out.sample(Family::ConnectionsMoved, shard, "direction=\"in\"", self.moved_in.get());
         out.sample(Family::ConnectionsAccepted, shard, "", self.accepted.get());
         out.sample(Family::ConnectionsRefused, shard, "", self.refused.get());
         out.sample(Family::LiveReaders, shard, "kind=\"long_poll\"", self.long_polls.get());

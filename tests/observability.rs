@@ -7,6 +7,7 @@
 mod common;
 
 use common::{read_all, Conn, Server};
+use ringstream::http::affinity::Affinity;
 use ringstream::protocol::names::split_v1_path;
 use ringstream::protocol::StreamKey;
 use ringstream::shard::router::shard_for;
@@ -330,17 +331,30 @@ fn metrics_parse_and_move_with_traffic() {
     }
     assert!(before.samples.iter().all(|x| x.labels.contains_key("shard")), "every sample carries a shard label");
 
-    // One connection: every request is accepted by one shard; those for
-    // streams owned by the other are hand-offs.
+    // One connection. A request for a stream the serving shard does not own
+    // is a hand-off; a run of them moves the connection to that shard
+    // (http::affinity), so the expected counts replay that rule.
     let mut c = s.conn();
     const STREAMS: usize = 24;
     const APPENDS: usize = 5;
     let mut bytes = 0usize;
     let mut owners = Vec::new();
+    // The first request shows which shard accepted the connection.
+    assert_eq!(c.request("PUT", "/v1/stream/obs/s0", &[OCT], b"").status, 201);
+    let first = scrape(&s);
+    let accepted = (0..SHARDS)
+        .find(|sh| {
+            let l = [("shard", sh.to_string()), ("route", "v1_stream".to_string())];
+            let l: Vec<(&str, &str)> = l.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            first.sum("ringstream_http_requests_total", &l) > before.sum("ringstream_http_requests_total", &l)
+        })
+        .expect("some shard counted the first /v1 request");
     for i in 0..STREAMS {
         let path = format!("obs/s{i}");
         owners.push(owner_v1(&path));
-        assert_eq!(c.request("PUT", &format!("/v1/stream/{path}"), &[OCT], b"").status, 201);
+        if i > 0 {
+            assert_eq!(c.request("PUT", &format!("/v1/stream/{path}"), &[OCT], b"").status, 201);
+        }
         for k in 0..APPENDS {
             let body = format!("stream {i} append {k} {}", "x".repeat(i));
             bytes += body.len();
@@ -356,39 +370,40 @@ fn metrics_parse_and_move_with_traffic() {
     let after = scrape(&s);
     let delta = |name: &str, want: &[(&str, &str)]| after.sum(name, want) - before.sum(name, want);
 
-    // Which shard accepted the connection: the one whose requests moved.
-    let accepted = (0..SHARDS)
-        .find(|sh| {
-            let sh = sh.to_string();
-            delta("ringstream_http_requests_total", &[("shard", &sh), ("route", "v1_stream")]) > 0.0
-        })
-        .expect("some shard counted the /v1 requests");
-    let acc = accepted.to_string();
-    let v1 = |status: &str| {
-        delta("ringstream_http_requests_total", &[("shard", &acc), ("route", "v1_stream"), ("status", status)])
-    };
+    let v1 = |status: &str| delta("ringstream_http_requests_total", &[("route", "v1_stream"), ("status", status)]);
     assert_eq!(v1("201"), STREAMS as f64);
     assert_eq!(v1("204"), (STREAMS * APPENDS) as f64);
-    let ds = |route: &str, status: &str| {
-        delta("ringstream_http_requests_total", &[("shard", &acc), ("route", route), ("status", status)])
-    };
+    let ds =
+        |route: &str, status: &str| delta("ringstream_http_requests_total", &[("route", route), ("status", status)]);
     assert_eq!(ds("ds_bucket", "201"), 1.0);
     assert_eq!(ds("ds_stream", "201"), 1.0);
     assert_eq!(ds("ds_stream", "200"), 1.0);
     assert_eq!(ds("other", "404"), 1.0);
     let scrapes = delta("ringstream_http_requests_total", &[("route", "metrics"), ("status", "200")]);
-    assert_eq!(scrapes, 1.0, "the first scrape is counted (the second after it answers)");
+    assert_eq!(scrapes, 2.0, "scrapes are counted (the last one after it answers)");
 
-    // Hand-offs: exactly the /v1 requests on streams the other shard owns,
-    // plus the /ds ones (the bucket's and the stream's owners).
+    // Hand-offs and moves, replayed: the /v1 requests, the 404 (no shard),
+    // then the /ds ones (the bucket's owner, then the stream's twice).
     let bucket_owner = ringstream::shard::router::shard_for_bucket("obsbucket", SHARDS);
     let ds_key = StreamKey { bucket: "obsbucket".into(), stream: "orders".into() };
     let ds_owner = shard_for(&ds_key, SHARDS);
-    let expected_handoffs = owners.iter().filter(|&&o| o != accepted).count() * (1 + APPENDS)
-        + usize::from(bucket_owner != accepted)
-        + 2 * usize::from(ds_owner != accepted);
-    assert_eq!(delta("ringstream_handoffs_total", &[("shard", &acc)]), expected_handoffs as f64);
-    assert!(expected_handoffs > 0);
+    let mut targets: Vec<Option<usize>> = owners.iter().flat_map(|&o| vec![Some(o); 1 + APPENDS]).collect();
+    targets.extend([None, Some(bucket_owner), Some(ds_owner), Some(ds_owner)]);
+    let (mut at, mut affinity, mut handoffs, mut moves) = (accepted, Affinity::default(), 0, 0);
+    for owner in targets {
+        let remote = owner.filter(|&o| o != at);
+        handoffs += usize::from(remote.is_some());
+        affinity.observe(remote);
+        if let Some(to) = affinity.take_move() {
+            (at, moves) = (to, moves + 1);
+        }
+    }
+    assert_eq!(delta("ringstream_handoffs_total", &[]), handoffs as f64);
+    assert!(moves > 0, "a run of requests to the other shard moves the connection");
+    assert_eq!(delta("ringstream_connections_moved_total", &[("direction", "out")]), moves as f64);
+    assert_eq!(delta("ringstream_connections_moved_total", &[("direction", "in")]), moves as f64);
+    let at = at.to_string();
+    assert!(after.sum("ringstream_connections", &[("shard", &at)]) >= 1.0, "our connection is open where it moved");
 
     // Appends and bytes, on the owners.
     assert_eq!(delta("ringstream_appends_total", &[]), (STREAMS * APPENDS + 1) as f64);
@@ -417,7 +432,6 @@ fn metrics_parse_and_move_with_traffic() {
         assert_eq!(after.sum("ringstream_pending_bytes", &l), 0.0, "nothing waits for disk after the acks");
     }
     assert_eq!(after.sum("ringstream_streams", &[]), (STREAMS + 1) as f64);
-    assert!(after.sum("ringstream_connections", &[("shard", &acc)]) >= 1.0, "our connection is open");
     assert!(delta("ringstream_connections_accepted_total", &[]) >= 1.0);
 }
 

@@ -260,7 +260,7 @@ impl Conn {
         self.inflight = Some(Inflight {
             start_ref,
             measured: start_ref >= t.warm_end,
-            stream: stream_index(self.n, self.k, cfg.connections, cfg.streams),
+            stream: stream_index(cfg.spread, self.n, self.k, cfg.connections, cfg.streams),
             bytes: 0,
             deadline: now + cfg.timeout,
             built: false,

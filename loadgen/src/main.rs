@@ -20,7 +20,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 use client::Target;
-use model::{Config, ReadMode, Surface};
+use model::{Config, ReadMode, Spread, Surface};
 use payload::PayloadDist;
 use report::Report;
 
@@ -79,10 +79,15 @@ struct Args {
     #[arg(long, default_value = "lg")]
     prefix: String,
 
-    /// Number of streams to create and append to (request n of connection k
-    /// goes to stream (n*C + k) mod N).
+    /// Number of streams to create and append to.
     #[arg(long, default_value_t = 64)]
     streams: usize,
+
+    /// Which streams each connection appends to: rotate (request n of
+    /// connection k goes to stream (n*C + k) mod N) or pinned (connection k
+    /// appends only to stream k mod N: one writer per stream).
+    #[arg(long, value_enum, default_value_t = Spread::Rotate)]
+    spread: Spread,
 
     /// Number of concurrent keep-alive connections (one outstanding request each).
     #[arg(long, default_value_t = 16)]
@@ -233,6 +238,7 @@ fn config_from(args: &Args) -> anyhow::Result<Config> {
         bucket: args.bucket.clone(),
         prefix: args.prefix.clone(),
         streams: args.streams,
+        spread: args.spread,
         connections: args.connections,
         threads: args.threads.min(args.connections),
         duration: secs("duration", args.duration, false)?,

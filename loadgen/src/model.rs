@@ -41,6 +41,26 @@ impl Surface {
     }
 }
 
+/// Which streams a connection appends to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Spread {
+    /// Request n of connection k goes to stream (n*C + k) mod N: every
+    /// connection visits every stream, every stream gets every connection.
+    Rotate,
+    /// Connection k appends only to stream k mod N (one writer per stream,
+    /// as most clients and producers do).
+    Pinned,
+}
+
+impl Spread {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Spread::Rotate => "rotate",
+            Spread::Pinned => "pinned",
+        }
+    }
+}
+
 /// How live readers follow their stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReadMode {
@@ -76,6 +96,7 @@ pub struct Config {
     pub bucket: String,
     pub prefix: String,
     pub streams: usize,
+    pub spread: Spread,
     pub connections: usize,
     /// Worker threads for the connections (at most `connections`).
     pub threads: usize,
@@ -169,8 +190,11 @@ pub fn intended_offset(n: u64, k: usize, connections: usize, rate: f64) -> Durat
 }
 
 /// Stream that request `n` of connection `k` appends to.
-pub fn stream_index(n: u64, k: usize, connections: usize, streams: usize) -> usize {
-    ((n as u128 * connections as u128 + k as u128) % streams as u128) as usize
+pub fn stream_index(spread: Spread, n: u64, k: usize, connections: usize, streams: usize) -> usize {
+    match spread {
+        Spread::Rotate => ((n as u128 * connections as u128 + k as u128) % streams as u128) as usize,
+        Spread::Pinned => k % streams,
+    }
 }
 
 /// The run's schedule, shared by every thread.

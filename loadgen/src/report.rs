@@ -51,6 +51,9 @@ pub struct Report {
     pub target: String,
     pub surface: String,
     pub streams: usize,
+    /// `rotate` or `pinned` (`--spread`).
+    #[serde(default)]
+    pub spread: String,
     pub connections: usize,
     pub payload_bytes: usize,
     /// Length of the measured window (warmup excluded).
@@ -161,6 +164,7 @@ impl Report {
             target: cfg.target.to_string(),
             surface: cfg.surface.as_str().to_string(),
             streams: cfg.streams,
+            spread: cfg.spread.as_str().to_string(),
             connections: cfg.connections,
             payload_bytes: cfg.payload,
             duration_s: secs,
@@ -214,7 +218,7 @@ impl Report {
         };
         let _ = writeln!(s, "target        {}", self.target);
         let _ = writeln!(s, "surface       {}", self.surface);
-        let _ = writeln!(s, "streams       {}", self.streams);
+        let _ = writeln!(s, "streams       {} ({})", self.streams, self.spread);
         let plural = if self.threads == 1 { "" } else { "s" };
         let _ = writeln!(s, "connections   {} on {} thread{plural}", self.connections, self.threads);
         if self.payload_dist.is_empty() || self.payload_dist.starts_with("fixed") {
@@ -465,6 +469,7 @@ mod tests {
             "target",
             "surface",
             "streams",
+            "spread",
             "connections",
             "payload_bytes",
             "duration_s",

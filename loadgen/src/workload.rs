@@ -336,18 +336,26 @@ pub mod tests {
     #[test]
     fn streams_round_robin() {
         // Request n of connection k hits (n*C + k) mod S.
-        assert_eq!(stream_index(0, 0, 16, 64), 0);
-        assert_eq!(stream_index(0, 15, 16, 64), 15);
-        assert_eq!(stream_index(1, 0, 16, 64), 16);
-        assert_eq!(stream_index(4, 3, 16, 64), 3);
-        assert_eq!(stream_index(5, 2, 3, 4), 1);
+        assert_eq!(stream_index(Spread::Rotate, 0, 0, 16, 64), 0);
+        assert_eq!(stream_index(Spread::Rotate, 0, 15, 16, 64), 15);
+        assert_eq!(stream_index(Spread::Rotate, 1, 0, 16, 64), 16);
+        assert_eq!(stream_index(Spread::Rotate, 4, 3, 16, 64), 3);
+        assert_eq!(stream_index(Spread::Rotate, 5, 2, 3, 4), 1);
         let mut hits = vec![0; 5];
         for n in 0..10 {
             for k in 0..3 {
-                hits[stream_index(n, k, 3, 5)] += 1;
+                hits[stream_index(Spread::Rotate, n, k, 3, 5)] += 1;
             }
         }
         assert_eq!(hits, vec![6; 5]);
+    }
+
+    #[test]
+    fn pinned_streams_keep_one_stream_per_connection() {
+        for n in 0..10 {
+            assert_eq!(stream_index(Spread::Pinned, n, 3, 16, 64), 3);
+            assert_eq!(stream_index(Spread::Pinned, n, 70, 128, 64), 6);
+        }
     }
 
     #[test]
@@ -368,6 +376,7 @@ pub mod tests {
             bucket: "loadgen".into(),
             prefix: "lg".into(),
             streams: 8,
+            spread: Spread::Rotate,
             connections: 4,
             threads: 1,
             duration: Duration::from_millis(1000),

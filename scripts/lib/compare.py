@@ -20,13 +20,18 @@ import time
 
 TICK = os.sysconf("SC_CLK_TCK")
 
-# name -> (connections, open-loop rate; 0 = closed loop). 1 KiB durable appends.
+# name -> (connections, open-loop rate (0 = closed loop), loadgen --spread).
+# 1 KiB durable appends. "rotate": request n of connection k goes to stream
+# (n*C + k) mod 100, so every connection writes every stream; "pinned":
+# connection k writes only stream k mod 100 (one writer per stream).
 WORKLOADS = {
-    "closed-c32": (32, 0),
-    "closed-c128": (128, 0),
-    "open-5k": (128, 5000),
-    "open-20k": (128, 20000),
-    "closed-c256": (256, 0),
+    "closed-c32": (32, 0, "rotate"),
+    "closed-c128": (128, 0, "rotate"),
+    "open-5k": (128, 5000, "rotate"),
+    "open-20k": (128, 20000, "rotate"),
+    "closed-c256": (256, 0, "rotate"),
+    "pinned-c32": (32, 0, "pinned"),
+    "pinned-c128": (128, 0, "pinned"),
 }
 
 
@@ -75,12 +80,12 @@ def start(name, a, work):
 
 
 def run(name, workload, a):
-    conns, rate = WORKLOADS[workload]
+    conns, rate, spread = WORKLOADS[workload]
     work = tempfile.mkdtemp(prefix=f"ds-compare-{name}.")
     p, url = start(name, a, work)
     out = os.path.join(work, "report.json")
     lg = [a.loadgen, "--target", url, "--surface", "v1", "--streams", str(a.streams), "--payload", "1024",
-          "--connections", str(conns), "--rate", str(rate), "--duration", str(a.duration),
+          "--spread", spread, "--connections", str(conns), "--rate", str(rate), "--duration", str(a.duration),
           "--warmup", str(a.warmup), "--quiet", "--allow-errors", "--out", out]
     g = subprocess.Popen(lg, stdout=subprocess.DEVNULL)
     time.sleep(a.warmup + 0.5)  # stream creation and warm-up are not measured

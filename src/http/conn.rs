@@ -2,6 +2,7 @@
 //! owning shard, write the answer. Keep-alive and pipelining (requests are
 //! answered one after another, in order), bounded buffers, timeouts.
 
+use super::affinity::Affinity;
 use super::gate::{Gate, Slot};
 use super::parse::{parse_head, BodyKind, ChunkProgress, ChunkedDecoder, Method, ParseError, ParseLimits, RequestHead};
 use super::respond::{self, Response};
@@ -18,9 +19,10 @@ use crate::notify::Notify;
 use crate::protocol::headers::sse_is_text;
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::{Live, Outcome, ReadReq, StreamKey, StreamOp, Surface};
-use crate::shard::message::{Dispatch, ShardRequest};
+use crate::shard::message::{Dispatch, MovedConnection, ShardRequest};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +37,13 @@ pub trait ConnContext: Dispatch {
     /// For GET /readyz: recovery finished, every shard serves, and the
     /// server is not shutting down.
     fn ready(&self) -> bool;
+    /// This shard's number.
+    fn me(&self) -> usize;
+    /// The shard that runs `req` when that is not this one.
+    fn remote_owner(&self, req: &ShardRequest) -> Option<usize>;
+    /// Hands a connection to shard `to`, which serves it from then on; gives
+    /// it back when that shard cannot take it.
+    fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection>;
 }
 
 const LIMITS: ParseLimits = ParseLimits {
@@ -113,6 +122,25 @@ fn until(deadline: Instant) -> Option<Duration> {
 /// the shard is full of busy connections, answers 503 and closes it (just
 /// closes it when SHARD_REFUSALS_IN_FLIGHT_MAX refusals are already going out).
 pub fn admit<C: ConnContext + ?Sized + 'static>(stream: TcpStream, cx: Rc<C>, gate: &Rc<Gate>) {
+    admit_carried(stream, cx, gate, Reader::new(Vec::new()), Affinity::default());
+}
+
+/// Takes a connection another shard moved here (see [`Affinity`]): served
+/// like a new one, starting with the bytes it had already received.
+pub fn adopt<C: ConnContext + ?Sized + 'static>(c: MovedConnection, cx: Rc<C>, gate: &Rc<Gate>) {
+    // Safety: the descriptor is the connection's socket, owned by `c` alone.
+    let stream = unsafe { TcpStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(c.socket)) };
+    cx.edge().moved_in.set(cx.edge().moved_in.get() + 1);
+    admit_carried(stream, cx, gate, Reader::new(c.pending), Affinity::moved(c.moves));
+}
+
+fn admit_carried<C: ConnContext + ?Sized + 'static>(
+    stream: TcpStream,
+    cx: Rc<C>,
+    gate: &Rc<Gate>,
+    rd: Reader,
+    affinity: Affinity,
+) {
     let edge = cx.edge();
     edge.accepted.set(edge.accepted.get() + 1);
     let Some(slot) = gate.admit(edge.connections.get()) else {
@@ -134,7 +162,7 @@ pub fn admit<C: ConnContext + ?Sized + 'static>(stream: TcpStream, cx: Rc<C>, ga
     edge.connections.set(edge.connections.get() + 1);
     glommio::spawn_local(async move {
         let gate = slot.gate.clone();
-        serve(stream, cx.clone(), slot).await;
+        serve(stream, cx.clone(), slot, rd, affinity).await;
         let open = cx.edge().connections.get() - 1;
         cx.edge().connections.set(open);
         if open == 0 {
@@ -173,6 +201,46 @@ async fn linger_close(mut stream: TcpStream) {
 struct Reader {
     buf: Vec<u8>,
     scratch: Box<[u8]>,
+}
+
+impl Reader {
+    /// Read space for a connection that has already received `pending`.
+    fn new(mut pending: Vec<u8>) -> Reader {
+        pending.reserve(CONN_READ_CHUNK_BYTES.saturating_sub(pending.len()));
+        Reader { buf: pending, scratch: vec![0; CONN_READ_CHUNK_BYTES].into() }
+    }
+}
+
+/// Moves the connection to shard `to` at a request boundary: the socket (a
+/// duplicate of its descriptor; this end's copy closes when `stream` drops)
+/// and the unread bytes go over the mesh. Gives the stream back when the
+/// move cannot be made, to keep serving here.
+fn move_connection<C: ConnContext + ?Sized>(
+    cx: &C,
+    stream: TcpStream,
+    rd: &mut Reader,
+    to: usize,
+    moves: u8,
+    from: usize,
+) -> Option<TcpStream> {
+    // Safety: fcntl on a descriptor we own; a new descriptor or -1 comes back.
+    let fd = unsafe { libc::fcntl(stream.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    if fd < 0 {
+        return Some(stream);
+    }
+    // Safety: `fd` was just created and nothing else owns it.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    let c = MovedConnection { socket, pending: std::mem::take(&mut rd.buf), moves, from };
+    match cx.move_to(to, c) {
+        Ok(()) => {
+            cx.edge().moved_out.set(cx.edge().moved_out.get() + 1);
+            None
+        }
+        Err(c) => {
+            rd.buf = c.pending;
+            Some(stream)
+        }
+    }
 }
 
 async fn write_all(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
@@ -255,10 +323,16 @@ async fn read_head(
 
 /// Serves one connection until the peer closes it, a timeout, or an error
 /// that makes the byte stream unusable.
-async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: Slot) {
-    let _ = stream.set_nodelay(true);
-    let mut rd =
-        Reader { buf: Vec::with_capacity(CONN_READ_CHUNK_BYTES), scratch: vec![0; CONN_READ_CHUNK_BYTES].into() };
+async fn serve<C: ConnContext + ?Sized>(
+    mut stream: TcpStream,
+    cx: Rc<C>,
+    slot: Slot,
+    mut rd: Reader,
+    mut affinity: Affinity,
+) {
+    if affinity.moves() == 0 {
+        let _ = stream.set_nodelay(true);
+    }
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     let stop = cx.stop().slot();
     loop {
@@ -301,7 +375,7 @@ async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: 
                 }
             }
         }
-        let resp = handle(&*cx, &head, body).await;
+        let (resp, remote) = handle(&*cx, &head, body).await;
         cx.edge().count_request(label, resp.status);
         // Shutting down: this answer is the connection's last.
         let keep_alive = head.keep_alive && !stop.is_stopped();
@@ -309,6 +383,14 @@ async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: 
         respond::encode(&resp, head.method == Method::Head, keep_alive, &mut out);
         if write_all(&mut stream, &out).await.is_err() || !keep_alive || resp.close {
             return;
+        }
+        // 4. Serve it where its requests go, once they keep going there.
+        affinity.observe(remote);
+        if let Some(to) = affinity.take_move() {
+            stream = match move_connection(&*cx, stream, &mut rd, to, affinity.moves(), cx.me()) {
+                Some(s) => s,
+                None => return,
+            };
         }
     }
 }
@@ -382,9 +464,11 @@ async fn read_body(
     }
 }
 
-async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u8>) -> Response {
+/// Runs one request; also says which other shard ran it, if one did.
+async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u8>) -> (Response, Option<usize>) {
     let surface = surface_of(&head.path);
-    match route(head, body) {
+    let mut remote = None;
+    let resp = match route(head, body) {
         Ok(Route::Options) => respond::preflight(),
         Ok(Route::Metrics) => {
             let mut r = Response::new(200).header("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
@@ -395,6 +479,7 @@ async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u
         Ok(Route::Ready) if cx.ready() => respond::plain(200, "ready"),
         Ok(Route::Ready) => respond::plain(503, "not ready (starting or shutting down)"),
         Ok(Route::Shard(req)) => {
+            remote = cx.remote_owner(&req);
             let long_poll =
                 matches!(&*req, ShardRequest::Stream { op: StreamOp::Read(r), .. } if r.live == Live::LongPoll);
             let _held = long_poll.then(|| Held::new(&cx.edge().long_polls));
@@ -405,7 +490,8 @@ async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u
         }
         Err(RouteError::Protocol(e)) => respond::error(surface, &e),
         Err(RouteError::MethodNotAllowed(allow)) => respond::plain(405, "method not allowed").header("Allow", allow),
-    }
+    };
+    (resp, remote)
 }
 
 /// Absolute URL of the request (F10: Location must be absolute).

@@ -3,6 +3,7 @@
 //! `parse` (httparse, "incomplete" is not an error) -> `route` (typed op) ->
 //! shard dispatch -> `respond` (status dialect). `conn` is the glommio loop, `gate` bounds its connections.
 
+pub mod affinity;
 pub mod conn;
 pub mod gate;
 pub mod parse;

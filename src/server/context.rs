@@ -2,13 +2,16 @@
 //! (`Dispatch`), the metrics of every shard, readiness and the stop signal.
 
 use super::{Process, SERVING};
-use crate::http::conn::ConnContext;
+use crate::http::conn::{self, ConnContext};
+use crate::http::gate::Gate;
 use crate::http::stop::Stop;
+use crate::limits::CONN_MOVES_MAX;
 use crate::metrics::{EdgeMetrics, Family, Samples};
 use crate::shard::mesh::{Mesh, Served};
-use crate::shard::message::{Control, Dispatch, Reply, ShardRequest};
+use crate::shard::message::{Control, Dispatch, MovedConnection, Reply, ShardRequest};
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -53,6 +56,8 @@ pub(super) struct Remote {
     pub shard: Rc<Shard<DiskStore>>,
     pub edge: Rc<EdgeMetrics>,
     pub mesh: Rc<Mesh>,
+    /// Where moved connections are served; set once this shard serves HTTP.
+    pub http: RefCell<Option<(Rc<Ctx>, Rc<Gate>)>>,
 }
 
 impl Served for Remote {
@@ -70,6 +75,16 @@ impl Served for Remote {
             shard.stats.borrow_mut().requests_remote_in += 1;
             shard.control(c).await
         })
+    }
+
+    fn adopt(&self, mut c: MovedConnection) {
+        if let Some((cx, gate)) = self.http.borrow().as_ref() {
+            return conn::adopt(c, cx.clone(), gate);
+        }
+        // Not serving HTTP yet (still booting): back to where it came from,
+        // to stay there. Closed only if that shard is gone too.
+        c.moves = CONN_MOVES_MAX;
+        let _ = self.mesh.move_connection(c.from, c);
     }
 
     /// The whole of this shard's metrics: shard, edge and mesh.
@@ -103,5 +118,17 @@ impl ConnContext for Ctx {
 
     fn ready(&self) -> bool {
         self.process.state.load(Ordering::Acquire) == SERVING
+    }
+
+    fn me(&self) -> usize {
+        self.me
+    }
+
+    fn remote_owner(&self, req: &ShardRequest) -> Option<usize> {
+        Some(req.owner(self.shards)).filter(|&o| o != self.me)
+    }
+
+    fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection> {
+        self.mesh.move_connection(to, c)
     }
 }

@@ -47,6 +47,7 @@ impl ShardBoot {
 struct Up {
     shard: Rc<Shard<DiskStore>>,
     mesh: Rc<Mesh>,
+    remote: Rc<Remote>,
     edge: Rc<EdgeMetrics>,
     listener: TcpListener,
 }
@@ -86,7 +87,7 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     glommio::spawn_local(async move { l.run_writer().await }).detach();
     glommio::spawn_local(async move { log.run_preparer().await }).detach();
     b.step("joining the mesh");
-    let (mesh, edge) = join_mesh(link, &shard);
+    let (mesh, edge, remote) = join_mesh(link, &shard);
     replicate(b, &shard).await?;
     b.step("replicated buckets and fork references");
     let _ = b.boot.send(Boot::Replicated);
@@ -98,17 +99,18 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     let listener = TcpListener::bind(b.addr).map_err(|e| format!("shard {id}: listening on {}: {e}", b.addr))?;
     let streams = shard.stream_count();
     let _ = b.boot.send(Boot::Ready(Recovered { shard: id, storage, streams, bytes, report, elapsed }));
-    Ok(Up { shard, mesh, edge, listener })
+    Ok(Up { shard, mesh, remote, edge, listener })
 }
 
 /// Joins the mesh and serves what other shards hand over, on its own task.
-fn join_mesh(link: Link, shard: &Rc<Shard<DiskStore>>) -> (Rc<Mesh>, Rc<EdgeMetrics>) {
+fn join_mesh(link: Link, shard: &Rc<Shard<DiskStore>>) -> (Rc<Mesh>, Rc<EdgeMetrics>, Rc<Remote>) {
     let (mesh, inbox) = link.join();
     shard.set_peers(mesh.clone());
     let edge = Rc::new(EdgeMetrics::default());
-    let remote = Rc::new(Remote { shard: shard.clone(), edge: edge.clone(), mesh: mesh.clone() });
-    glommio::spawn_local(mesh.clone().serve(inbox, remote)).detach();
-    (mesh, edge)
+    let remote =
+        Rc::new(Remote { shard: shard.clone(), edge: edge.clone(), mesh: mesh.clone(), http: Default::default() });
+    glommio::spawn_local(mesh.clone().serve(inbox, remote.clone())).detach();
+    (mesh, edge, remote)
 }
 
 /// Tells every other shard the buckets this one owns, and each fork's
@@ -173,6 +175,8 @@ async fn serve(b: &ShardBoot, up: Up) -> Result<(), String> {
         body: Duration::from_millis(b.cfg.body_timeout_ms),
     };
     let gate = Rc::new(crate::http::gate::Gate::new(b.cfg.max_connections, timeouts));
+    // Connections other shards move here are served like accepted ones.
+    *up.remote.http.borrow_mut() = Some((ctx.clone(), gate.clone()));
     let accepting = stop.slot();
     loop {
         let accepted = futures_lite::future::or(async { Some(up.listener.accept().await) }, async {

@@ -11,7 +11,7 @@
 //! ordering is explicit (SeqCst fences on both sides); a doorbell is written
 //! only to a shard that is about to sleep.
 
-use super::message::{Control, Reply, ShardRequest};
+use super::message::{Control, MovedConnection, Reply, ShardRequest};
 use crate::protocol::Error;
 use crossbeam_channel::{Receiver, Sender};
 use futures_channel::oneshot;
@@ -39,6 +39,8 @@ pub trait Peers {
 pub trait Served {
     fn request(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply>>>;
     fn control(&self, c: Control) -> Pin<Box<dyn Future<Output = ()>>>;
+    /// Takes over a client connection another shard moved here.
+    fn adopt(&self, c: MovedConnection);
     /// The shard's metrics, one block of sample lines per family.
     fn stats(&self) -> Vec<String>;
 }
@@ -57,6 +59,8 @@ pub enum Msg {
     /// Answered on the channel inside.
     Control(Control),
     Stats(oneshot::Sender<Vec<String>>),
+    /// A client connection, to be served here from now on.
+    Connection(MovedConnection),
 }
 
 /// The sending side of one shard's inbox, shared by every other shard.
@@ -71,9 +75,12 @@ struct Door {
 impl Door {
     /// Queues a message for the owner; false if its inbox is gone.
     fn deliver(&self, msg: Msg) -> bool {
-        if self.inbox.send(msg).is_err() {
-            return false;
-        }
+        self.try_deliver(msg).is_ok()
+    }
+
+    /// Queues a message for the owner, or gives it back if its inbox is gone.
+    fn try_deliver(&self, msg: Msg) -> Result<(), Box<Msg>> {
+        self.inbox.send(msg).map_err(|e| Box::new(e.into_inner()))?;
         // Pairs with the fence in `Inbox::wait`: either the owner sees the
         // message when it re-checks after arming, or we see `armed` and ring.
         fence(Ordering::SeqCst);
@@ -82,7 +89,7 @@ impl Door {
             // A full socket buffer means a wake-up is already pending.
             let _ = (&self.bell).write(&[1]);
         }
-        true
+        Ok(())
     }
 }
 
@@ -207,6 +214,7 @@ impl Mesh {
             Msg::Stats(tx) => {
                 let _ = tx.send(handler.stats());
             }
+            Msg::Connection(c) => handler.adopt(c),
             Msg::Reply { id, reply } => {
                 if let Some(tx) = self.waiting.borrow_mut().remove(&id) {
                     let _ = tx.send(reply);
@@ -224,6 +232,18 @@ impl Mesh {
             return Err(Error::Unavailable(format!("shard {target} is not reachable")));
         }
         rx.await.map_err(|_| Error::Unavailable(format!("shard {target} dropped the request")))
+    }
+}
+
+impl Mesh {
+    /// Hands a client connection to `target`; gives it back when that
+    /// shard's inbox is gone.
+    pub fn move_connection(&self, target: usize, c: MovedConnection) -> Result<(), MovedConnection> {
+        debug_assert_ne!(target, self.me);
+        match self.doors[target].try_deliver(Msg::Connection(c)).map_err(|m| *m) {
+            Err(Msg::Connection(c)) => Err(c),
+            _ => Ok(()),
+        }
     }
 }
 

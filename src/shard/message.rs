@@ -13,6 +13,7 @@ use crate::protocol::headers::Lifetime;
 use crate::protocol::{BucketOp, Error, ListReq, ListedStream, Offset, Outcome, StreamKey, StreamOp, Surface};
 use futures_channel::oneshot;
 use std::future::Future;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 
 /// A request for the owner of a stream or a bucket.
@@ -105,4 +106,17 @@ pub struct ForkData {
     pub content_type: String,
     pub lifetime: Lifetime,
     pub source_uid: u64,
+}
+
+/// A client connection moving to another shard: its socket and the bytes
+/// received on it but not yet used (a pipelined request, say). Opaque here:
+/// the HTTP edge makes and adopts it; the mesh only carries it.
+#[derive(Debug)]
+pub struct MovedConnection {
+    pub socket: OwnedFd,
+    pub pending: Vec<u8>,
+    /// Moves so far, this one included.
+    pub moves: u8,
+    /// The shard it comes from.
+    pub from: usize,
 }
