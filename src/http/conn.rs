@@ -35,6 +35,8 @@ pub trait ConnContext: Dispatch {
     /// For GET /readyz: recovery finished, every shard serves, and the
     /// server is not shutting down.
     fn ready(&self) -> bool;
+    /// `--trust-proxy`: absolute URLs follow `Forwarded` / `X-Forwarded-*`.
+    fn trust_proxy(&self) -> bool;
 }
 
 const LIMITS: ParseLimits = ParseLimits {
@@ -399,7 +401,7 @@ async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u
                 matches!(&*req, ShardRequest::Stream { op: StreamOp::Read(r), .. } if r.live == Live::LongPoll);
             let _held = long_poll.then(|| Held::new(&cx.edge().long_polls));
             match cx.dispatch(*req).await {
-                Ok(o) => respond::outcome(surface, o, || location(head)),
+                Ok(o) => respond::outcome(surface, o, || location(head, cx.trust_proxy())),
                 Err(e) => respond::error(surface, &e),
             }
         }
@@ -408,10 +410,11 @@ async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u
     }
 }
 
-/// Absolute URL of the request (F10: Location must be absolute).
-fn location(head: &RequestHead) -> String {
-    let host = head.header("host").unwrap_or("localhost");
-    format!("http://{host}{}", head.raw_path)
+/// Absolute URL of the request (F10: Location must be absolute), as the
+/// client addressed it (see `forwarded`).
+fn location(head: &RequestHead, trust_proxy: bool) -> String {
+    let o = super::forwarded::origin(head, trust_proxy);
+    format!("{}://{}{}", o.scheme, o.host, head.raw_path)
 }
 
 /// An SSE connection (F63–F73): catch-up reads, then long-polls on the

@@ -4,6 +4,8 @@
 //! shard dispatch -> `respond` (status dialect). `conn` is the glommio loop, `gate` bounds its connections.
 
 pub mod conn;
+pub mod date;
+pub mod forwarded;
 pub mod gate;
 pub mod parse;
 pub mod respond;

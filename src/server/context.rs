@@ -23,6 +23,9 @@ pub(super) struct Ctx {
     pub edge: Rc<EdgeMetrics>,
     pub stop: Rc<Stop>,
     pub process: Arc<Process>,
+    pub trust_proxy: bool,
+    /// For the disk-space gauges.
+    pub data_dir: std::path::PathBuf,
 }
 
 impl Dispatch for Ctx {
@@ -89,6 +92,7 @@ impl ConnContext for Ctx {
                     all.merge(&blocks);
                 }
             }
+            crate::procstat::render(&self.data_dir, &mut all);
             all.render()
         })
     }
@@ -103,5 +107,9 @@ impl ConnContext for Ctx {
 
     fn ready(&self) -> bool {
         self.process.state.load(Ordering::Acquire) == SERVING
+    }
+
+    fn trust_proxy(&self) -> bool {
+        self.trust_proxy
     }
 }
