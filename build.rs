@@ -1,6 +1,6 @@
-//! Build facts for `--version` and the `ringstream_build_info` metric: the
-//! git commit (`unknown` outside a git checkout, e.g. a crates.io tarball),
-//! the compiler, the profile. Shared by loadgen (its build.rs includes this).
+// Build facts for `--version` and the `ringstream_build_info` metric: the
+// git commit (`unknown` outside a git checkout, e.g. a crates.io tarball),
+// the compiler, the profile. Shared by loadgen (its build.rs includes this).
 
 use std::path::Path;
 use std::process::Command;
