@@ -15,3 +15,4 @@ scripts/conformance.sh --restart
 scripts/ts-client-demo.sh
 scripts/python-client.sh
 scripts/loadgen-smoke.sh
+scripts/check-deploy.sh
