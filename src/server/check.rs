@@ -14,7 +14,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 /// Runs the checks; Ok is the report to print (what a start would use),
-/// Err the first check that failed (every failure here is a [`config_error`]).
+/// Err the first check that failed (every failure here is a [`ConfigError`](super::ConfigError)).
 pub fn check(cfg: &Config) -> anyhow::Result<String> {
     let mut out = String::new();
     let _ = writeln!(out, "ringstream {}: checking the configuration", crate::build_info::LONG_VERSION);
