@@ -5,7 +5,7 @@
 //! still runs tasks (a heartbeat task per shard bumps a counter). Without
 //! `NOTIFY_SOCKET` (not started by systemd) every call is a no-op.
 
-use super::Process;
+use super::{Process, STOPPING};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +59,8 @@ pub(super) fn start_watchdog(process: Arc<Process>, interval: Duration) {
                 if stuck.is_empty() {
                     send(&[sd_notify::NotifyState::Watchdog]);
                     warned = false;
+                } else if process.state.load(Ordering::Acquire) == STOPPING {
+                    // Drained shards end their executors: not a stall.
                 } else if !warned {
                     tracing::error!(
                         "shards {stuck:?} ran no task for {} ms: withholding the systemd watchdog ping",
