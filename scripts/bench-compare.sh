@@ -14,13 +14,17 @@
 #      pinned-c32 and pinned-c128: closed loop, one writer per stream
 #      (connection k writes stream k mod 100, --spread pinned);
 #   3. medians, and the median per-pair ratios of ringstream to each peer
-#      (throughput, p99, server CPU per append).
+#      (throughput, p99, server CPU per append);
+#   4. one chart per workload (`loadgen plot`: latency percentile curve,
+#      rate and p50/p99 per second, the servers overlaid), chart-W.svg.
 # The peers are installed into a cache by this script, pinned.
-# Results (every run and the summary as JSON, and the text) go to $OUT
-# (default ./bench-results/<timestamp>).
+# Results (every run and the summary as JSON, every loadgen report in
+# runs/, the charts, and the text) go to $OUT (default
+# ./bench-results/<timestamp>); --charts DIR also copies the charts there as
+# bench-compare-W.svg (docs/img for docs/benchmarks.md).
 #
 # Usage: scripts/bench-compare.sh [--duration SECS] [--pairs N] [--shards N]
-#                                 [--servers a,b,c] [--workloads w1,w2]
+#                                 [--servers a,b,c] [--workloads w1,w2] [--charts DIR]
 # Environment: ELECTRIC_VERSION (0.1.5), REF_VERSION (0.3.7), PEER_CACHE
 # (~/.cache/ringstream-peers), RINGSTREAM (the server binary to measure;
 # default target/release/ringstream).
@@ -31,6 +35,7 @@ PAIRS=3
 SHARDS=0
 SERVERS=ringstream,electric,reference
 WORKLOADS=closed-c32,closed-c128,closed-c256,open-5k,open-20k,pinned-c32,pinned-c128
+CHARTS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) DURATION="$2"; shift 2 ;;
@@ -39,7 +44,8 @@ while [ $# -gt 0 ]; do
     --servers) SERVERS="$2"; shift 2 ;;
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --skip-ref) SERVERS="${SERVERS//,reference/}"; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --charts) CHARTS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -126,4 +132,9 @@ echo "servers: $SERVERS; workloads: $WORKLOADS; $PAIRS pairs of ${DURATION} s wi
 python3 scripts/lib/compare.py --servers "$SERVERS" --workloads "$WORKLOADS" --pairs "$PAIRS" \
   --duration "$DURATION" --shards "$SHARDS" --ringstream "$RS" --electric "$ELECTRIC" \
   --reference "$REF_CACHE/bench-server.mjs" --loadgen "$LG" --out "$OUT/compare.json" | tee -a "$OUT/summary.txt"
+if [ -n "$CHARTS" ]; then
+  mkdir -p "$CHARTS"
+  for c in "$OUT"/chart-*.svg; do cp "$c" "$CHARTS/bench-compare-$(basename "$c" .svg | sed 's/^chart-//').svg"; done
+  echo "charts copied to $CHARTS" | tee -a "$OUT/summary.txt"
+fi
 echo "results in $OUT"

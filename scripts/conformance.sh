@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the official Durable Streams conformance suite
-# (@durable-streams/server-conformance-tests, pinned) against a release build
+# (@durable-streams/server-conformance-tests, pinned with the TypeScript
+# client it drives in scripts/node/package-lock.json) against a release build
 # of ringstream started on a free loopback port with a fresh data directory.
 #
 # Usage: scripts/conformance.sh [--restart] [--keep-data]
@@ -9,22 +10,19 @@
 #   --keep-data  do not delete the temporary data directory afterwards
 #
 # Environment:
-#   RINGSTREAM_CONFORMANCE_CACHE  npm install cache (default ~/.cache/ringstream-conformance)
-#   RINGSTREAM_CONFORMANCE_VERSION  suite version (default 0.3.6)
-#   RINGSTREAM_BIN               use this server binary instead of building one
+#   RINGSTREAM_NODE_CACHE  where `npm ci` installs scripts/node (default ~/.cache/ringstream-node)
+#   RINGSTREAM_BIN         use this server binary instead of building one
 #
 # Prints "N passed, M failed" per run; exits non-zero on any failure.
 set -euo pipefail
 
-VERSION="${RINGSTREAM_CONFORMANCE_VERSION:-0.3.6}"
-CACHE="${RINGSTREAM_CONFORMANCE_CACHE:-$HOME/.cache/ringstream-conformance}"
 RESTART=0
 KEEP=0
 for a in "$@"; do
   case "$a" in
     --restart) RESTART=1 ;;
     --keep-data) KEEP=1 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
@@ -32,18 +30,9 @@ done
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
 # --- Node and the pinned suite -------------------------------------------------
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "conformance: installing Node.js (apt-get)..." >&2
-  apt-get update -qq >&2 && apt-get install -y -qq nodejs npm >&2
-fi
-pkg="$CACHE/node_modules/@durable-streams/server-conformance-tests/package.json"
-have="$( [ -f "$pkg" ] && node -p "require('$pkg').version" 2>/dev/null || true)"
-if [ "$have" != "$VERSION" ]; then
-  echo "conformance: installing @durable-streams/server-conformance-tests@$VERSION into $CACHE" >&2
-  mkdir -p "$CACHE"
-  [ -f "$CACHE/package.json" ] || echo '{"name":"ringstream-conformance","private":true}' > "$CACHE/package.json"
-  (cd "$CACHE" && npm install --no-audit --no-fund --loglevel=error "@durable-streams/server-conformance-tests@$VERSION" >&2)
-fi
+. "$root/scripts/lib/node-deps.sh"
+node_deps
+CACHE="$NODE_CACHE"
 # The package's own CLI finds no test files when installed from npm, so we
 # point vitest at a one-line test file of ours.
 cat > "$CACHE/ringstream.conformance.test.mjs" <<'JS'

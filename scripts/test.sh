@@ -2,8 +2,9 @@
 # Every test of the project: unit, integration (real server over real
 # sockets), the criterion benchmarks run once each as tests, storage fault injection, the official conformance suite against
 # a release build twice (across a restart on the same data), the official
-# TypeScript client under /ds, a short loadgen smoke run, and a short run of
-# each fuzz target (fuzz/, cargo-fuzz).
+# TypeScript and Python clients on both surfaces (/v1/stream and /ds), a
+# short loadgen smoke run (report, plot), the deploy files' checks, and a
+# short run of each fuzz target (fuzz/, cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace
@@ -12,4 +13,6 @@ cargo test --workspace --benches
 scripts/fuzz-smoke.sh
 scripts/conformance.sh --restart
 scripts/ts-client-demo.sh
+scripts/python-client.sh
 scripts/loadgen-smoke.sh
+scripts/check-deploy.sh

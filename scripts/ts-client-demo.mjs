@@ -1,48 +1,85 @@
-// The official TypeScript client (@durable-streams/client) against the /ds
-// surface: create a JSON stream in a bucket, append through an idempotent
-// producer, and read live (long-poll and SSE) until every message arrived.
+// The official TypeScript client (@durable-streams/client, the version pinned
+// in scripts/node/) against both surfaces, /v1/stream/{path} and
+// /ds/{bucket}/{stream}: create a JSON stream, batched concurrent appends,
+// appends through an idempotent producer, a live read (long-poll and SSE)
+// that sees every message in order, a read from an offset, and the errors
+// the client maps (create conflict, missing stream, invalid JSON).
 // Usage: node ts-client-demo.mjs http://127.0.0.1:PORT
-import { DurableStream, IdempotentProducer } from "@durable-streams/client"
+import { DurableStream, DurableStreamError, IdempotentProducer } from "@durable-streams/client"
 
 const base = process.argv[2]
-const bucket = `tsdemo${Date.now() % 100000}`
+const run = `${Date.now() % 100000}`
 const fail = (msg) => { console.error(`ts client demo: ${msg}`); process.exit(1) }
+const check = (ok, msg) => { if (!ok) fail(msg) }
 
+const bucket = `tsdemo${run}`
 const put = await fetch(`${base}/ds/${bucket}`, { method: "PUT" })
-if (put.status !== 201) fail(`PUT bucket answered ${put.status}`)
+check(put.status === 201, `PUT bucket answered ${put.status}`)
 
-let passed = 0
-for (const live of ["long-poll", "sse"]) {
-  const url = `${base}/ds/${bucket}/chat-${live}`
+// The HTTP status of the client's error. Most 4xx come as FetchError from
+// the client's backoff wrapper (status set), some as DurableStreamError
+// (code set, status usually set); both carry the status.
+async function errorStatus(promise) {
+  try { await promise } catch (e) {
+    if (e instanceof DurableStreamError || typeof e.status === "number") return e.status ?? e.code
+    return `${e.name}: ${e.message}`
+  }
+  return "no error"
+}
+
+async function demo(surface, live) {
+  const path = surface === "v1" ? `/v1/stream/tsdemo-${run}-${live}` : `/ds/${bucket}/chat-${live}`
+  const url = `${base}${path}`
   const handle = await DurableStream.create({ url, contentType: "application/json" })
   const n = 50
   const seen = []
   const reader = await handle.stream({ offset: "-1", live, json: true })
   const done = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${live}: saw ${seen.length} of ${n} messages`)), 15000)
+    const timer = setTimeout(() => reject(new Error(`${surface} ${live}: saw ${seen.length} of ${2 * n} messages`)), 15000)
     reader.subscribeJson((batch) => {
       for (const item of batch.items) seen.push(item)
-      if (seen.length >= n) { clearTimeout(timer); resolve() }
+      if (seen.length >= 2 * n) { clearTimeout(timer); resolve() }
     })
   })
+  // Batched: appends fired without awaiting each one are coalesced.
+  await Promise.all(Array.from({ length: n }, (_, i) => handle.append(JSON.stringify({ i, live }))))
+  const mid = (await handle.head()).offset
   const producer = new IdempotentProducer(handle, `demo-${live}`, { epoch: 0, lingerMs: 1 })
-  for (let i = 0; i < n; i++) producer.append(JSON.stringify({ i, live }))
+  for (let i = n; i < 2 * n; i++) producer.append(JSON.stringify({ i, live }))
   await producer.flush()
   try { await done } catch (e) { fail(e.message) }
   reader.cancel?.()
   const ids = seen.map((m) => m.i)
-  if (ids.length !== n || ids.some((v, k) => v !== k)) fail(`${live}: messages out of order or duplicated: ${ids}`)
+  const batched = ids.slice(0, n).sort((a, b) => a - b)
+  check(batched.every((v, k) => v === k), `${surface} ${live}: batched appends lost or duplicated: ${ids}`)
+  check(ids.slice(n).every((v, k) => v === n + k), `${surface} ${live}: producer appends out of order: ${ids}`)
   // A retry with the same producer tuple must not write twice.
   const again = await fetch(url, {
     method: "POST",
     headers: { "content-type": "application/json", "producer-id": `demo-${live}`, "producer-epoch": "0", "producer-seq": "0" },
-    body: JSON.stringify({ i: 0, live }),
+    body: JSON.stringify({ i: n, live }),
   })
-  if (again.status !== 200) fail(`${live}: duplicate answered ${again.status}`)
-  const all = await (await fetch(`${url}?offset=-1`)).json()
-  if (all.length !== n) fail(`${live}: stream holds ${all.length} messages, expected ${n}`)
-  passed++
-  console.log(`ts client demo (${live}): created ${url.slice(base.length)}, ${n} producer appends, ${seen.length} read live`)
+  check(again.status === (surface === "v1" ? 204 : 200), `${surface} ${live}: duplicate answered ${again.status}`)
+  // From an offset: the first read's offset after one batch, then the rest.
+  const whole = await handle.stream({ offset: "-1", live: false, json: true })
+  const all = await whole.json()
+  check(all.length === 2 * n, `${surface} ${live}: stream holds ${all.length} messages, expected ${2 * n}`)
+  const rest = await (await handle.stream({ offset: mid, live: false, json: true })).json()
+  check(rest.length === n && rest.every((m, k) => m.i === n + k), `${surface} ${live}: read from ${mid}: ${rest.map((m) => m.i)}`)
+  const tail = await handle.stream({ offset: whole.offset, live: false, json: true })
+  check((await tail.json()).length === 0 && tail.upToDate, `${surface} ${live}: a read from the tail offset is not empty`)
+  // Errors, as the client maps them.
+  const conflict = await errorStatus(DurableStream.create({ url, contentType: "text/plain" }))
+  check(conflict === 409, `${surface}: create with another content type: ${conflict}`)
+  const missing = new DurableStream({ url: `${url}-missing` })
+  const notFound = await errorStatus(missing.stream({ offset: "-1", live: false }).then((r) => r.body()))
+  check(notFound === 404, `${surface}: reading a missing stream: ${notFound}`)
+  const bad = await errorStatus(handle.append("{not json"))
+  check(bad === 400, `${surface}: invalid JSON: ${bad}`)
+  console.log(`ts client demo (${surface}, ${live}): ${path}: ${n} batched + ${n} producer appends, ${seen.length} read live, from-offset and error checks`)
 }
+
+let passed = 0
+for (const surface of ["v1", "ds"]) for (const live of ["long-poll", "sse"]) { await demo(surface, live); passed++ }
 console.log(`ts client demo: ${passed} passed, 0 failed`)
 process.exit(0)

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Runs scripts/ts-client-demo.mjs (the official TypeScript client under
-# /ds/{bucket}) against a release build on a free port. The client comes with
-# the conformance suite's npm install (scripts/conformance.sh installs it).
+# Runs scripts/ts-client-demo.mjs (the official TypeScript client, on both
+# surfaces: /v1/stream and /ds/{bucket}) against a release build on a free
+# port. The client is the exact version pinned in scripts/node/ (the one the
+# conformance suite runs with too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/server.sh
-CACHE="${RINGSTREAM_CONFORMANCE_CACHE:-$HOME/.cache/ringstream-conformance}"
-[ -d "$CACHE/node_modules/@durable-streams/client" ] || {
-  mkdir -p "$CACHE"; [ -f "$CACHE/package.json" ] || echo '{"name":"ringstream-conformance","private":true}' > "$CACHE/package.json"
-  (cd "$CACHE" && npm install --no-audit --no-fund --loglevel=error @durable-streams/client >&2); }
+. scripts/lib/node-deps.sh
+node_deps
+CACHE="$NODE_CACHE"
 cargo build --release --quiet --bin ringstream
 work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-tsdemo.XXXXXX")"
 pid=""

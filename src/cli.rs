@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 /// `data-dir = "/var/lib/ringstream"`). A flag beats the environment, which
 /// beats the file, which beats the default. See docs/operations.md.
 #[derive(Debug, Parser)]
-#[command(version, about, long_about)]
+#[command(version = crate::build_info::LONG_VERSION, about, long_about)]
 pub struct Cli {
     /// TOML file of settings (keys: the flag names without `--`). Unknown
     /// keys are an error. Default: none.
@@ -111,6 +111,32 @@ pub struct Cli {
     /// Format of the log lines on stderr.
     #[arg(long, value_enum, default_value = "text", env = "RINGSTREAM_LOG_FORMAT")]
     pub log_format: LogFormat,
+
+    /// A reverse proxy that terminates TLS sits in front and sets
+    /// `Forwarded` (proto=, host=) or `X-Forwarded-Proto` /
+    /// `X-Forwarded-Host`: absolute URLs (`Location`) then use the scheme and
+    /// host the client used. Without it those headers are ignored (any
+    /// client could send them). The variable and the file key take
+    /// true/false. [default: false]
+    #[arg(long, env = "RINGSTREAM_TRUST_PROXY", value_parser = clap::builder::BoolishValueParser::new())]
+    pub trust_proxy: bool,
+
+    /// Check the settings, the host (io_uring, locked memory, O_DIRECT) and
+    /// the data directory (not in use, storage format, shard count) as a
+    /// start would, print what a start would use, and exit without serving:
+    /// status 0 when a start would get past these checks, 78 (EX_CONFIG)
+    /// with the reason when not. Creates nothing but the lock file of an
+    /// existing data directory.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// What the command line asks for: the configuration, and whether only to
+/// check it (`--check-config`).
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub config: Config,
+    pub check_only: bool,
 }
 
 /// The config file. Keys are the flag names; anything else is an error.
@@ -130,13 +156,20 @@ struct FileSettings {
     no_pin: Option<bool>,
     log_level: Option<String>,
     log_format: Option<String>,
+    trust_proxy: Option<bool>,
 }
 
-/// Parses the process's arguments and environment (exiting with clap's
-/// message on a malformed flag, and for --help/--version) and resolves them.
-pub fn load() -> Result<Config, String> {
-    let matches = Cli::command().get_matches();
-    resolve(&matches, std::env::var("RUST_LOG").ok())
+/// Parses the process's arguments and environment and resolves them.
+/// `--help` and `--version` print and exit 0 here; a malformed flag or
+/// value is an error like any other bad setting (the caller exits 78).
+pub fn load() -> Result<Invocation, String> {
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => return Err(e.render().to_string().trim_end().trim_start_matches("error: ").to_string()),
+    };
+    let config = resolve(&matches, std::env::var("RUST_LOG").ok())?;
+    Ok(Invocation { config, check_only: matches.get_flag("check_config") })
 }
 
 /// Resolves parsed flags (which already include the environment), the
@@ -219,6 +252,7 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
     };
     check_log_filter(&log_level).map_err(|e| format!("--log-level: {e} (set by {from})"))?;
     let (log_format, _) = r.pick("log_format", cli.log_format, file_log_format);
+    let (trust_proxy, _) = r.pick("trust_proxy", cli.trust_proxy, file.trust_proxy);
     Ok(Config {
         listen,
         data_dir,
@@ -233,6 +267,7 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         pin: !no_pin,
         log_level,
         log_format,
+        trust_proxy,
         config_file: cli.config,
     })
 }

@@ -26,6 +26,9 @@ pub struct Config {
     /// A `tracing` filter: a level (`info`) or directives (`info,ringstream::storage=debug`).
     pub log_level: String,
     pub log_format: LogFormat,
+    /// Absolute URLs (`Location`) follow the `Forwarded` / `X-Forwarded-*`
+    /// headers of a proxy in front (TLS termination).
+    pub trust_proxy: bool,
     /// The TOML file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
 }

@@ -13,9 +13,12 @@
 //!   `http`, `shard` and `storage` like `limits`.
 //! - [`notify`]: a single-waiter wake-up flag, used by `http` and `storage`.
 //! - [`latch`]: a countdown latch across threads, for boot and shutdown.
+//! - [`build_info`]: version and git commit of the build (build.rs).
 //! - [`config`], [`cli`]: flags, environment and config file to configuration.
 //! - [`preflight`]: startup checks (io_uring, locked memory, O_DIRECT, the
 //!   data directory's lock) with messages that say what to change.
+//! - [`procstat`]: the process's CPU, memory and descriptors and the data
+//!   directory's free space, read at scrape time for `/metrics`.
 //! - [`server`]: the process's life: host checks, boot (executors,
 //!   recovery, listeners), signals, shutdown; no protocol logic.
 //! - [`http`]: bytes to typed requests and responses back; the /ds vs /v1 dialect.
@@ -31,6 +34,7 @@
 //! `shard::mesh`, `http::conn` and `storage::dma_file` (checked by
 //! tests/tidy.rs).
 
+pub mod build_info;
 pub mod cli;
 pub mod config;
 pub mod http;
@@ -39,6 +43,7 @@ pub mod limits;
 pub mod metrics;
 pub mod notify;
 pub mod preflight;
+pub mod procstat;
 pub mod protocol;
 pub mod server;
 pub mod shard;

@@ -1,19 +1,40 @@
 //! Settings -> config -> logging -> server::run; nothing else.
+//!
+//! Exit status: 0 after a clean shutdown (and for --help, --version, a
+//! passing --check-config); 78 (EX_CONFIG) for a configuration error, which
+//! restarting cannot fix; 1 for any other failure.
 
 use ringstream::config::{Config, LogFormat};
+use ringstream::server::{ConfigError, EXIT_CONFIG};
 
 fn main() {
+    let inv = match ringstream::cli::load() {
+        Ok(inv) => inv,
+        Err(e) => exit(EXIT_CONFIG, &format!("configuration error: {e}")),
+    };
+    if inv.check_only {
+        match ringstream::server::check(&inv.config) {
+            Ok(report) => {
+                print!("{report}");
+                std::process::exit(0);
+            }
+            Err(e) => exit(EXIT_CONFIG, &format!("configuration check failed: {e:#}")),
+        }
+    }
+    if let Err(e) = init_logging(&inv.config) {
+        exit(EXIT_CONFIG, &format!("configuration error: {e:#}"));
+    }
     // The message alone (no backtrace): startup errors are for operators.
-    if let Err(e) = start() {
-        eprintln!("ringstream: error: {e:#}");
-        std::process::exit(1);
+    if let Err(e) = ringstream::server::run(inv.config) {
+        let config = e.chain().any(|c| c.is::<ConfigError>());
+        let code = if config { EXIT_CONFIG } else { 1 };
+        exit(code, &format!("{}{e:#}", if config { "configuration error: " } else { "error: " }));
     }
 }
 
-fn start() -> anyhow::Result<()> {
-    let cfg = ringstream::cli::load().map_err(anyhow::Error::msg)?;
-    init_logging(&cfg)?;
-    ringstream::server::run(cfg)
+fn exit(code: i32, msg: &str) -> ! {
+    eprintln!("ringstream: {msg}");
+    std::process::exit(code)
 }
 
 /// Structured logs on stderr (stdout carries only the "listening" line).

@@ -3,7 +3,8 @@
 //!
 //! Every family is declared once in [`Family`] with its type and help text;
 //! docs/metrics.md lists them. Each shard renders its own samples into a
-//! [`Samples`] (one text block per family, every sample labelled `shard`);
+//! [`Samples`] (one text block per family, every sample labelled `shard`,
+//! except the process-wide families: build info, disk space, `process_*`);
 //! the shard answering `GET /metrics` gathers every shard's blocks and
 //! [`Samples::render`] writes each family once: `# HELP`, `# TYPE`, then the
 //! samples of all shards, so a family's lines are contiguous as the format
@@ -57,6 +58,15 @@ pub enum Family {
     DirectIo,
     Segments,
     SegmentsReclaimed,
+    LogPoisoned,
+    BuildInfo,
+    DiskFreeBytes,
+    DiskSizeBytes,
+    ProcessCpuSeconds,
+    ProcessResidentMemoryBytes,
+    ProcessOpenFds,
+    ProcessMaxFds,
+    ProcessStartTimeSeconds,
 }
 
 /// Latency bounds in microseconds (exported in seconds): 50 µs to 10 s.
@@ -68,7 +78,7 @@ const LATENCY_BOUNDS_US: &[u64] = &[
 const BATCH_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384];
 
 impl Family {
-    pub const ALL: [Family; 26] = [
+    pub const ALL: [Family; 35] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -95,6 +105,15 @@ impl Family {
         Family::DirectIo,
         Family::Segments,
         Family::SegmentsReclaimed,
+        Family::LogPoisoned,
+        Family::BuildInfo,
+        Family::DiskFreeBytes,
+        Family::DiskSizeBytes,
+        Family::ProcessCpuSeconds,
+        Family::ProcessResidentMemoryBytes,
+        Family::ProcessOpenFds,
+        Family::ProcessMaxFds,
+        Family::ProcessStartTimeSeconds,
     ];
 
     fn index(self) -> usize {
@@ -111,6 +130,11 @@ impl Family {
 
     pub fn help(self) -> &'static str {
         self.def().2
+    }
+
+    /// One sample for the whole process, without a `shard` label.
+    pub fn process_wide(self) -> bool {
+        self.index() >= Family::BuildInfo.index()
     }
 
     /// (bucket bounds in recorded units, recorded units per exported unit).
@@ -224,6 +248,35 @@ impl Family {
                 Counter,
                 "Segment files deleted because no record in them was needed any more.",
             ),
+            Family::LogPoisoned => (
+                "ringstream_log_poisoned",
+                Gauge,
+                "1 once a write or sync of this shard's log failed: its appends fail (503) until a restart recovers the log.",
+            ),
+            Family::BuildInfo => (
+                "ringstream_build_info",
+                Gauge,
+                "Always 1; the labels say what is running: version, commit (git), rustc, profile.",
+            ),
+            Family::DiskFreeBytes => (
+                "ringstream_disk_free_bytes",
+                Gauge,
+                "Bytes available to the server on the data directory's file system (statvfs f_bavail).",
+            ),
+            Family::DiskSizeBytes => {
+                ("ringstream_disk_size_bytes", Gauge, "Size in bytes of the data directory's file system.")
+            }
+            Family::ProcessCpuSeconds => {
+                ("process_cpu_seconds_total", Counter, "User and system CPU time of the process, in seconds.")
+            }
+            Family::ProcessResidentMemoryBytes => {
+                ("process_resident_memory_bytes", Gauge, "Resident memory of the process, in bytes.")
+            }
+            Family::ProcessOpenFds => ("process_open_fds", Gauge, "Open file descriptors of the process."),
+            Family::ProcessMaxFds => ("process_max_fds", Gauge, "The process's limit on open file descriptors."),
+            Family::ProcessStartTimeSeconds => {
+                ("process_start_time_seconds", Gauge, "When the process started, in seconds since the UNIX epoch.")
+            }
         }
     }
 }
@@ -405,7 +458,7 @@ impl Samples {
     /// One sample `name{shard="N",extra} value`. `extra`: more labels, already
     /// formatted (`a="b",c="d"`), or empty.
     pub fn sample(&mut self, f: Family, shard: usize, extra: &str, v: u64) {
-        debug_assert!(f.kind() != Kind::Histogram);
+        debug_assert!(f.kind() != Kind::Histogram && !f.process_wide());
         let b = &mut self.blocks[f.index()];
         let _ = write!(b, "{}{{shard=\"{shard}\"", f.name());
         if !extra.is_empty() {
@@ -413,6 +466,18 @@ impl Samples {
             b.push_str(extra);
         }
         let _ = writeln!(b, "}} {v}");
+    }
+
+    /// A process-wide sample `name{labels} value` (no `shard` label).
+    /// `labels`: already formatted (`a="b"`), or empty.
+    pub fn process(&mut self, f: Family, labels: &str, v: f64) {
+        debug_assert!(f.process_wide());
+        let b = &mut self.blocks[f.index()];
+        if labels.is_empty() {
+            let _ = writeln!(b, "{} {v}", f.name());
+        } else {
+            let _ = writeln!(b, "{}{{{labels}}} {v}", f.name());
+        }
     }
 
     /// A histogram's `_bucket` (cumulative, ending with `le="+Inf"`), `_sum`
@@ -532,6 +597,18 @@ mod tests {
         let text = s.render();
         assert!(text.contains("ringstream_http_requests_total{shard=\"1\",route=\"v1_stream\",status=\"200\"} 2\n"));
         assert!(text.contains("ringstream_live_readers{shard=\"1\",kind=\"sse\"} 0\n"));
+    }
+
+    #[test]
+    fn process_wide_samples_have_no_shard_label() {
+        let mut s = Samples::default();
+        s.process(Family::BuildInfo, "version=\"1\"", 1.0);
+        s.process(Family::ProcessCpuSeconds, "", 1.25);
+        let text = s.render();
+        assert!(text.contains("\nringstream_build_info{version=\"1\"} 1\n"), "{text}");
+        assert!(text.contains("\nprocess_cpu_seconds_total 1.25\n"), "{text}");
+        assert!(Family::ALL.iter().filter(|f| f.process_wide()).all(|f| *f as usize >= Family::BuildInfo as usize));
+        assert!(!Family::LogPoisoned.process_wide() && Family::ProcessStartTimeSeconds.process_wide());
     }
 
     #[test]

@@ -319,7 +319,24 @@ fn metrics_parse_and_move_with_traffic() {
     let before = scrape(&s);
     // Every family has a sample for every shard, even when nothing happened
     // (requests by route and status only once counted).
-    for (family, t) in before.types.iter().filter(|(f, _)| *f != "ringstream_http_requests_total") {
+    // Process-wide families (build info, disk space, process_*) have one
+    // sample without a shard label.
+    let process_wide =
+        |f: &str| f.starts_with("process_") || f.starts_with("ringstream_disk_") || f == "ringstream_build_info";
+    for family in before.types.keys().filter(|f| process_wide(f)) {
+        let n = before.samples.iter().filter(|x| &x.name == family && !x.labels.contains_key("shard")).count();
+        assert_eq!(n, 1, "{family}: one process-wide sample");
+    }
+    let build = before.samples.iter().find(|x| x.name == "ringstream_build_info").expect("build info");
+    assert_eq!(build.value, 1.0);
+    assert_eq!(build.labels.get("version").map(String::as_str), Some(env!("CARGO_PKG_VERSION")));
+    assert!(build.labels.contains_key("commit") && build.labels.contains_key("rustc"), "{:?}", build.labels);
+    let value = |name: &str| before.samples.iter().find(|x| x.name == name).map_or(-1.0, |x| x.value);
+    assert!(value("process_resident_memory_bytes") > 1e6 && value("process_open_fds") >= 3.0);
+    assert!(value("process_max_fds") >= value("process_open_fds") && value("process_cpu_seconds_total") > 0.0);
+    assert!(value("ringstream_disk_size_bytes") >= value("ringstream_disk_free_bytes"));
+    assert!(value("ringstream_disk_free_bytes") > 0.0);
+    for (family, t) in before.types.iter().filter(|(f, _)| *f != "ringstream_http_requests_total" && !process_wide(f)) {
         let name = if t == "histogram" { format!("{family}_count") } else { family.clone() };
         for shard in 0..SHARDS {
             let shard = shard.to_string();
@@ -329,7 +346,11 @@ fn metrics_parse_and_move_with_traffic() {
             );
         }
     }
-    assert!(before.samples.iter().all(|x| x.labels.contains_key("shard")), "every sample carries a shard label");
+    assert!(
+        before.samples.iter().all(|x| x.labels.contains_key("shard") || process_wide(&x.name)),
+        "every other sample carries a shard label"
+    );
+    assert!(before.samples.iter().filter(|x| x.name == "ringstream_log_poisoned").all(|x| x.value == 0.0));
 
     // One connection. A request for a stream the serving shard does not own
     // is a hand-off; a run of them moves the connection to that shard

@@ -45,7 +45,20 @@ impl Start {
             Start::Listening { line, .. } => panic!("{what}: expected a startup failure, but: {line}"),
         }
     }
+    /// [`Start::failed`] with this exit status (78: a configuration error).
+    fn failed_with(self, what: &str, want: i32) -> String {
+        match self {
+            Start::Exited { code, stderr } => {
+                assert_eq!(code, Some(want), "{what}: exit status:\n{stderr}");
+                stderr
+            }
+            Start::Listening { line, .. } => panic!("{what}: expected a startup failure, but: {line}"),
+        }
+    }
 }
+
+/// sysexits.h EX_CONFIG: what the server exits with for a configuration error.
+const EX_CONFIG: i32 = 78;
 
 struct Listening {
     child: Child,
@@ -189,7 +202,8 @@ fn an_unknown_key_in_the_file_fails_naming_the_key() {
     let file = root.path().join("bad.toml");
     std::fs::write(&file, "shards = 1\nsegment_size = 65536\n").unwrap();
     let data = root.path().join("data");
-    let err = start(root.path(), &["--config", s(&file), "--data-dir", s(&data)], &[]).failed("unknown key");
+    let err =
+        start(root.path(), &["--config", s(&file), "--data-dir", s(&data)], &[]).failed_with("unknown key", EX_CONFIG);
     assert!(err.contains("unknown field `segment_size`"), "{err}");
     assert!(err.contains(s(&file)), "the message names the file: {err}");
     assert!(!data.exists(), "nothing was created before the settings were checked");
@@ -201,22 +215,22 @@ fn invalid_values_name_the_setting_and_where_it_came_from() {
     let data = root.path().join("data");
     let d = ["--data-dir", s(&data)];
 
-    let err = start(root.path(), &d, &[("RINGSTREAM_SEGMENT_BYTES", "1000")]).failed("segment bytes");
+    let err = start(root.path(), &d, &[("RINGSTREAM_SEGMENT_BYTES", "1000")]).failed_with("segment bytes", EX_CONFIG);
     assert!(err.contains("--segment-bytes must be") && err.contains("RINGSTREAM_SEGMENT_BYTES"), "{err}");
 
     let file = root.path().join("f.toml");
     std::fs::write(&file, "direct-io = \"sometimes\"\n").unwrap();
-    let err = start(root.path(), &["--config", s(&file), d[0], d[1]], &[]).failed("direct-io in file");
+    let err = start(root.path(), &["--config", s(&file), d[0], d[1]], &[]).failed_with("direct-io in file", EX_CONFIG);
     assert!(err.contains("--direct-io") && err.contains("\"sometimes\"") && err.contains("`direct-io` in"), "{err}");
 
-    let err = start(root.path(), &["--log-level", "verbose", d[0], d[1]], &[]).failed("log level");
+    let err = start(root.path(), &["--log-level", "verbose", d[0], d[1]], &[]).failed_with("log level", EX_CONFIG);
     assert!(err.contains("--log-level") && err.contains("verbose"), "{err}");
 
-    let err = start(root.path(), &["--shards", "0", d[0], d[1]], &[]).failed("shards");
+    let err = start(root.path(), &["--shards", "0", d[0], d[1]], &[]).failed_with("shards", EX_CONFIG);
     assert!(err.contains("--shards must be between 1 and"), "{err}");
 
     // Malformed on the command line: clap's own message, naming the flag.
-    let err = start(root.path(), &["--listen", "localhost", d[0], d[1]], &[]).failed("listen");
+    let err = start(root.path(), &["--listen", "localhost", d[0], d[1]], &[]).failed_with("listen", EX_CONFIG);
     assert!(err.contains("--listen"), "{err}");
 }
 
@@ -228,7 +242,8 @@ fn a_second_server_on_the_same_dir_fails_at_once_then_the_shard_count_is_checked
     let first = start(root.path(), &args, &[]).listening("first server");
 
     let t = Instant::now();
-    let err = start(root.path(), &args, &[]).failed("second server");
+    // In use: perhaps free on the next try, so not a configuration error.
+    let err = start(root.path(), &args, &[]).failed_with("second server", 1);
     assert!(err.contains(&format!("data directory {} is in use", data.display())), "{err}");
     assert!(err.contains(&format!("pid {}", first.pid())), "the message names the holder: {err}");
     assert!(t.elapsed() < Duration::from_secs(10), "the second server must fail at once, took {:?}", t.elapsed());
@@ -239,13 +254,86 @@ fn a_second_server_on_the_same_dir_fails_at_once_then_the_shard_count_is_checked
     // SIGKILL releases the lock (the kernel drops it with the process).
     first.kill();
     let err = start(root.path(), &["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1"], &[])
-        .failed("another shard count");
+        .failed_with("another shard count", EX_CONFIG);
     assert!(err.contains("was written by 2 shards") && err.contains("this server has 1"), "{err}");
     assert!(err.contains("start with --shards 2"), "the message says what to do: {err}");
 
     let again = start(root.path(), &args, &[]).listening("same shard count again");
     let r = Conn::connect(again.port).request("HEAD", "/v1/stream/still-here", &[], b"");
     assert_eq!(r.status, 200, "{}", r.summary());
+}
+
+/// `--check-config` with these arguments: (exit status, stdout, stderr).
+fn check_config(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(common::server_binary());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RINGSTREAM_") || k == "RUST_LOG" {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.arg("--check-config").args(args).stdin(Stdio::null()).output().unwrap();
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (out.status.code(), text(out.stdout), text(out.stderr))
+}
+
+#[test]
+fn check_config_validates_without_serving() {
+    let root = TempDir::new("ops-check");
+    let data = root.path().join("data");
+    let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "2", "--no-pin"];
+
+    // A data directory that does not exist yet: fine, and still not created.
+    let (code, out, err) = check_config(&args);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("does not exist; a start creates it") && out.contains("configuration ok"), "{out}");
+    assert!(!data.exists(), "--check-config created the data directory");
+
+    // A directory written by a server: format and shard count agree.
+    let server = start(root.path(), &args, &[]).listening("server");
+    let (code, _, err) = check_config(&args);
+    assert_eq!(code, Some(EX_CONFIG), "a directory in use fails the check: {err}");
+    assert!(
+        err.contains("is in use by another ringstream process") && err.contains(&server.pid().to_string()),
+        "{err}"
+    );
+    // The check did not get in the way of the running server.
+    assert_eq!(Conn::connect(server.port).request("GET", "/readyz", &[], b"").status, 200);
+    server.kill();
+    let (code, out, err) = check_config(&args);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("(format=2, shards=2, not in use)") && out.contains("direct I/O"), "{out}");
+
+    // Another shard count, a bad value, an unknown key: 78 with the reason.
+    let (code, _, err) = check_config(&["--data-dir", s(&data), "--shards", "3"]);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(err.contains("was written by 2 shards") && err.contains("this server has 3"), "{err}");
+    let (code, _, err) = check_config(&["--data-dir", s(&data), "--segment-bytes", "12"]);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(err.contains("--segment-bytes must be a multiple of 4096"), "{err}");
+    let file = root.path().join("typo.toml");
+    std::fs::write(&file, "shard = 2\n").unwrap();
+    let (code, _, err) = check_config(&["--config", s(&file), "--data-dir", s(&data)]);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(err.contains("unknown field `shard`"), "{err}");
+    // Under a regular file (root could create it anywhere else).
+    let not_dir = root.path().join("a-file");
+    std::fs::write(&not_dir, "").unwrap();
+    let (code, _, err) = check_config(&["--data-dir", s(&not_dir.join("data"))]);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(err.contains("cannot be created"), "{err}");
+    // Nothing above wrote the meta file anew or served.
+    assert_eq!(std::fs::read_to_string(data.join("ringstream.meta")).unwrap(), "format=2\nshards=2\n");
+}
+
+#[test]
+fn version_names_the_commit() {
+    let out = Command::new(common::server_binary()).arg("--version").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let commit = text.split("commit ").nth(1).and_then(|r| r.split(',').next()).unwrap_or_default();
+    assert!(text.starts_with(&format!("ringstream {} (commit ", env!("CARGO_PKG_VERSION"))), "{text}");
+    // A hex commit in a git checkout; `unknown` from a tarball.
+    assert!(commit == "unknown" || (commit.len() >= 7 && commit.bytes().all(|b| b.is_ascii_hexdigit())), "{text}");
 }
 
 #[test]
@@ -257,7 +345,7 @@ fn a_data_dir_of_another_storage_format_is_refused_untouched() {
     std::fs::write(data.join("ringstream.meta"), "format=1\nshards=1\n").unwrap();
     std::fs::write(data.join("shard-0").join("0000000000000000.seg"), vec![0u8; 4096]).unwrap();
     let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1", "--no-pin"];
-    let err = start(root.path(), &args, &[]).failed("format 1 directory");
+    let err = start(root.path(), &args, &[]).failed_with("format 1 directory", EX_CONFIG);
     assert!(err.contains("format=1") && err.contains("this version reads format=2"), "{err}");
     assert!(err.contains("run the version that wrote it"), "{err}");
     assert_eq!(std::fs::read_to_string(data.join("ringstream.meta")).unwrap(), "format=1\nshards=1\n");
@@ -422,10 +510,12 @@ fn io_uring_refused_by_seccomp_fails_saying_what_to_allow() {
     let root = TempDir::new("ops-uring");
     let data = root.path().join("data");
     let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1", "--no-pin"];
-    let err = start_with(root.path(), &args, &[], Some(seccomp::io_uring_eperm)).failed("io_uring EPERM");
+    let err =
+        start_with(root.path(), &args, &[], Some(seccomp::io_uring_eperm)).failed_with("io_uring EPERM", EX_CONFIG);
     assert!(err.contains("io_uring is unavailable (io_uring_setup: Operation not permitted"), "{err}");
     assert!(err.contains("seccomp") && err.contains("io_uring_setup, io_uring_enter and io_uring_register"), "{err}");
-    let err = start_with(root.path(), &args, &[], Some(seccomp::io_uring_enosys)).failed("io_uring ENOSYS");
+    let err =
+        start_with(root.path(), &args, &[], Some(seccomp::io_uring_enosys)).failed_with("io_uring ENOSYS", EX_CONFIG);
     assert!(err.contains("io_uring is unavailable (io_uring_setup: Function not implemented"), "{err}");
     assert!(err.contains("kernel 5.10 or newer"), "{err}");
     // The same data directory serves once io_uring is allowed.
@@ -440,7 +530,8 @@ fn a_file_system_without_o_direct_fails_when_required_and_runs_buffered_when_opt
     let data = root.path().join("data");
     let base = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1", "--no-pin"];
     let required = [&base[..], &["--direct-io", "required"]].concat();
-    let err = start_with(root.path(), &required, &[], Some(seccomp::no_o_direct)).failed("direct-io required");
+    let err = start_with(root.path(), &required, &[], Some(seccomp::no_o_direct))
+        .failed_with("direct-io required", EX_CONFIG);
     assert!(
         err.contains("--direct-io required") && err.contains(s(&data)) && err.contains("refuses O_DIRECT"),
         "{err}"
@@ -462,7 +553,7 @@ fn locked_memory_below_the_floor_fails_naming_the_limit() {
     let root = TempDir::new("ops-memlock");
     let data = root.path().join("data");
     let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "2", "--no-pin"];
-    let err = start_with(root.path(), &args, &[], Some(memlock_64k)).failed("memlock 64 KiB");
+    let err = start_with(root.path(), &args, &[], Some(memlock_64k)).failed_with("memlock 64 KiB", EX_CONFIG);
     assert!(err.contains("RLIMIT_MEMLOCK is 65536 bytes (hard limit 65536)"), "{err}");
     assert!(err.contains("ulimit -l") && err.contains("LimitMEMLOCK="), "the message says how to raise it: {err}");
 }

@@ -3,11 +3,12 @@
 //!
 //! The parser ([`ResponseParser`]) is push-based: the event loops feed it
 //! whatever bytes a non-blocking read returned, in pieces of any size, and it
-//! says when a response is complete. It understands exactly what a load
-//! generator needs: the status line, headers, interim 1xx responses, and a
-//! body framed by `Content-Length`, `Transfer-Encoding: chunked`, connection
-//! close, or absent (HEAD, 204, 304). It keeps its buffers between responses,
-//! so a steady stream of small responses allocates nothing.
+//! says when a response is complete. The status line, headers and chunk-size
+//! lines are parsed by `httparse`; this file adds what a push parser needs
+//! around it: interim 1xx responses, and a body framed by `Content-Length`,
+//! `Transfer-Encoding: chunked`, connection close, or absent (HEAD, 204,
+//! 304). It keeps its buffers between responses, so a steady stream of small
+//! responses allocates nothing.
 //!
 //! The blocking [`Client`] (one request at a time, no pipelining, no TLS, no
 //! redirects) drives the same parser over a `BufReader<TcpStream>`. A failed
@@ -166,8 +167,6 @@ pub struct ResponseParser {
     head_only: bool,
     /// Bytes of the head received so far.
     raw: Vec<u8>,
-    /// Index in `raw` where the current (unfinished) head line starts.
-    line_start: usize,
     /// Chunk-size and trailer line accumulator.
     line: Vec<u8>,
     resp: Response,
@@ -187,7 +186,6 @@ impl ResponseParser {
             head_request: false,
             head_only: false,
             raw: Vec::with_capacity(512),
-            line_start: 0,
             line: Vec::new(),
             resp: Response::default(),
             keep_alive: true,
@@ -201,7 +199,6 @@ impl ResponseParser {
         self.head_request = head_request;
         self.head_only = false;
         self.raw.clear();
-        self.line_start = 0;
         self.line.clear();
         self.resp.clear();
         self.keep_alive = true;
@@ -271,10 +268,14 @@ impl ResponseParser {
                     if !self.take_line(buf, &mut pos)? {
                         return Ok(pos);
                     }
-                    let text = std::str::from_utf8(&self.line).map_err(|_| proto_err("non-UTF-8 chunk size"))?;
-                    let size_str = text.split(';').next().unwrap_or("").trim();
-                    let size =
-                        u64::from_str_radix(size_str, 16).map_err(|_| proto_err(format!("bad chunk size {text:?}")))?;
+                    // httparse wants the line with its CRLF.
+                    self.line.extend_from_slice(b"\r\n");
+                    let size = match httparse::parse_chunk_size(&self.line) {
+                        Ok(httparse::Status::Complete((_, size))) => size,
+                        _ => {
+                            return Err(proto_err(format!("bad chunk size {:?}", String::from_utf8_lossy(&self.line))))
+                        }
+                    };
                     self.line.clear();
                     self.stage = if size == 0 { Stage::Trailer } else { Stage::ChunkData(size) };
                 }
@@ -360,102 +361,55 @@ impl ResponseParser {
         }
     }
 
-    /// Collect head bytes from `rest`; on the empty line that ends the head,
-    /// parse it and move to the body stage. Returns the bytes used.
+    /// Collect head bytes from `rest` and try to parse the head (httparse);
+    /// once complete, move to the body stage. Returns the bytes of `rest`
+    /// used: all of them while the head is incomplete, else up to its end.
     fn feed_head(&mut self, rest: &[u8]) -> io::Result<usize> {
         let old = self.raw.len();
-        // Length of the current line already in `raw`.
-        let mut cur_len = old - self.line_start;
-        let mut j = 0;
-        let mut end = None;
-        while let Some(off) = rest[j..].iter().position(|&b| b == b'\n') {
-            let nl = j + off;
-            let len = cur_len + (nl - j);
-            let prev = if nl > j {
-                Some(rest[nl - 1])
-            } else if cur_len > 0 {
-                self.raw.last().copied()
-            } else {
-                None
-            };
-            let empty = len == 0 || (len == 1 && prev == Some(b'\r'));
-            // An empty first line is a (bad) status line, not the head's end.
-            if empty && !(j == 0 && self.line_start == 0) {
-                end = Some(nl + 1);
-                break;
+        self.raw.extend_from_slice(rest);
+        // Out of `self` while httparse's headers borrow it.
+        let raw = std::mem::take(&mut self.raw);
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut headers);
+        let done = match parsed.parse(&raw) {
+            Ok(httparse::Status::Complete(len)) => {
+                self.take_head(parsed.code.unwrap_or(0), parsed.version == Some(0), parsed.headers).map(|()| Some(len))
             }
-            cur_len = 0;
-            j = nl + 1;
+            Ok(httparse::Status::Partial) if raw.len() > MAX_LINE => Err(proto_err("response head too long")),
+            Ok(httparse::Status::Partial) => Ok(None),
+            Err(e) => Err(proto_err(format!("bad response head: {e}"))),
+        };
+        self.raw = raw;
+        match done? {
+            Some(len) => {
+                self.raw.clear();
+                Ok(len - old)
+            }
+            None => Ok(rest.len()),
         }
-        let take = end.unwrap_or(rest.len());
-        self.raw.extend_from_slice(&rest[..take]);
-        if end.is_none() {
-            if j > 0 {
-                self.line_start = old + j;
-            }
-            if self.raw.len() > MAX_LINE {
-                return Err(proto_err("response head too long"));
-            }
-            return Ok(take);
-        }
-        self.parse_head()?;
-        self.raw.clear();
-        self.line_start = 0;
-        Ok(take)
     }
 
-    /// Parse the complete head in `raw` and choose how the body is framed.
-    fn parse_head(&mut self) -> io::Result<()> {
-        let text = std::str::from_utf8(&self.raw).map_err(|_| proto_err("non-UTF-8 response head"))?;
-        let (status_line, rest) = text.split_once('\n').unwrap_or((text, ""));
-        let status_line = status_line.strip_suffix('\r').unwrap_or(status_line);
-        // Status line: HTTP/1.x SP 3DIGIT [SP reason]
-        let mut parts = status_line.splitn(3, ' ');
-        let http10 = match parts.next().unwrap_or("") {
-            "HTTP/1.1" => false,
-            "HTTP/1.0" => true,
-            _ => return Err(proto_err(format!("bad status line {status_line:?}"))),
-        };
-        let status: u16 = parts
-            .next()
-            .and_then(|s| (s.len() == 3 && s.bytes().all(|b| b.is_ascii_digit())).then_some(s))
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| proto_err(format!("bad status code in {status_line:?}")))?;
-
+    /// A complete head: keep a final response's headers (skipping interim
+    /// 1xx responses) and choose how the body is framed.
+    fn take_head(&mut self, status: u16, http10: bool, headers: &[httparse::Header<'_>]) -> io::Result<()> {
         // Interim 1xx responses (e.g. 100 Continue) are skipped, except 101
         // which we do not support (it ends the response without a body).
         if (100..200).contains(&status) && status != 101 {
             return Ok(());
         }
-
         let resp = &mut self.resp;
         resp.clear();
         resp.status = status;
-        resp.head.push_str(rest);
-        let head = resp.head.as_str();
-        let mut at = 0usize;
-        for raw_line in head.split('\n') {
-            let line_at = at;
-            at += raw_line.len() + 1;
-            let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
-            if line.is_empty() {
-                break;
-            }
-            if resp.spans.len() >= MAX_HEADERS {
-                return Err(proto_err("too many response headers"));
-            }
-            let colon = line.find(':').ok_or_else(|| proto_err(format!("bad header line {line:?}")))?;
-            let span = |s: &str, from: usize| -> [u32; 2] {
-                let lead = s.len() - s.trim_start().len();
-                let t = s.trim();
-                let start = from + lead;
-                [start as u32, (start + t.len()) as u32]
-            };
-            let [ks, ke] = span(&line[..colon], line_at);
-            let [vs, ve] = span(&line[colon + 1..], line_at + colon + 1);
-            resp.spans.push([ks, ke, vs, ve]);
+        for &httparse::Header { name, value } in headers {
+            let value = std::str::from_utf8(value).map_err(|_| proto_err("non-UTF-8 header value"))?.trim();
+            let at = resp.head.len();
+            resp.head.push_str(name);
+            resp.head.push_str(": ");
+            resp.head.push_str(value);
+            resp.head.push('\n');
+            let (name_end, value_at) = (at + name.len(), at + name.len() + 2);
+            resp.spans.push([at as u32, name_end as u32, value_at as u32, (value_at + value.len()) as u32]);
         }
-
         let has_token = |v: &str, tok: &str| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(tok));
         self.keep_alive = match resp.header("connection") {
             Some(v) if has_token(v, "close") => false,
@@ -879,7 +833,6 @@ HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil eof\r\n\r\nstill body";
     fn incremental_parse_errors_at_every_split_point() {
         for raw in [
             &b"HTTP/1.1 2x0 OK\r\n\r\n"[..],
-            b"\r\nHTTP/1.1 200 OK\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
             b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",

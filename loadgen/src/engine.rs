@@ -32,7 +32,9 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
 
 use crate::client::ResponseParser;
-use crate::model::{intended_offset, new_histogram, stream_index, AppendOutcome, Config, Progress, Timing, IO_ERROR};
+use crate::model::{
+    intended_offset, new_histogram, stream_index, AppendOutcome, Config, Progress, Series, Timing, IO_ERROR,
+};
 use crate::payload::{wall_us, Format, PayloadGen, Rng};
 
 /// Token of the worker's timerfd.
@@ -87,10 +89,12 @@ pub struct WorkerResult {
     pub warmup_errors: BTreeMap<u16, u64>,
     pub unsent: u64,
     pub connects: u64,
+    /// The measured window second by second.
+    pub series: Series,
 }
 
 impl WorkerResult {
-    fn new() -> WorkerResult {
+    fn new(measured: Duration) -> WorkerResult {
         WorkerResult {
             hist: new_histogram(),
             ok: 0,
@@ -102,6 +106,7 @@ impl WorkerResult {
             warmup_errors: BTreeMap::new(),
             unsent: 0,
             connects: 0,
+            series: Series::new(measured),
         }
     }
 }
@@ -199,6 +204,7 @@ impl Ctx<'_, '_> {
         self.sh.progress.errors.fetch_add(1, Ordering::Relaxed);
         if measured {
             *self.res.errors.entry(key).or_insert(0) += 1;
+            self.res.series.record_error(Instant::now().saturating_duration_since(self.timing.warm_end));
         } else {
             self.res.warmup_requests += 1;
             *self.res.warmup_errors.entry(key).or_insert(0) += 1;
@@ -475,8 +481,10 @@ impl Conn {
                 } else if outcome == AppendOutcome::Duplicate {
                     cx.res.duplicates += 1;
                 } else {
-                    let us = now.saturating_duration_since(inf.start_ref).as_micros();
-                    cx.res.hist.saturating_record(u64::try_from(us).unwrap_or(u64::MAX));
+                    let us =
+                        u64::try_from(now.saturating_duration_since(inf.start_ref).as_micros()).unwrap_or(u64::MAX);
+                    cx.res.hist.saturating_record(us);
+                    cx.res.series.record_ok(now.saturating_duration_since(cx.timing.warm_end), us);
                     cx.res.ok += 1;
                     cx.res.ok_bytes += inf.bytes as u64;
                 }
@@ -585,7 +593,7 @@ pub fn run_worker(
             wall_warm_end_us: 0,
             wall_end_us: 0,
         },
-        res: WorkerResult::new(),
+        res: WorkerResult::new(sh.cfg.duration),
         timers: BinaryHeap::new(),
         rbuf: vec![0; READ_BUF],
     };

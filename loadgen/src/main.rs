@@ -7,6 +7,7 @@ mod client;
 mod engine;
 mod model;
 mod payload;
+mod plot;
 mod reader;
 mod report;
 mod workload;
@@ -17,22 +18,41 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 use client::Target;
 use model::{Config, ReadMode, Spread, Surface};
 use payload::PayloadDist;
 use report::Report;
 
-/// Exit status when the run saw failed requests (without --allow-errors).
-const EXIT_ERRORS: u8 = 2;
+/// Exit status when the run could not be made (setup, connecting, I/O,
+/// unreadable reports for `plot`).
+const EXIT_FAILED: u8 = 1;
+/// Exit status of a usage error: clap's own for a malformed command line,
+/// and loadgen's for a value it rejects.
+const EXIT_USAGE: u8 = 2;
 /// Exit status when a metric regressed beyond --max-regression.
 const EXIT_REGRESSION: u8 = 3;
+/// Exit status when the run saw failed requests (without --allow-errors).
+const EXIT_ERRORS: u8 = 4;
+
+/// A version with the build's git commit (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("BUILD_GIT_COMMIT"),
+    ", rustc ",
+    env!("BUILD_RUSTC"),
+    ", ",
+    env!("BUILD_PROFILE"),
+    ")"
+);
 
 #[derive(Parser, Debug)]
 #[command(
     name = "loadgen",
-    version,
+    version = VERSION,
+    args_conflicts_with_subcommands = true,
     about = "Open-loop load generator for durable-streams appends (HdrHistogram latencies).",
     long_about = "Open-loop load generator for durable-streams appends.\n\n\
         Creates --streams streams, then appends bodies over --connections keep-alive HTTP/1.1 \
@@ -57,10 +77,28 @@ const EXIT_REGRESSION: u8 = 3;
         decode the timestamp of every delivered message and record delivered-minus-sent in a \
         separate delivery_latency_us histogram (messages sent in the measured window only; \
         readers keep collecting for 0.5 s after the writers finish).\n\n\
-        Exit status: 0 ok; 1 setup or usage failure; 2 the run had failed appends \
-        (unless --allow-errors); 3 a metric regressed against --baseline. If both 2 and 3 \
-        apply, 2 wins."
+        `loadgen plot A.json [B.json ...] --out chart.svg` draws reports (see `loadgen plot \
+        --help`); loadgen/README.md documents the JSON report.\n\n\
+        Exit status: 0 ok; 1 the run (or plot) failed: setup, connecting, I/O; 2 usage error \
+        (a malformed or rejected argument); 3 a metric regressed against --baseline; 4 the \
+        run had failed appends (unless --allow-errors). If both 3 and 4 apply, 4 wins."
 )]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: Args,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Draw reports as one SVG: the latency percentile curve (log x axis of
+    /// 1/(1-q), HdrHistogram style), the achieved rate per second and p50/p99
+    /// per second, every report overlaid in its own colour with a legend.
+    Plot(plot::PlotArgs),
+}
+
+#[derive(Parser, Debug)]
 struct Args {
     /// Base URL of the server (http only; a path prefix is allowed).
     #[arg(long, default_value = "http://127.0.0.1:4437")]
@@ -187,6 +225,11 @@ struct Args {
     /// No per-second progress lines on stderr.
     #[arg(long, short)]
     quiet: bool,
+
+    /// A name for this run, stored in the report (`label`) and used as its
+    /// legend by `loadgen plot`.
+    #[arg(long, default_value = "")]
+    label: String,
 }
 
 fn secs(name: &str, v: f64, allow_zero: bool) -> anyhow::Result<Duration> {
@@ -258,10 +301,18 @@ fn config_from(args: &Args) -> anyhow::Result<Config> {
     })
 }
 
-fn real_main() -> anyhow::Result<u8> {
-    let args = Args::parse();
-    let cfg = config_from(&args)?;
+/// How `main` ends: a usage error (exit 2) or a failure (exit 1).
+enum Failure {
+    Usage(anyhow::Error),
+    Failed(anyhow::Error),
+}
 
+fn run_load(args: &Args) -> Result<u8, Failure> {
+    let cfg = config_from(args).map_err(Failure::Usage)?;
+    real_main(args, &cfg).map_err(Failure::Failed)
+}
+
+fn real_main(args: &Args, cfg: &Config) -> anyhow::Result<u8> {
     // Read the baseline before spending time on a run.
     let baseline: Option<serde_json::Value> = match &args.baseline {
         Some(path) => {
@@ -272,10 +323,11 @@ fn real_main() -> anyhow::Result<u8> {
     };
 
     if !args.no_setup {
-        workload::setup(&cfg).context("setup (creating streams)")?;
+        workload::setup(cfg).context("setup (creating streams)")?;
     }
-    let result = workload::run(&cfg)?;
-    let rep = Report::new(&cfg, &result);
+    let result = workload::run(cfg)?;
+    let mut rep = Report::new(cfg, &result);
+    rep.label = args.label.clone();
 
     print!("{}", rep.summary());
 
@@ -318,11 +370,23 @@ fn real_main() -> anyhow::Result<u8> {
 }
 
 fn main() -> ExitCode {
-    match real_main() {
+    // A malformed command line exits 2 here (clap).
+    let cli = Cli::parse();
+    let outcome = match &cli.command {
+        Some(Command::Plot(p)) => plot::check_args(p)
+            .map_err(Failure::Usage)
+            .and_then(|()| plot::plot(p).map(|()| 0).map_err(Failure::Failed)),
+        None => run_load(&cli.run),
+    };
+    match outcome {
         Ok(code) => ExitCode::from(code),
-        Err(e) => {
+        Err(Failure::Usage(e)) => {
+            eprintln!("loadgen: usage error: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Failure::Failed(e)) => {
             eprintln!("loadgen: error: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(EXIT_FAILED)
         }
     }
 }
@@ -331,6 +395,21 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn plot_is_a_subcommand_and_run_flags_stay_top_level() {
+        Cli::command().debug_assert();
+        let c = Cli::try_parse_from(["loadgen", "plot", "a.json", "b.json", "--out", "x.svg"]).unwrap();
+        let Some(Command::Plot(p)) = c.command else { panic!("not plot") };
+        assert_eq!(p.reports.len(), 2);
+        plot::check_args(&p).unwrap();
+        let p = plot::PlotArgs { out: "x.png".into(), ..p };
+        assert!(plot::check_args(&p).is_err(), "PNG is refused as a usage error");
+        let c = Cli::try_parse_from(["loadgen", "--rate", "10", "--label", "x"]).unwrap();
+        assert!(c.command.is_none() && c.run.rate == 10.0 && c.run.label == "x");
+        assert!(Cli::try_parse_from(["loadgen", "plot"]).is_err(), "plot needs a report");
+        assert!(Cli::try_parse_from(["loadgen", "--rate", "10", "plot", "a.json", "--out", "x.svg"]).is_err());
+    }
 
     #[test]
     fn cli_defaults_and_help() {

@@ -244,6 +244,8 @@ pub struct RunResult {
     pub deliveries: u64,
     pub reader_errors_by_status: BTreeMap<String, u64>,
     pub delivery_parse_errors: u64,
+    /// The measured window second by second.
+    pub series: Series,
 }
 
 impl RunResult {
@@ -276,6 +278,69 @@ impl RunResult {
             deliveries: 0,
             reader_errors_by_status: BTreeMap::new(),
             delivery_parse_errors: 0,
+            series: Series::new(measured),
+        }
+    }
+}
+
+/// Significant figures of the per-second histograms (1% resolution is
+/// plenty for a p50/p99 per second, and keeps them ~20 KiB each).
+pub const SERIES_SIGFIG: u8 = 2;
+
+/// One second of the measured window, by completion time: second `i`
+/// covers [warm_end + i s, warm_end + (i+1) s); completions after the end
+/// count in the last second.
+#[derive(Debug, Clone, Default)]
+pub struct SecondStats {
+    /// Successful appends completed in this second.
+    pub ok: u64,
+    /// Failed appends (measured window) that failed in this second.
+    pub errors: u64,
+    /// Latencies (µs) of this second's successful appends; None: none yet.
+    pub hist: Option<Histogram<u64>>,
+}
+
+/// The measured window, one [`SecondStats`] per (started) second.
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    pub seconds: Vec<SecondStats>,
+}
+
+impl Series {
+    /// Seconds for a window of `measured` (the last one may be partial).
+    pub fn new(measured: Duration) -> Series {
+        let n = measured.as_secs_f64().ceil().max(1.0) as usize;
+        Series { seconds: vec![SecondStats::default(); n] }
+    }
+
+    fn at(&mut self, since_warm_end: Duration) -> &mut SecondStats {
+        let last = self.seconds.len() - 1;
+        &mut self.seconds[(since_warm_end.as_secs() as usize).min(last)]
+    }
+
+    pub fn record_ok(&mut self, since_warm_end: Duration, latency_us: u64) {
+        let s = self.at(since_warm_end);
+        s.ok += 1;
+        let h = s.hist.get_or_insert_with(|| {
+            Histogram::new_with_bounds(1, HIST_MAX_US, SERIES_SIGFIG).expect("valid histogram bounds")
+        });
+        h.saturating_record(latency_us);
+    }
+
+    pub fn record_error(&mut self, since_warm_end: Duration) {
+        self.at(since_warm_end).errors += 1;
+    }
+
+    /// Adds another worker's series (same window).
+    pub fn merge(&mut self, other: &Series) {
+        for (mine, theirs) in self.seconds.iter_mut().zip(&other.seconds) {
+            mine.ok += theirs.ok;
+            mine.errors += theirs.errors;
+            match (&mut mine.hist, &theirs.hist) {
+                (Some(a), Some(b)) => a.add(b).expect("histograms share bounds"),
+                (None, Some(b)) => mine.hist = Some(b.clone()),
+                _ => {}
+            }
         }
     }
 }

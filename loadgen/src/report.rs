@@ -45,9 +45,97 @@ impl Latency {
     }
 }
 
-/// The JSON report (`--out`). Field names are a contract with harnesses.
+/// Version of the JSON report's layout (loadgen/README.md): 1 had no
+/// `schema_version` field; 2 added it, `host` and `time_series`.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The machine and build a report came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    /// CPUs this process could run on.
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub memory_bytes: u64,
+    /// `uname -r`.
+    pub kernel: String,
+    /// loadgen's build: version, git commit, rustc, profile.
+    pub loadgen_build: String,
+}
+
+impl Host {
+    pub fn this() -> Host {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpuinfo = read("/proc/cpuinfo");
+        let field = |text: &str, key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_string())
+        };
+        let mem_kib: u64 = field(&read("/proc/meminfo"), "MemTotal")
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        Host {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model: field(&cpuinfo, "model name").unwrap_or_default(),
+            memory_bytes: mem_kib * 1024,
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            loadgen_build: format!(
+                "{} (commit {}, rustc {}, {})",
+                env!("CARGO_PKG_VERSION"),
+                env!("BUILD_GIT_COMMIT"),
+                env!("BUILD_RUSTC"),
+                env!("BUILD_PROFILE")
+            ),
+        }
+    }
+}
+
+/// One second of the measured window (`time_series`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Second {
+    /// Start of the second, from the start of the measured window.
+    pub t_s: f64,
+    /// Successful appends completed in it.
+    pub requests: u64,
+    /// `requests` per second (the last second may be shorter).
+    pub rate: f64,
+    /// Failed appends in it.
+    pub errors: u64,
+    /// Latency percentiles of its successful appends (0 when none).
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+}
+
+/// The per-second series of a run's measured window.
+pub fn time_series(series: &crate::model::Series, measured: f64) -> Vec<Second> {
+    series
+        .seconds
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let span = (measured - i as f64).clamp(1e-3, 1.0);
+            let q = |p: f64| s.hist.as_ref().map_or(0, |h| h.value_at_quantile(p));
+            Second {
+                t_s: i as f64,
+                requests: s.ok,
+                rate: s.ok as f64 / span,
+                errors: s.errors,
+                p50_us: q(0.5),
+                p99_us: q(0.99),
+                max_us: s.hist.as_ref().map_or(0, |h| h.max()),
+            }
+        })
+        .collect()
+}
+
+/// The JSON report (`--out`). Field names are a contract with harnesses;
+/// loadgen/README.md documents each one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
+    /// [`SCHEMA_VERSION`]; absent (read as 1) in older reports.
+    #[serde(default = "schema_v1")]
+    pub schema_version: u32,
     pub target: String,
     pub surface: String,
     pub streams: usize,
@@ -137,6 +225,20 @@ pub struct Report {
     /// Delivered data that did not decode as loadgen messages.
     #[serde(default)]
     pub delivery_parse_errors: u64,
+    // Schema version 2.
+    /// Where the run was made.
+    #[serde(default)]
+    pub host: Host,
+    /// The measured window second by second (by completion time).
+    #[serde(default)]
+    pub time_series: Vec<Second>,
+    /// A name for the run in charts (`--label`; default: none).
+    #[serde(default)]
+    pub label: String,
+}
+
+fn schema_v1() -> u32 {
+    1
 }
 
 pub fn histogram_base64(h: &Histogram<u64>) -> String {
@@ -146,7 +248,6 @@ pub fn histogram_base64(h: &Histogram<u64>) -> String {
 }
 
 /// Decode `histogram_v2_base64` back into a histogram.
-#[cfg(test)]
 pub fn histogram_from_base64(s: &str) -> anyhow::Result<Histogram<u64>> {
     use anyhow::Context as _;
     let bytes =
@@ -161,6 +262,7 @@ impl Report {
         let secs = r.measured.as_secs_f64();
         let per_sec = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
         Report {
+            schema_version: SCHEMA_VERSION,
             target: cfg.target.to_string(),
             surface: cfg.surface.as_str().to_string(),
             streams: cfg.streams,
@@ -205,6 +307,9 @@ impl Report {
             reader_errors: r.reader_errors(),
             reader_errors_by_status: r.reader_errors_by_status.clone(),
             delivery_parse_errors: r.delivery_parse_errors,
+            host: Host::this(),
+            time_series: time_series(&r.series, secs),
+            label: String::new(),
         }
     }
 

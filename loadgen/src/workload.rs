@@ -229,6 +229,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
         total.connects += r.connects;
         merge_errors(&mut total.errors_by_status, r.errors);
         merge_errors(&mut total.warmup_errors_by_status, r.warmup_errors);
+        total.series.merge(&r.series);
     }
     if let Some(r) = readers {
         total.delivery_hist = r.hist;

@@ -44,6 +44,8 @@ pub trait ConnContext: Dispatch {
     /// Hands a connection to shard `to`, which serves it from then on; gives
     /// it back when that shard cannot take it.
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection>;
+    /// `--trust-proxy`: absolute URLs follow `Forwarded` / `X-Forwarded-*`.
+    fn trust_proxy(&self) -> bool;
 }
 
 const LIMITS: ParseLimits = ParseLimits {
@@ -484,7 +486,7 @@ async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u
                 matches!(&*req, ShardRequest::Stream { op: StreamOp::Read(r), .. } if r.live == Live::LongPoll);
             let _held = long_poll.then(|| Held::new(&cx.edge().long_polls));
             match cx.dispatch(*req).await {
-                Ok(o) => respond::outcome(surface, o, || location(head)),
+                Ok(o) => respond::outcome(surface, o, || location(head, cx.trust_proxy())),
                 Err(e) => respond::error(surface, &e),
             }
         }
@@ -494,10 +496,11 @@ async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u
     (resp, remote)
 }
 
-/// Absolute URL of the request (F10: Location must be absolute).
-fn location(head: &RequestHead) -> String {
-    let host = head.header("host").unwrap_or("localhost");
-    format!("http://{host}{}", head.raw_path)
+/// Absolute URL of the request (F10: Location must be absolute), as the
+/// client addressed it (see `forwarded`).
+fn location(head: &RequestHead, trust_proxy: bool) -> String {
+    let o = super::forwarded::origin(head, trust_proxy);
+    format!("{}://{}{}", o.scheme, o.host, head.raw_path)
 }
 
 /// An SSE connection (F63–F73): catch-up reads, then long-polls on the

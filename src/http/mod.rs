@@ -5,6 +5,8 @@
 
 pub mod affinity;
 pub mod conn;
+pub mod date;
+pub mod forwarded;
 pub mod gate;
 pub mod parse;
 pub mod respond;

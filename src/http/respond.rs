@@ -59,6 +59,7 @@ fn reason(status: u16) -> &'static str {
 
 fn encode_head(r: &Response, out: &mut Vec<u8>) {
     let _ = write!(out_str(out), "HTTP/1.1 {} {}\r\n", r.status, reason(r.status));
+    super::date::write_header(out);
     for (k, v) in &r.headers {
         out.extend_from_slice(k.as_bytes());
         out.extend_from_slice(b": ");
@@ -236,7 +237,7 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
         Outcome::BucketCreated => Response::new(201),
         Outcome::BucketInfo { bucket, streams } => {
             let mut r = Response::new(200).header("Content-Type", "application/json");
-            r.body = format!("{{\"bucket_id\":\"{bucket}\",\"streams\":{streams}}}").into_bytes();
+            r.body = bucket_json(&bucket, streams).into_bytes();
             r
         }
         Outcome::Listing(l) => {
@@ -300,56 +301,52 @@ fn snapshot_answer(
     r
 }
 
-/// The JSON body of `GET /ds/{bucket}/streams` (snakream.md).
+/// The JSON body of `GET /ds/{bucket}/streams` (snakream.md), field for
+/// field in this order.
 fn listing_json(l: &Listing) -> String {
-    let mut out = String::with_capacity(128 + l.streams.len() * 192);
-    out.push_str("{\"bucket_id\":");
-    json_string(&mut out, &l.bucket);
-    out.push_str(",\"prefix\":");
-    json_string(&mut out, &l.prefix);
-    let _ = write!(out, ",\"stream_count\":{},\"streams\":[", l.stream_count);
-    for (i, s) in l.streams.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str("{\"stream_id\":");
-        json_string(&mut out, &s.stream_id);
-        let status = if s.closed { "closed" } else { "open" };
-        let _ = write!(out, ",\"status\":\"{status}\",\"content_type\":");
-        json_string(&mut out, &s.content_type);
-        let _ = write!(
-            out,
-            ",\"tail_offset\":\"{}\",\"created_at_ms\":{},\"last_write_at_ms\":{}}}",
-            s.tail_offset, s.created_at_ms, s.last_write_at_ms
-        );
+    #[derive(serde::Serialize)]
+    struct Page<'a> {
+        bucket_id: &'a str,
+        prefix: &'a str,
+        stream_count: u64,
+        streams: Vec<Entry<'a>>,
+        next_cursor: Option<&'a str>,
+        has_more: bool,
     }
-    out.push_str("],\"next_cursor\":");
-    match &l.next_cursor {
-        Some(c) => json_string(&mut out, c),
-        None => out.push_str("null"),
+    #[derive(serde::Serialize)]
+    struct Entry<'a> {
+        stream_id: &'a str,
+        status: &'static str,
+        content_type: &'a str,
+        tail_offset: String,
+        created_at_ms: i64,
+        last_write_at_ms: i64,
     }
-    let _ = write!(out, ",\"has_more\":{}}}", l.has_more);
-    out
+    let page = Page {
+        bucket_id: &l.bucket,
+        prefix: &l.prefix,
+        stream_count: l.stream_count,
+        streams: l
+            .streams
+            .iter()
+            .map(|s| Entry {
+                stream_id: &s.stream_id,
+                status: if s.closed { "closed" } else { "open" },
+                content_type: &s.content_type,
+                tail_offset: s.tail_offset.to_string(),
+                created_at_ms: s.created_at_ms,
+                last_write_at_ms: s.last_write_at_ms,
+            })
+            .collect(),
+        next_cursor: l.next_cursor.as_deref(),
+        has_more: l.has_more,
+    };
+    serde_json::to_string(&page).expect("a listing serializes")
 }
 
-/// Appends `s` as a JSON string literal: quotes, backslashes and control
-/// characters escaped; everything else (valid UTF-8 already) as is.
-fn json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' || c == '\u{2028}' || c == '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+/// The JSON body of `GET /ds/{bucket}`.
+fn bucket_json(bucket: &str, streams: u64) -> String {
+    serde_json::json!({ "bucket_id": bucket, "streams": streams }).to_string()
 }
 
 pub fn error(surface: Surface, e: &Error) -> Response {
@@ -392,4 +389,37 @@ pub fn preflight() -> Response {
 
 pub fn plain(status: u16, msg: &str) -> Response {
     Response::new(status).text(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ListedStream, Offset};
+
+    #[test]
+    fn listing_and_bucket_bodies_are_json_with_escapes() {
+        let l = Listing {
+            bucket: "b\"1".into(),
+            prefix: "".into(),
+            stream_count: 1,
+            streams: vec![ListedStream {
+                stream_id: "a\\b\n".into(),
+                closed: true,
+                content_type: "text/plain".into(),
+                tail_offset: Offset::new(0, 5),
+                created_at_ms: 1,
+                last_write_at_ms: 2,
+            }],
+            next_cursor: None,
+            has_more: false,
+        };
+        let text = listing_json(&l);
+        assert!(text.starts_with("{\"bucket_id\":\"b\\\"1\",\"prefix\":\"\",\"stream_count\":1,"), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["streams"][0]["stream_id"], "a\\b\n");
+        assert_eq!(v["streams"][0]["status"], "closed");
+        assert_eq!(v["streams"][0]["tail_offset"], Offset::new(0, 5).to_string());
+        assert!(v["next_cursor"].is_null() && v["has_more"] == false);
+        assert_eq!(bucket_json("x\"y", 3), "{\"bucket_id\":\"x\\\"y\",\"streams\":3}");
+    }
 }

@@ -26,6 +26,9 @@ pub(super) struct Ctx {
     pub edge: Rc<EdgeMetrics>,
     pub stop: Rc<Stop>,
     pub process: Arc<Process>,
+    pub trust_proxy: bool,
+    /// For the disk-space gauges.
+    pub data_dir: std::path::PathBuf,
 }
 
 impl Dispatch for Ctx {
@@ -104,6 +107,7 @@ impl ConnContext for Ctx {
                     all.merge(&blocks);
                 }
             }
+            crate::procstat::render(&self.data_dir, &mut all);
             all.render()
         })
     }
@@ -130,5 +134,9 @@ impl ConnContext for Ctx {
 
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection> {
         self.mesh.move_connection(to, c)
+    }
+
+    fn trust_proxy(&self) -> bool {
+        self.trust_proxy
     }
 }

@@ -1,12 +1,13 @@
 //! Before any executor starts: the data directory's lock and layout, the
 //! host checks (io_uring, locked memory, O_DIRECT) and the listen address.
 
+use super::config_error;
 use crate::config::Config;
 use crate::config::DirectIoMode;
 use crate::limits::EXECUTOR_IO_MEMORY_BYTES;
 use crate::preflight;
 use crate::preflight::supports_direct_io;
-use anyhow::{bail, Context};
+use anyhow::Context;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -19,12 +20,17 @@ pub(super) struct Host {
 }
 
 /// Locks and checks the data directory, checks the host, decides on O_DIRECT.
+/// Failures that retrying cannot fix are [`config_error`]s (exit 78): the
+/// directory cannot be created, another layout, no io_uring, too little
+/// locked memory, O_DIRECT required but refused. A directory in use by
+/// another server is not: it may be free on the next try.
 pub(super) fn claim(cfg: &Config) -> anyhow::Result<Host> {
+    create_data_dir(&cfg.data_dir)?;
     let lock = preflight::lock_data_dir(&cfg.data_dir).map_err(anyhow::Error::msg)?;
     tracing::debug!("holding {}", lock.path.display());
     check_layout(&cfg.data_dir, cfg.shards)?;
-    preflight::probe_io_uring().map_err(anyhow::Error::msg)?;
-    let memlock = preflight::ensure_memlock(cfg.shards, EXECUTOR_IO_MEMORY_BYTES).map_err(anyhow::Error::msg)?;
+    preflight::probe_io_uring().map_err(config_error)?;
+    let memlock = preflight::ensure_memlock(cfg.shards, EXECUTOR_IO_MEMORY_BYTES).map_err(config_error)?;
     if let Some(to) = memlock.raised_to {
         tracing::info!(from = memlock.facts.soft, to, need = memlock.need, "raised the RLIMIT_MEMLOCK soft limit");
     }
@@ -35,7 +41,7 @@ pub(super) fn claim(cfg: &Config) -> anyhow::Result<Host> {
         DirectIoMode::Disabled => false,
         _ => supports_direct_io(&cfg.data_dir).context("probing O_DIRECT support")?,
     };
-    let direct = preflight::direct_io_decision(cfg.direct_io, supported, &cfg.data_dir).map_err(anyhow::Error::msg)?;
+    let direct = preflight::direct_io_decision(cfg.direct_io, supported, &cfg.data_dir).map_err(config_error)?;
     tracing::info!(
         "direct I/O: {} (--direct-io {})",
         if direct { "on (O_DIRECT)" } else { "off (buffered + fdatasync)" },
@@ -46,42 +52,64 @@ pub(super) fn claim(cfg: &Config) -> anyhow::Result<Host> {
 
 /// The storage format this version writes and reads (ringstream.meta).
 /// 1: the first; 2: every segment but the newest ends in a seal record.
-const FORMAT_VERSION: u32 = 2;
+pub(super) const FORMAT_VERSION: u32 = 2;
+
+fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| config_error(format!("creating data directory {}: {e}", dir.display())))
+}
+
+/// What `ringstream.meta` says about a data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// Written by this format with this shard count.
+    Matches,
+    /// No meta file yet: a new data directory.
+    New,
+}
+
+fn meta_text(shards: usize) -> String {
+    format!("format={FORMAT_VERSION}\nshards={shards}\n")
+}
 
 /// The data directory remembers how many shards wrote it: streams are placed
-/// by hash modulo the shard count, so another count would lose them.
-fn check_layout(dir: &Path, shards: usize) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
+/// by hash modulo the shard count, so another count would lose them. Reads
+/// only; another format or shard count is a [`config_error`].
+pub(super) fn read_layout(dir: &Path, shards: usize) -> anyhow::Result<Layout> {
     let meta = dir.join("ringstream.meta");
-    let want = format!("format={FORMAT_VERSION}\nshards={shards}\n");
     match std::fs::read_to_string(&meta) {
-        Ok(have) if have == want => Ok(()),
-        Ok(have) if !have.starts_with(&format!("format={FORMAT_VERSION}\n")) => bail!(
+        Ok(have) if have == meta_text(shards) => Ok(Layout::Matches),
+        Ok(have) if !have.starts_with(&format!("format={FORMAT_VERSION}\n")) => Err(config_error(format!(
             "data directory {} has a storage format this version does not read ({}; this version reads \
              format={FORMAT_VERSION}): run the version that wrote it, or use another --data-dir",
             dir.display(),
             have.trim().replace('\n', ", ")
-        ),
+        ))),
         Ok(have) => {
             let written = have.lines().find_map(|l| l.strip_prefix("shards=")).unwrap_or("?");
-            bail!(
+            Err(config_error(format!(
                 "data directory {} was written by {written} shards ({}), but this server has {shards} (--shards, \
                  RINGSTREAM_SHARDS or `shards` in the config file; the default is the number of CPUs it may use): \
                  streams are placed by shard, so start with --shards {written}, or use another --data-dir",
                 dir.display(),
                 have.trim().replace('\n', ", ")
-            )
+            )))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let tmp = dir.join("ringstream.meta.tmp");
-            std::fs::write(&tmp, &want)?;
-            std::fs::File::open(&tmp)?.sync_all()?;
-            std::fs::rename(&tmp, &meta)?;
-            std::fs::File::open(dir)?.sync_all()?;
-            Ok(())
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Layout::New),
         Err(e) => Err(e).with_context(|| format!("reading {}", meta.display())),
     }
+}
+
+/// [`read_layout`], then writes the meta file of a new directory (durably).
+fn check_layout(dir: &Path, shards: usize) -> anyhow::Result<()> {
+    if read_layout(dir, shards)? == Layout::Matches {
+        return Ok(());
+    }
+    let tmp = dir.join("ringstream.meta.tmp");
+    std::fs::write(&tmp, meta_text(shards))?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, dir.join("ringstream.meta"))?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
 }
 
 /// Resolves the listen address (port 0 -> a real port) with a socket bound
@@ -91,7 +119,16 @@ pub(super) fn reserve(addr: SocketAddr) -> anyhow::Result<(socket2::Socket, Sock
     let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
     s.set_reuse_port(true)?;
     s.set_reuse_address(true)?;
-    s.bind(&addr.into()).with_context(|| format!("binding {addr}"))?;
+    s.bind(&addr.into()).map_err(|e| {
+        let msg = format!("binding {addr}: {e}");
+        // Taken by someone else: maybe free on the next try. Anything else
+        // (not this host's address, a privileged port) will fail again.
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow::anyhow!(msg)
+        } else {
+            config_error(msg)
+        }
+    })?;
     let real = s.local_addr()?.as_socket().context("listen address is not IP")?;
     Ok((s, real))
 }

@@ -8,26 +8,55 @@
 //! - `shard_main`: what each executor runs (recover, join the mesh,
 //!   replicate, serve, drain);
 //! - `context`: what a connection sees of its shard;
-//! - `shutdown`: one shard's drain and final sync.
+//! - `shutdown`: one shard's drain and final sync;
+//! - `systemd`: the notify protocol (READY, STOPPING, the watchdog);
+//! - `check`: `--check-config`, the same checks without serving.
 //!
 //! Shutdown (SIGTERM/SIGINT): stop accepting, drain, final sync, exit 0
 //! within SHUTDOWN_TIMEOUT_MS (see `signals`).
 
 mod boot;
+mod check;
 mod context;
 mod host;
 mod shard_main;
 mod shutdown;
 mod signals;
+mod systemd;
+
+pub use check::check;
 
 use crate::config::Config;
 use crate::latch::Latch;
 use crate::limits::SHARDS_MAX;
 use anyhow::bail;
 use std::io::Write;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Exit status of a start that failed because of how it was configured
+/// (sysexits.h `EX_CONFIG`); the systemd unit does not restart on it.
+pub const EXIT_CONFIG: i32 = 78;
+
+/// A failure that retrying cannot fix: a bad setting, a data directory of
+/// another layout, a host without what the settings require. `main` exits
+/// [`EXIT_CONFIG`] for it (found anywhere in the error's chain).
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A [`ConfigError`] as an `anyhow::Error`.
+pub(crate) fn config_error(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(ConfigError(msg.into()))
+}
 
 /// Process states: a signal during boot exits at once; from serving it
 /// starts a graceful shutdown.
@@ -47,6 +76,10 @@ struct Process {
     /// Counted down by each shard once its connections are done; the final
     /// syncs wait for all of them (a request in flight may need any shard).
     drained: Latch,
+    /// systemd's watchdog interval, when it asked for one (`WATCHDOG_USEC`).
+    watchdog: Option<Duration>,
+    /// Bumped by each shard's heartbeat task (only with a watchdog).
+    heartbeats: Box<[AtomicU64]>,
 }
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
@@ -64,6 +97,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         go: Latch::new(1, n),
         stop: Latch::new(1, n),
         drained: Latch::new(n, n),
+        watchdog: systemd::watchdog_interval(),
+        heartbeats: (0..n).map(|_| AtomicU64::new(0)).collect(),
     });
     signals::start_signal_thread(stop_signals, process.clone());
     let (reservation, addr) = host::reserve(cfg.listen)?;
@@ -75,6 +110,10 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let _ = process.state.compare_exchange(BOOTING, SERVING, Ordering::AcqRel, Ordering::Acquire);
     println!("ringstream listening on http://{addr} ({n} shards, data in {})", cfg.data_dir.display());
     let _ = std::io::stdout().flush();
+    systemd::ready(&format!("serving on http://{addr}, {n} shards"));
+    if let Some(interval) = process.watchdog {
+        systemd::start_watchdog(process.clone(), interval);
+    }
     wait_for_shards(shards, &process)?;
     drop(host);
     tracing::info!("shutdown complete: every shard drained and synced");
@@ -83,7 +122,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
 
 fn log_start(cfg: &Config, cpus: &[usize]) {
     tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
+        version = crate::build_info::VERSION,
+        commit = crate::build_info::COMMIT,
         shards = cfg.shards,
         cpus = ?cpus,
         pinned = cfg.pin,

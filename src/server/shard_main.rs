@@ -160,6 +160,8 @@ async fn serve(b: &ShardBoot, up: Up) -> Result<(), String> {
         edge: up.edge.clone(),
         stop: stop.clone(),
         process: b.process.clone(),
+        trust_proxy: b.cfg.trust_proxy,
+        data_dir: b.cfg.data_dir.clone(),
     });
     // The stop latch becomes this shard's stop: live reads answer, idle
     // connections close, the accept loop below ends.
@@ -177,6 +179,10 @@ async fn serve(b: &ShardBoot, up: Up) -> Result<(), String> {
     let gate = Rc::new(crate::http::gate::Gate::new(b.cfg.max_connections, timeouts));
     // Connections other shards move here are served like accepted ones.
     *up.remote.http.borrow_mut() = Some((ctx.clone(), gate.clone()));
+    if let Some(w) = b.process.watchdog {
+        let period = super::systemd::heartbeat_period(w);
+        glommio::spawn_local(super::systemd::heartbeat(b.process.clone(), id, period)).detach();
+    }
     let accepting = stop.slot();
     loop {
         let accepted = futures_lite::future::or(async { Some(up.listener.accept().await) }, async {

@@ -61,6 +61,7 @@ pub(super) fn start_signal_thread(set: libc::sigset_t, process: Arc<Process>) {
                 "{}: shutting down (stop accepting, finish requests in flight, end live reads, final sync; limit {SHUTDOWN_TIMEOUT_MS} ms)",
                 signal_name(sig)
             );
+            super::systemd::stopping();
             process.stop.count_down();
             let deadline = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_TIMEOUT_MS);
             loop {

@@ -194,6 +194,7 @@ impl<S: SegmentStore> Shard<S> {
         out.sample(Family::DirectIo, id, "", self.log.store().write_is_durable() as u64);
         out.sample(Family::Segments, id, "", self.log.sealed_segments().len() as u64 + 1);
         out.sample(Family::SegmentsReclaimed, id, "", s.segments_reclaimed);
+        out.sample(Family::LogPoisoned, id, "", u64::from(self.log.is_poisoned()));
         out
     }
 

@@ -1,0 +1,2 @@
+// The same build facts as the server's (git commit, rustc, profile).
+include!("../build.rs");

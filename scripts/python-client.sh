@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs scripts/python-client-test.py (the official Python client, PyPI
+# durable-streams, on both surfaces) against a release build on a free port.
+# The client and its dependencies are the exact versions of
+# scripts/python/requirements.txt, installed into a cached virtual
+# environment (re-created only when that file changes).
+# Environment: RINGSTREAM_PY_CACHE (default ~/.cache/ringstream-python),
+# PYTHON (default python3; CPython 3.10 or newer).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/server.sh
+VENV="${RINGSTREAM_PY_CACHE:-$HOME/.cache/ringstream-python}/venv"
+want="$(sha256sum scripts/python/requirements.txt | cut -d' ' -f1)"
+if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$want" ]; then
+  echo "python-client: installing scripts/python/requirements.txt into $VENV" >&2
+  rm -rf "$VENV"
+  "${PYTHON:-python3}" -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r scripts/python/requirements.txt >&2
+  echo "$want" > "$VENV/.installed"
+fi
+cargo build --release --quiet --bin ringstream
+work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-py.XXXXXX")"
+pid=""
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
+start_server "$work"
+"$VENV/bin/python" scripts/python-client-test.py "$url"

@@ -1,0 +1,105 @@
+//! `--check-config`: the checks a start makes before its executors run,
+//! without serving: the settings (already resolved by `cli`), the listen
+//! address, the host (io_uring, locked memory, O_DIRECT), and the data
+//! directory (not in use, storage format and shard count). A directory that
+//! does not exist yet is not created: its nearest existing parent must be
+//! writable.
+
+use super::config_error;
+use super::host::{self, Layout, FORMAT_VERSION};
+use crate::config::{Config, DirectIoMode};
+use crate::limits::EXECUTOR_IO_MEMORY_BYTES;
+use crate::preflight;
+use std::fmt::Write;
+use std::path::Path;
+
+/// Runs the checks; Ok is the report to print (what a start would use),
+/// Err the first check that failed (every failure here is a [`ConfigError`](super::ConfigError)).
+pub fn check(cfg: &Config) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let _ = writeln!(out, "ringstream {}: checking the configuration", crate::build_info::LONG_VERSION);
+    if let Some(f) = &cfg.config_file {
+        let _ = writeln!(out, "config file      {}", f.display());
+    }
+    let (reservation, _) = host::reserve(cfg.listen).map_err(|e| config_error(format!("{e:#}")))?;
+    drop(reservation);
+    let _ = writeln!(out, "listen           {} (bind ok)", cfg.listen);
+    let _ = writeln!(out, "shards           {} ({})", cfg.shards, if cfg.pin { "pinned" } else { "not pinned" });
+    preflight::probe_io_uring().map_err(config_error)?;
+    let _ = writeln!(out, "io_uring         available");
+    let memlock = preflight::ensure_memlock(cfg.shards, EXECUTOR_IO_MEMORY_BYTES).map_err(config_error)?;
+    let _ = match &memlock.warning {
+        Some(w) => writeln!(out, "locked memory    WARNING: {w}"),
+        None => writeln!(out, "locked memory    enough for {} bytes of registered buffers", memlock.need),
+    };
+    data_dir(cfg, &mut out)?;
+    let _ = writeln!(out, "configuration ok");
+    Ok(out)
+}
+
+/// The data directory's part of the report.
+fn data_dir(cfg: &Config, out: &mut String) -> anyhow::Result<()> {
+    let dir = &cfg.data_dir;
+    if !dir.exists() {
+        let parent = writable_ancestor(dir)?;
+        let _ = writeln!(
+            out,
+            "data directory   {} does not exist; a start creates it ({} is writable) with format={FORMAT_VERSION}, shards={}",
+            dir.display(),
+            parent.display(),
+            cfg.shards
+        );
+        let _ = writeln!(out, "direct I/O       probed at the first start (--direct-io {})", mode(cfg.direct_io));
+        return Ok(());
+    }
+    if !dir.is_dir() {
+        return Err(config_error(format!("data directory {} is not a directory", dir.display())));
+    }
+    let lock = preflight::lock_data_dir(dir).map_err(config_error)?;
+    let layout = host::read_layout(dir, cfg.shards).map_err(|e| config_error(format!("{e:#}")))?;
+    let _ = match layout {
+        Layout::Matches => writeln!(
+            out,
+            "data directory   {} (format={FORMAT_VERSION}, shards={}, not in use)",
+            dir.display(),
+            cfg.shards
+        ),
+        Layout::New => writeln!(out, "data directory   {} (new: no ringstream.meta yet; not in use)", dir.display()),
+    };
+    let supported = match cfg.direct_io {
+        DirectIoMode::Disabled => false,
+        _ => preflight::supports_direct_io(dir)
+            .map_err(|e| config_error(format!("probing O_DIRECT support in {}: {e}", dir.display())))?,
+    };
+    let direct = preflight::direct_io_decision(cfg.direct_io, supported, dir).map_err(config_error)?;
+    let _ = writeln!(
+        out,
+        "direct I/O       {} (--direct-io {})",
+        if direct { "on (O_DIRECT)" } else { "off (buffered + fdatasync)" },
+        mode(cfg.direct_io)
+    );
+    drop(lock);
+    Ok(())
+}
+
+fn mode(m: DirectIoMode) -> String {
+    clap::ValueEnum::to_possible_value(&m).map_or_else(String::new, |v| v.get_name().to_string())
+}
+
+/// The nearest existing ancestor of `dir`, which must be a directory this
+/// process may create entries in.
+fn writable_ancestor(dir: &Path) -> anyhow::Result<&Path> {
+    let parent = dir.ancestors().skip(1).find(|p| p.exists()).unwrap_or(Path::new("."));
+    let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+    let c = std::ffi::CString::new(parent.as_os_str().as_encoded_bytes()).map_err(|e| config_error(e.to_string()))?;
+    // Safety: access(2) reads the NUL-terminated path we pass.
+    let ok = parent.is_dir() && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+    if !ok {
+        return Err(config_error(format!(
+            "data directory {} does not exist and cannot be created: {} is not a writable directory",
+            dir.display(),
+            parent.display()
+        )));
+    }
+    Ok(parent)
+}
