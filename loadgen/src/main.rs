@@ -222,6 +222,11 @@ struct Args {
     #[arg(long)]
     no_setup: bool,
 
+    /// Only create the streams (over min(--connections, 64) connections),
+    /// print how long that took and the creates per second, and exit.
+    #[arg(long, conflicts_with = "no_setup")]
+    setup_only: bool,
+
     /// No per-second progress lines on stderr.
     #[arg(long, short)]
     quiet: bool,
@@ -323,7 +328,13 @@ fn real_main(args: &Args, cfg: &Config) -> anyhow::Result<u8> {
     };
 
     if !args.no_setup {
+        let started = std::time::Instant::now();
         workload::setup(cfg).context("setup (creating streams)")?;
+        if args.setup_only {
+            let secs = started.elapsed().as_secs_f64();
+            println!("created {} streams in {secs:.2} s: {:.0} creates/s", cfg.streams, cfg.streams as f64 / secs);
+            return Ok(0);
+        }
     }
     let result = workload::run(cfg)?;
     let mut rep = Report::new(cfg, &result);

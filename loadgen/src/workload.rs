@@ -35,9 +35,12 @@ fn send_with_retry(
     }
 }
 
+/// Connections that create the streams, at most.
+const SETUP_CONNECTIONS_MAX: usize = 64;
+
 /// Create the bucket (ds surface) and all streams (with the run's content
 /// type). Streams are created in parallel over up to `connections`
-/// connections.
+/// connections (at most SETUP_CONNECTIONS_MAX).
 pub fn setup(cfg: &Config) -> anyhow::Result<()> {
     let mut client = Client::new(&cfg.target, cfg.timeout).with_context(|| format!("resolving {}", cfg.target))?;
     if cfg.surface == Surface::Ds {
@@ -49,7 +52,7 @@ pub fn setup(cfg: &Config) -> anyhow::Result<()> {
         }
     }
 
-    let workers = cfg.connections.min(cfg.streams).clamp(1, 16);
+    let workers = cfg.connections.min(cfg.streams).clamp(1, SETUP_CONNECTIONS_MAX);
     let next = AtomicUsize::new(0);
     thread::scope(|s| {
         let handles: Vec<_> = (0..workers)

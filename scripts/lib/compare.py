@@ -179,9 +179,9 @@ def charts(runs, servers, workloads, a):
             rs = sorted((r for r in runs if r["workload"] == w and r["server"] == s), key=lambda r: r["rate"])
             if rs:
                 picked.append(rs[(len(rs) - 1) // 2])
-        conns, rate = WORKLOADS[w]
+        conns, rate, spread = WORKLOADS[w]
         load = f"open loop {rate}/s" if rate else "closed loop"
-        title = f"{w}: {conns} connections, {load}, 1 KiB appends, {a.duration:g} s, median of {a.pairs}"
+        title = f"{w}: {conns} connections ({spread}), {load}, 1 KiB appends, {a.duration:g} s, median of {a.pairs}"
         out = os.path.join(outdir, f"chart-{w}.svg")
         cmd = [a.loadgen, "plot", *[r["report"] for r in picked], "--out", out, "--title", title]
         for r in picked:
