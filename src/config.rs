@@ -26,6 +26,10 @@ pub struct Config {
     /// A `tracing` filter: a level (`info`) or directives (`info,ringstream::storage=debug`).
     pub log_level: String,
     pub log_format: LogFormat,
+    /// Bearer tokens and bucket quotas (`--auth-file`); None: no access control.
+    pub auth_file: Option<PathBuf>,
+    /// `--no-auth`: serving a non-loopback address without an auth file is meant.
+    pub no_auth: bool,
     /// The TOML file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
 }

@@ -3,11 +3,13 @@
 //! answered one after another, in order), bounded buffers, timeouts.
 
 use super::gate::{Gate, Slot};
+use super::guard;
 use super::parse::{parse_head, BodyKind, ChunkProgress, ChunkedDecoder, Method, ParseError, ParseLimits, RequestHead};
 use super::respond::{self, Response};
-use super::route::{route, route_label, surface_of, Route, RouteError};
+use super::route::{route, route_label, set_body, surface_of, Route, RouteError};
 use super::sse;
 use super::stop::{Stop, StopSlot};
+use crate::auth::access::Access;
 use crate::limits::{
     CONN_IDLE_TIMEOUT_MS, CONN_LINGER_BYTES_MAX, CONN_LINGER_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS,
     CONN_WRITE_TIMEOUT_MS, REQUEST_BODY_BYTES_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
@@ -35,6 +37,10 @@ pub trait ConnContext: Dispatch {
     /// For GET /readyz: recovery finished, every shard serves, and the
     /// server is not shutting down.
     fn ready(&self) -> bool;
+    /// The grants in force; None when access control is off.
+    fn access(&self) -> Option<&Access>;
+    /// This shard's id (its slot in per-token counters).
+    fn shard_id(&self) -> usize;
 }
 
 const LIMITS: ParseLimits = ParseLimits {
@@ -271,15 +277,26 @@ async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: 
             }
             Err(RecvError::Close) => return,
         };
+        // 2. Where it goes, and whether its sender may send it.
+        let label = route_label(&head.path);
+        let mut routed = route(&head, Vec::new());
+        let refused = match cx.access().and_then(|a| guard::check(a, cx.shard_id(), cx.edge(), &head, &routed)) {
+            Some(mut r) if r.status == 401 && !matches!(head.body, BodyKind::None | BodyKind::Length(0)) => {
+                // Nobody known sends it: its body is not worth receiving.
+                cx.edge().count_request(label, r.status);
+                r.close = true;
+                return fail(stream, &r, &mut out).await;
+            }
+            other => other,
+        };
         if head.expect_continue
             && head.body != BodyKind::None
             && write_all(&mut stream, b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
         {
             return;
         }
-        // 2. Its body.
+        // 3. Its body.
         let deadline = Instant::now() + slot.gate.timeouts.body;
-        let label = route_label(&head.path);
         let body = match read_body(&mut stream, &mut rd, &head, head_len, deadline).await {
             Ok(x) => x,
             Err(RecvError::Answer(r)) => {
@@ -292,16 +309,22 @@ async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: 
             // Give back the memory of one large request before waiting on it.
             rd.buf.shrink_to(CONN_READ_CHUNK_BYTES);
         }
-        // 3. Run it and answer.
-        if head.method == Method::Get && head.query_param("live") == Some("sse") {
-            if let Ok(Route::Shard(r)) = route(&head, Vec::new()) {
-                if let ShardRequest::Stream { key, surface, op: StreamOp::Read(req) } = *r {
-                    serve_sse(&mut stream, &*cx, &stop, label, key, surface, req).await;
-                    return;
+        // 4. Run it (or refuse it) and answer.
+        let resp = match refused {
+            Some(r) => r,
+            None => {
+                if let Ok(r) = &mut routed {
+                    set_body(r, body);
                 }
+                let routed = match next(routed) {
+                    Next::Sse(key, surface, req) => {
+                        return serve_sse(&mut stream, &*cx, &stop, label, key, surface, req).await;
+                    }
+                    Next::Answer(routed) => routed,
+                };
+                handle(&*cx, &head, routed).await
             }
-        }
-        let resp = handle(&*cx, &head, body).await;
+        };
         cx.edge().count_request(label, resp.status);
         // Shutting down: this answer is the connection's last.
         let keep_alive = head.keep_alive && !stop.is_stopped();
@@ -311,6 +334,25 @@ async fn serve<C: ConnContext + ?Sized>(mut stream: TcpStream, cx: Rc<C>, slot: 
             return;
         }
     }
+}
+
+/// What the connection does with a request that may run.
+enum Next {
+    /// An SSE read: the connection runs the SSE loop.
+    Sse(StreamKey, Surface, ReadReq),
+    /// Anything else: one answer.
+    Answer(Result<Route, RouteError>),
+}
+
+fn next(routed: Result<Route, RouteError>) -> Next {
+    let sse = matches!(&routed, Ok(Route::Shard(req))
+        if matches!(&**req, ShardRequest::Stream { op: StreamOp::Read(read), .. } if read.live == Live::Sse));
+    if !sse {
+        return Next::Answer(routed);
+    }
+    let Ok(Route::Shard(req)) = routed else { unreachable!("matched above") };
+    let ShardRequest::Stream { key, surface, op: StreamOp::Read(read) } = *req else { unreachable!("matched above") };
+    Next::Sse(key, surface, read)
 }
 
 /// One read of body bytes before `deadline`.
@@ -382,9 +424,9 @@ async fn read_body(
     }
 }
 
-async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u8>) -> Response {
+async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, routed: Result<Route, RouteError>) -> Response {
     let surface = surface_of(&head.path);
-    match route(head, body) {
+    match routed {
         Ok(Route::Options) => respond::preflight(),
         Ok(Route::Metrics) => {
             let mut r = Response::new(200).header("Content-Type", "text/plain; version=0.0.4; charset=utf-8");

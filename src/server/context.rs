@@ -1,7 +1,10 @@
 //! What a connection sees of its shard: the one road to a request's owner
-//! (`Dispatch`), the metrics of every shard, readiness and the stop signal.
+//! (`Dispatch`), the metrics of every shard, readiness, the stop signal and
+//! the grants in force.
 
+use super::access::Auth;
 use super::{Process, SERVING};
+use crate::auth::access::Access;
 use crate::http::conn::ConnContext;
 use crate::http::stop::Stop;
 use crate::metrics::{EdgeMetrics, Family, Samples};
@@ -39,10 +42,14 @@ impl Dispatch for Ctx {
     }
 }
 
-/// One shard's metrics: its streams and log, its HTTP edge, its mesh end.
-pub(super) fn shard_metrics(shard: &Shard<DiskStore>, edge: &EdgeMetrics, mesh: &Mesh) -> Samples {
+/// One shard's metrics: its streams and log, its HTTP edge (its counts of
+/// each token included), its mesh end.
+pub(super) fn shard_metrics(shard: &Shard<DiskStore>, edge: &EdgeMetrics, mesh: &Mesh, auth: Option<&Auth>) -> Samples {
     let mut s = shard.metrics();
     edge.render(shard.id, &mut s);
+    if let Some(a) = auth {
+        a.access.render(shard.id, &mut s);
+    }
     s.sample(Family::MeshCalls, shard.id, "", mesh.hops_out.get());
     s.sample(Family::MeshWakeups, shard.id, "", mesh.wakeups());
     s
@@ -53,6 +60,7 @@ pub(super) struct Remote {
     pub shard: Rc<Shard<DiskStore>>,
     pub edge: Rc<EdgeMetrics>,
     pub mesh: Rc<Mesh>,
+    pub auth: Option<Arc<Auth>>,
 }
 
 impl Served for Remote {
@@ -74,7 +82,7 @@ impl Served for Remote {
 
     /// The whole of this shard's metrics: shard, edge and mesh.
     fn stats(&self) -> Vec<String> {
-        shard_metrics(&self.shard, &self.edge, &self.mesh).into_blocks()
+        shard_metrics(&self.shard, &self.edge, &self.mesh, self.auth.as_deref()).into_blocks()
     }
 }
 
@@ -84,7 +92,8 @@ impl ConnContext for Ctx {
             let mut all = Samples::default();
             for s in 0..self.shards {
                 if s == self.me {
-                    all.merge(&shard_metrics(&self.shard, &self.edge, &self.mesh).into_blocks());
+                    let mine = shard_metrics(&self.shard, &self.edge, &self.mesh, self.process.auth.as_deref());
+                    all.merge(&mine.into_blocks());
                 } else if let Ok(blocks) = self.mesh.stats(s).await {
                     all.merge(&blocks);
                 }
@@ -103,5 +112,13 @@ impl ConnContext for Ctx {
 
     fn ready(&self) -> bool {
         self.process.state.load(Ordering::Acquire) == SERVING
+    }
+
+    fn access(&self) -> Option<&Access> {
+        self.process.auth.as_deref().map(|a| &a.access)
+    }
+
+    fn shard_id(&self) -> usize {
+        self.me
     }
 }

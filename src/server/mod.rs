@@ -2,7 +2,8 @@
 //! its own file:
 //! - `host`: the data directory's lock and layout, the host checks
 //!   (io_uring, locked memory, O_DIRECT), the listen address;
-//! - `signals`: SIGTERM/SIGINT to the stop latch;
+//! - `access`: the auth file, loaded at boot and re-read on SIGHUP;
+//! - `signals`: SIGTERM/SIGINT to the stop latch, SIGHUP to a reload;
 //! - `boot`: one pinned executor per shard, and the main thread's side of
 //!   the boot protocol;
 //! - `shard_main`: what each executor runs (recover, join the mesh,
@@ -13,6 +14,7 @@
 //! Shutdown (SIGTERM/SIGINT): stop accepting, drain, final sync, exit 0
 //! within SHUTDOWN_TIMEOUT_MS (see `signals`).
 
+mod access;
 mod boot;
 mod context;
 mod host;
@@ -29,8 +31,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Process states: a signal during boot exits at once; from serving it
-/// starts a graceful shutdown.
+/// Process states: a stop signal during boot exits at once; from serving
+/// it starts a graceful shutdown. SIGHUP reloads only while serving.
 const BOOTING: u8 = 0;
 const SERVING: u8 = 1;
 const STOPPING: u8 = 2;
@@ -47,6 +49,8 @@ struct Process {
     /// Counted down by each shard once its connections are done; the final
     /// syncs wait for all of them (a request in flight may need any shard).
     drained: Latch,
+    /// Access control (`--auth-file`); None: off.
+    auth: Option<Arc<access::Auth>>,
 }
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
@@ -54,6 +58,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let started = Instant::now();
     let cpus = crate::preflight::allowed_cpus();
     log_start(&cfg, &cpus);
+    let auth = access::Auth::load(&cfg)?;
     let host = host::claim(&cfg)?;
     // Before any thread starts, so every thread inherits the mask and only
     // the signal thread receives SIGTERM/SIGINT.
@@ -64,6 +69,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         go: Latch::new(1, n),
         stop: Latch::new(1, n),
         drained: Latch::new(n, n),
+        auth,
     });
     signals::start_signal_thread(stop_signals, process.clone());
     let (reservation, addr) = host::reserve(cfg.listen)?;

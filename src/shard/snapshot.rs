@@ -60,9 +60,30 @@ impl<S: SegmentStore> Shard<S> {
             rec.snapshots.push(SnapshotMeta { offset, content_type: content_type.clone(), published_at_ms: now });
             let excess = rec.snapshots.len().saturating_sub(crate::limits::SNAPSHOTS_PER_STREAM_MAX);
             rec.snapshots.drain(..excess);
-            rec
+            // What the stream will hold: the data from the new trim point on,
+            // the snapshots kept, and this one.
+            let kept: u64 = rec
+                .snapshots
+                .iter()
+                .filter(|m| m.offset != offset)
+                .filter_map(|m| s.snapshots.get(&m.offset))
+                .map(|sn| u64::from(sn.len))
+                .sum();
+            let after = s.tail.saturating_sub(offset.max(s.trim)) + kept + req.body.len() as u64;
+            (rec, s.stored_bytes(), after, s.usage.clone())
+        };
+        let (rec, before, after, usage) = rec;
+        let held = match after.checked_sub(before) {
+            Some(grows) => self.reserve(&key.bucket, usage.as_ref(), 0, grows)?,
+            None => None,
         };
         let (loc, lsn) = self.log_state(&key, &rec, Some(&req.body))?;
+        if let Some(h) = held {
+            h.keep();
+        }
+        if let (Some(u), Some(frees)) = (&usage, before.checked_sub(after)) {
+            u.release(0, frees);
+        }
         let info = {
             let mut streams = self.streams.borrow_mut();
             let s = streams.get_mut(&key).expect("checked above, no await since");
@@ -71,6 +92,7 @@ impl<S: SegmentStore> Shard<S> {
             let data_off = loc.body_len - req.body.len() as u32;
             let snap = Snap { content_type, loc, data_off, len: req.body.len() as u32, published_at_ms: now };
             s.snapshots.insert(offset, snap);
+            debug_assert_eq!(s.stored_bytes(), after, "the quota counted what the stream now holds");
             s.info(&s.visible(self.log.durable_lsn()))
         };
         self.reclaim_due.set(true);
@@ -119,7 +141,9 @@ impl<S: SegmentStore> Shard<S> {
         };
         let (_, lsn) = self.log_state(&key, &rec, None)?;
         if let Some(s) = self.streams.borrow_mut().get_mut(&key) {
-            s.snapshots.remove(&offset.pos);
+            if let (Some(snap), Some(u)) = (s.snapshots.remove(&offset.pos), &s.usage) {
+                u.release(0, u64::from(snap.len));
+            }
         }
         self.reclaim_due.set(true);
         self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
