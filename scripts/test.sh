@@ -2,7 +2,8 @@
 # Every test of the project: unit, integration (real server over real
 # sockets), the criterion benchmarks run once each as tests, storage fault injection, the official conformance suite against
 # a release build twice (across a restart on the same data), the official
-# TypeScript client under /ds, a short loadgen smoke run, and a short run of
+# TypeScript client under /ds (without access control, then with a bearer
+# token), a short loadgen smoke run, and a short run of
 # each fuzz target (fuzz/, cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,20 +1,29 @@
 // The official TypeScript client (@durable-streams/client) against the /ds
 // surface: create a JSON stream in a bucket, append through an idempotent
 // producer, and read live (long-poll and SSE) until every message arrived.
-// Usage: node ts-client-demo.mjs http://127.0.0.1:PORT
+// With a token (a server started with --auth-file), every request carries
+// it (the client's `headers`), and one without it must get 401.
+// Usage: node ts-client-demo.mjs http://127.0.0.1:PORT [TOKEN]
 import { DurableStream, IdempotentProducer } from "@durable-streams/client"
 
 const base = process.argv[2]
+const token = process.argv[3]
+const auth = token ? { Authorization: `Bearer ${token}` } : {}
+const mode = token ? "with a bearer token" : "without access control"
 const bucket = `tsdemo${Date.now() % 100000}`
-const fail = (msg) => { console.error(`ts client demo: ${msg}`); process.exit(1) }
+const fail = (msg) => { console.error(`ts client demo (${mode}): ${msg}`); process.exit(1) }
 
-const put = await fetch(`${base}/ds/${bucket}`, { method: "PUT" })
+if (token) {
+  const bare = await fetch(`${base}/ds/${bucket}`, { method: "PUT" })
+  if (bare.status !== 401) fail(`PUT bucket without the token answered ${bare.status}, expected 401`)
+}
+const put = await fetch(`${base}/ds/${bucket}`, { method: "PUT", headers: auth })
 if (put.status !== 201) fail(`PUT bucket answered ${put.status}`)
 
 let passed = 0
 for (const live of ["long-poll", "sse"]) {
   const url = `${base}/ds/${bucket}/chat-${live}`
-  const handle = await DurableStream.create({ url, contentType: "application/json" })
+  const handle = await DurableStream.create({ url, contentType: "application/json", headers: auth })
   const n = 50
   const seen = []
   const reader = await handle.stream({ offset: "-1", live, json: true })
@@ -35,14 +44,14 @@ for (const live of ["long-poll", "sse"]) {
   // A retry with the same producer tuple must not write twice.
   const again = await fetch(url, {
     method: "POST",
-    headers: { "content-type": "application/json", "producer-id": `demo-${live}`, "producer-epoch": "0", "producer-seq": "0" },
+    headers: { ...auth, "content-type": "application/json", "producer-id": `demo-${live}`, "producer-epoch": "0", "producer-seq": "0" },
     body: JSON.stringify({ i: 0, live }),
   })
   if (again.status !== 200) fail(`${live}: duplicate answered ${again.status}`)
-  const all = await (await fetch(`${url}?offset=-1`)).json()
+  const all = await (await fetch(`${url}?offset=-1`, { headers: auth })).json()
   if (all.length !== n) fail(`${live}: stream holds ${all.length} messages, expected ${n}`)
   passed++
-  console.log(`ts client demo (${live}): created ${url.slice(base.length)}, ${n} producer appends, ${seen.length} read live`)
+  console.log(`ts client demo (${live}, ${mode}): created ${url.slice(base.length)}, ${n} producer appends, ${seen.length} read live`)
 }
-console.log(`ts client demo: ${passed} passed, 0 failed`)
+console.log(`ts client demo (${mode}): ${passed} passed, 0 failed`)
 process.exit(0)
