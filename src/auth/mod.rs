@@ -1,7 +1,7 @@
 //! Who may do what: bearer tokens scoped to buckets (the auth file of
 //! `--auth-file`), checked at the HTTP edge before a request reaches a shard.
 //!
-//! - [`file`]: the TOML format, validated into tokens and bucket quotas;
+//! - [`file`](mod@file): the TOML format, validated into tokens and bucket quotas;
 //! - [`bearer`]: the `Authorization` header and token digests (SHA-256,
 //!   compared in constant time; the server never holds a token);
 //! - [`grants`]: bucket patterns, rights, and the pure decision for one

@@ -40,7 +40,7 @@ impl<S: SegmentStore> Shard<S> {
         let now = (self.now_ms)();
         let offset = req.offset.pos;
         let content_type = stream_content_type(req.content_type.as_deref());
-        let rec = {
+        let (rec, before, after, usage) = {
             let mut streams = self.streams.borrow_mut();
             let s = streams.get_mut(&key).ok_or(Error::NotFound)?;
             s.last_access_ms = now;
@@ -60,19 +60,9 @@ impl<S: SegmentStore> Shard<S> {
             rec.snapshots.push(SnapshotMeta { offset, content_type: content_type.clone(), published_at_ms: now });
             let excess = rec.snapshots.len().saturating_sub(crate::limits::SNAPSHOTS_PER_STREAM_MAX);
             rec.snapshots.drain(..excess);
-            // What the stream will hold: the data from the new trim point on,
-            // the snapshots kept, and this one.
-            let kept: u64 = rec
-                .snapshots
-                .iter()
-                .filter(|m| m.offset != offset)
-                .filter_map(|m| s.snapshots.get(&m.offset))
-                .map(|sn| u64::from(sn.len))
-                .sum();
-            let after = s.tail.saturating_sub(offset.max(s.trim)) + kept + req.body.len() as u64;
+            let after = s.stored_bytes_after_snapshot(&rec.snapshots, offset, req.body.len());
             (rec, s.stored_bytes(), after, s.usage.clone())
         };
-        let (rec, before, after, usage) = rec;
         let held = match after.checked_sub(before) {
             Some(grows) => self.reserve(&key.bucket, usage.as_ref(), 0, grows)?,
             None => None,

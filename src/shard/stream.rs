@@ -172,6 +172,20 @@ impl Stream {
         self.tail.saturating_sub(self.trim) + blobs
     }
 
+    /// [`Stream::stored_bytes`] once a snapshot of `blob_len` bytes is
+    /// published at `offset` with `kept` the snapshots listed afterwards
+    /// (the new one among them): the data from the new trim point on, the
+    /// bodies of the older snapshots kept, and the new body.
+    pub(super) fn stored_bytes_after_snapshot(&self, kept: &[SnapshotMeta], offset: u64, blob_len: usize) -> u64 {
+        let older: u64 = kept
+            .iter()
+            .filter(|m| m.offset != offset)
+            .filter_map(|m| self.snapshots.get(&m.offset))
+            .map(|sn| u64::from(sn.len))
+            .sum();
+        self.tail.saturating_sub(offset.max(self.trim)) + older + blob_len as u64
+    }
+
     /// The stream's state as a record (see [`StateRecord`]), without a blob.
     pub(super) fn state_record(&self, key: &StreamKey) -> StateRecord {
         StateRecord {
