@@ -2,9 +2,10 @@
 # Every test of the project: unit, integration (real server over real
 # sockets), the criterion benchmarks run once each as tests, storage fault injection, the official conformance suite against
 # a release build twice (across a restart on the same data), the official
-# TypeScript and Python clients on both surfaces (/v1/stream and /ds), a
-# short loadgen smoke run (report, plot), the deploy files' checks, and a
-# short run of each fuzz target (fuzz/, cargo-fuzz).
+# TypeScript client on both surfaces (/v1/stream and /ds; without access
+# control, then with a bearer token) and the Python client on both, a short
+# loadgen smoke run (report, plot), the deploy files' checks, and a short
+# run of each fuzz target (fuzz/, cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace

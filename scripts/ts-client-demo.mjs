@@ -4,16 +4,25 @@
 // appends through an idempotent producer, a live read (long-poll and SSE)
 // that sees every message in order, a read from an offset, and the errors
 // the client maps (create conflict, missing stream, invalid JSON).
-// Usage: node ts-client-demo.mjs http://127.0.0.1:PORT
+// With a token (a server started with --auth-file), every request carries
+// it (the client's `headers`), and one without it must get 401.
+// Usage: node ts-client-demo.mjs http://127.0.0.1:PORT [TOKEN]
 import { DurableStream, DurableStreamError, IdempotentProducer } from "@durable-streams/client"
 
 const base = process.argv[2]
+const token = process.argv[3]
+const auth = token ? { Authorization: `Bearer ${token}` } : {}
+const mode = token ? "with a bearer token" : "without access control"
 const run = `${Date.now() % 100000}`
-const fail = (msg) => { console.error(`ts client demo: ${msg}`); process.exit(1) }
+const fail = (msg) => { console.error(`ts client demo (${mode}): ${msg}`); process.exit(1) }
 const check = (ok, msg) => { if (!ok) fail(msg) }
 
 const bucket = `tsdemo${run}`
-const put = await fetch(`${base}/ds/${bucket}`, { method: "PUT" })
+if (token) {
+  const bare = await fetch(`${base}/ds/${bucket}`, { method: "PUT" })
+  check(bare.status === 401, `PUT bucket without the token answered ${bare.status}, expected 401`)
+}
+const put = await fetch(`${base}/ds/${bucket}`, { method: "PUT", headers: auth })
 check(put.status === 201, `PUT bucket answered ${put.status}`)
 
 // The HTTP status of the client's error. Most 4xx come as FetchError from
@@ -28,9 +37,9 @@ async function errorStatus(promise) {
 }
 
 async function demo(surface, live) {
-  const path = surface === "v1" ? `/v1/stream/tsdemo-${run}-${live}` : `/ds/${bucket}/chat-${live}`
+  const path = surface === "v1" ? `/v1/stream/${bucket}/v1-${live}` : `/ds/${bucket}/chat-${live}`
   const url = `${base}${path}`
-  const handle = await DurableStream.create({ url, contentType: "application/json" })
+  const handle = await DurableStream.create({ url, contentType: "application/json", headers: auth })
   const n = 50
   const seen = []
   const reader = await handle.stream({ offset: "-1", live, json: true })
@@ -56,7 +65,7 @@ async function demo(surface, live) {
   // A retry with the same producer tuple must not write twice.
   const again = await fetch(url, {
     method: "POST",
-    headers: { "content-type": "application/json", "producer-id": `demo-${live}`, "producer-epoch": "0", "producer-seq": "0" },
+    headers: { ...auth, "content-type": "application/json", "producer-id": `demo-${live}`, "producer-epoch": "0", "producer-seq": "0" },
     body: JSON.stringify({ i: n, live }),
   })
   check(again.status === (surface === "v1" ? 204 : 200), `${surface} ${live}: duplicate answered ${again.status}`)
@@ -69,17 +78,17 @@ async function demo(surface, live) {
   const tail = await handle.stream({ offset: whole.offset, live: false, json: true })
   check((await tail.json()).length === 0 && tail.upToDate, `${surface} ${live}: a read from the tail offset is not empty`)
   // Errors, as the client maps them.
-  const conflict = await errorStatus(DurableStream.create({ url, contentType: "text/plain" }))
+  const conflict = await errorStatus(DurableStream.create({ url, contentType: "text/plain", headers: auth }))
   check(conflict === 409, `${surface}: create with another content type: ${conflict}`)
-  const missing = new DurableStream({ url: `${url}-missing` })
+  const missing = new DurableStream({ url: `${url}-missing`, headers: auth })
   const notFound = await errorStatus(missing.stream({ offset: "-1", live: false }).then((r) => r.body()))
   check(notFound === 404, `${surface}: reading a missing stream: ${notFound}`)
   const bad = await errorStatus(handle.append("{not json"))
   check(bad === 400, `${surface}: invalid JSON: ${bad}`)
-  console.log(`ts client demo (${surface}, ${live}): ${path}: ${n} batched + ${n} producer appends, ${seen.length} read live, from-offset and error checks`)
+  console.log(`ts client demo (${surface}, ${live}, ${mode}): ${path}: ${n} batched + ${n} producer appends, ${seen.length} read live, from-offset and error checks`)
 }
 
 let passed = 0
 for (const surface of ["v1", "ds"]) for (const live of ["long-poll", "sse"]) { await demo(surface, live); passed++ }
-console.log(`ts client demo: ${passed} passed, 0 failed`)
+console.log(`ts client demo (${mode}): ${passed} passed, 0 failed`)
 process.exit(0)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs scripts/ts-client-demo.mjs (the official TypeScript client, on both
 # surfaces: /v1/stream and /ds/{bucket}) against a release build on a free
-# port. The client is the exact version pinned in scripts/node/ (the one the
-# conformance suite runs with too).
+# port, twice: on a server without access control, then on one started with
+# an auth file, the client passing its bearer token in `headers` (and a
+# request without it must get 401). The client is the exact version pinned
+# in scripts/node/ (the one the conformance suite runs with too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/server.sh
@@ -13,6 +15,23 @@ cargo build --release --quiet --bin ringstream
 work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-tsdemo.XXXXXX")"
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-start_server "$work"
 cp scripts/ts-client-demo.mjs "$CACHE/ringstream-ts-client-demo.mjs"
+
+# 1. No access control (loopback).
+mkdir "$work/open"
+start_server "$work/open"
 (cd "$CACHE" && node ringstream-ts-client-demo.mjs "$url")
+kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+
+# 2. An auth file with one random token, admin over the demo's buckets.
+token="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+mkdir "$work/auth"
+cat > "$work/auth/auth.toml" <<TOML
+[[token]]
+name    = "tsdemo"
+sha256  = "$(printf '%s' "$token" | sha256sum | cut -d' ' -f1)"
+buckets = ["tsdemo*"]
+rights  = ["admin"]
+TOML
+start_server "$work/auth" --auth-file "$work/auth/auth.toml"
+(cd "$CACHE" && node ringstream-ts-client-demo.mjs "$url" "$token")

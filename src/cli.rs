@@ -31,6 +31,11 @@ use std::path::{Path, PathBuf};
 /// or as a key in the --config TOML file (the flag name without `--`, e.g.
 /// `data-dir = "/var/lib/ringstream"`). A flag beats the environment, which
 /// beats the file, which beats the default. See docs/operations.md.
+///
+/// Access control: with --auth-file, every request but /healthz, /readyz
+/// and CORS preflights needs `Authorization: Bearer <token>` with a token
+/// of the file. Without it the server is open to whoever reaches the port,
+/// so it listens only on loopback unless --no-auth says otherwise.
 #[derive(Debug, Parser)]
 #[command(version = crate::build_info::LONG_VERSION, about, long_about)]
 pub struct Cli {
@@ -129,6 +134,25 @@ pub struct Cli {
     /// existing data directory.
     #[arg(long)]
     pub check_config: bool,
+
+    /// Access control: a TOML file of bearer tokens (each with the buckets
+    /// it covers, exact names or prefixes ending in `*`, and its rights:
+    /// read, append, manage, admin) and bucket quotas (max_streams,
+    /// max_bytes). Requests then need `Authorization: Bearer <token>`: none
+    /// or an unknown one gets 401, a covered bucket without the right 403,
+    /// a bucket the token does not cover 404. SIGHUP re-reads the file (one
+    /// that does not parse keeps the grants in force). /healthz and /readyz
+    /// stay open. See docs/operations.md, "Access control". Default: none.
+    #[arg(long, env = "RINGSTREAM_AUTH_FILE", value_name = "PATH")]
+    pub auth_file: Option<PathBuf>,
+
+    /// Serve without access control on a non-loopback --listen address.
+    /// Without --auth-file the server refuses to listen anywhere but
+    /// loopback unless this is given; anyone who can reach the port may
+    /// then read, write and delete every stream. The variable and the file
+    /// key take true/false. [default: false]
+    #[arg(long, env = "RINGSTREAM_NO_AUTH", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_auth: bool,
 }
 
 /// What the command line asks for: the configuration, and whether only to
@@ -157,6 +181,8 @@ struct FileSettings {
     log_level: Option<String>,
     log_format: Option<String>,
     trust_proxy: Option<bool>,
+    auth_file: Option<PathBuf>,
+    no_auth: Option<bool>,
 }
 
 /// Parses the process's arguments and environment and resolves them.
@@ -204,7 +230,7 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         None => None,
     };
 
-    let (listen, _) = r.pick("listen", cli.listen, file_listen);
+    let (listen, listen_from) = r.pick("listen", cli.listen, file_listen);
     let (data_dir, _) = r.pick("data_dir", cli.data_dir, file.data_dir);
     let (shards, from) = match r.explicit("shards") {
         Some(from) => (cli.shards.unwrap_or(0), from),
@@ -253,6 +279,12 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
     check_log_filter(&log_level).map_err(|e| format!("--log-level: {e} (set by {from})"))?;
     let (log_format, _) = r.pick("log_format", cli.log_format, file_log_format);
     let (trust_proxy, _) = r.pick("trust_proxy", cli.trust_proxy, file.trust_proxy);
+    let (auth_file, _) = match r.explicit("auth_file") {
+        Some(from) => (cli.auth_file, from),
+        None => (file.auth_file, r.file_origin("auth-file")),
+    };
+    let (no_auth, _) = r.pick("no_auth", cli.no_auth, file.no_auth);
+    check_access(listen, &listen_from, auth_file.is_some(), no_auth)?;
     Ok(Config {
         listen,
         data_dir,
@@ -268,8 +300,27 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         log_level,
         log_format,
         trust_proxy,
+        auth_file,
+        no_auth,
         config_file: cli.config,
     })
+}
+
+/// The safe default: without an auth file the server serves loopback only,
+/// unless `--no-auth` says that an open server on the network is meant.
+fn check_access(listen: SocketAddr, listen_from: &str, auth_file: bool, no_auth: bool) -> Result<(), String> {
+    if auth_file && no_auth {
+        return Err("--auth-file and --no-auth contradict each other: give one of them".to_string());
+    }
+    if auth_file || no_auth || listen.ip().to_canonical().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "--listen {listen} (set by {listen_from}) is not a loopback address, and no --auth-file is given: \
+         anyone who can reach it could read, append to and delete every stream. Either give --auth-file PATH \
+         (bearer tokens scoped to buckets; docs/operations.md, \"Access control\"), or pass --no-auth \
+         (RINGSTREAM_NO_AUTH=true) to serve without access control on purpose"
+    ))
 }
 
 fn show(p: &Path) -> String {
@@ -396,6 +447,31 @@ mod tests {
         std::fs::write(&f, "listen = \"nowhere\"\n").unwrap();
         let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
         assert!(e.contains("--listen") && e.contains("nowhere"), "{e}");
+        std::fs::remove_file(f).unwrap();
+    }
+
+    #[test]
+    fn a_network_address_needs_an_auth_file_or_no_auth() {
+        let e = resolve_args(&["--listen", "0.0.0.0:4437"], None).unwrap_err();
+        assert!(e.contains("--listen 0.0.0.0:4437 (set by --listen) is not a loopback address"), "{e}");
+        assert!(e.contains("--auth-file PATH") && e.contains("--no-auth"), "both ways out: {e}");
+        let e = resolve_args(&["--listen", "[::]:4437"], None).unwrap_err();
+        assert!(e.contains("not a loopback"), "{e}");
+        let c = resolve_args(&["--listen", "0.0.0.0:4437", "--no-auth"], None).unwrap();
+        assert!(c.no_auth && c.auth_file.is_none());
+        let c = resolve_args(&["--listen", "0.0.0.0:4437", "--auth-file", "/x/auth.toml"], None).unwrap();
+        assert_eq!(c.auth_file.as_deref(), Some(Path::new("/x/auth.toml")));
+        for loopback in ["127.0.0.1:0", "127.8.9.10:1", "[::1]:4437", "[::ffff:127.0.0.1]:4437"] {
+            assert!(resolve_args(&["--listen", loopback], None).is_ok(), "{loopback}");
+        }
+        let e = resolve_args(&["--auth-file", "/x", "--no-auth"], None).unwrap_err();
+        assert!(e.contains("contradict"), "{e}");
+        let f = temp_file("auth", "listen = \"0.0.0.0:1\"\nauth-file = \"/etc/auth.toml\"\n");
+        let c = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap();
+        assert_eq!(c.auth_file.as_deref(), Some(Path::new("/etc/auth.toml")));
+        std::fs::write(&f, "listen = \"0.0.0.0:1\"\n").unwrap();
+        let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
+        assert!(e.contains("(set by `listen` in"), "{e}");
         std::fs::remove_file(f).unwrap();
     }
 

@@ -29,6 +29,10 @@ pub struct Config {
     /// Absolute URLs (`Location`) follow the `Forwarded` / `X-Forwarded-*`
     /// headers of a proxy in front (TLS termination).
     pub trust_proxy: bool,
+    /// Bearer tokens and bucket quotas (`--auth-file`); None: no access control.
+    pub auth_file: Option<PathBuf>,
+    /// `--no-auth`: serving a non-loopback address without an auth file is meant.
+    pub no_auth: bool,
     /// The TOML file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
 }

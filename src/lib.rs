@@ -15,6 +15,11 @@
 //! - [`latch`]: a countdown latch across threads, for boot and shutdown.
 //! - [`build_info`]: version and git commit of the build (build.rs).
 //! - [`config`], [`cli`]: flags, environment and config file to configuration.
+//! - [`auth`]: bearer tokens scoped to buckets (the `--auth-file`): the file
+//!   format, token digests, the pure authorisation decision, the grants in
+//!   force (swapped on SIGHUP); pure but for reading the file.
+//! - [`quota`]: bucket usage counters shared by the shards, and their limits.
+//! - [`bell`]: a bell any thread rings and executor tasks await (reloads).
 //! - [`preflight`]: startup checks (io_uring, locked memory, O_DIRECT, the
 //!   data directory's lock) with messages that say what to change.
 //! - [`procstat`]: the process's CPU, memory and descriptors and the data
@@ -28,12 +33,15 @@
 //! - [`storage`]: per-shard segment logs, recovery; no HTTP, no protocol.
 //!
 //! # Dependency rule
-//! `http -> protocol, shard::message`; `shard -> protocol, storage`;
+//! `http -> protocol, shard::message, auth`; `shard -> protocol, storage, quota`;
+//! `auth -> quota, metrics, limits`; `quota -> protocol`;
 //! `protocol -> limits`; `storage -> limits, metrics, notify`; `metrics -> limits`. storage and protocol never
 //! import http or glommio networking; glommio appears only in `server`,
 //! `shard::mesh`, `http::conn` and `storage::dma_file` (checked by
 //! tests/tidy.rs).
 
+pub mod auth;
+pub mod bell;
 pub mod build_info;
 pub mod cli;
 pub mod config;
@@ -45,6 +53,7 @@ pub mod notify;
 pub mod preflight;
 pub mod procstat;
 pub mod protocol;
+pub mod quota;
 pub mod server;
 pub mod shard;
 pub mod storage;

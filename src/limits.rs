@@ -163,6 +163,19 @@ pub const V1_PATH_BYTES_MAX: usize = 1024;
 /// Each shard sends the owner at most this many entries per listing.
 pub const BUCKET_LIST_LIMIT_MAX: usize = 1000;
 
+/// Largest auth file (`--auth-file`) accepted.
+pub const AUTH_FILE_BYTES_MAX: u64 = 1024 * 1024;
+/// Most `[[token]]` entries in an auth file.
+pub const AUTH_TOKENS_MAX: usize = 10_000;
+/// Most `[[bucket]]` (quota) entries in an auth file.
+pub const AUTH_QUOTAS_MAX: usize = 10_000;
+/// Longest bearer token a request may present (it is hashed per request).
+pub const AUTH_TOKEN_BYTES_MAX: usize = 1024;
+/// How long a reload (SIGHUP) waits for every shard to count its streams
+/// into the counters of newly limited buckets; past it the reload is
+/// refused and the previous grants stay.
+pub const RELOAD_COUNT_TIMEOUT_MS: u64 = 10_000;
+
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(DIRECT_IO_ALIGNMENT_BYTES.is_multiple_of(SECTOR_BYTES));
@@ -179,3 +192,4 @@ const _: () = assert!(LONG_POLL_TIMEOUT_MS_DEFAULT <= LONG_POLL_TIMEOUT_MS_MAX);
 const _: () = assert!(SHUTDOWN_DRAIN_MS + 1_000 <= SHUTDOWN_TIMEOUT_MS);
 const _: () = assert!(CONN_REQUEST_TIMEOUT_MS_MIN <= CONN_HEADER_TIMEOUT_MS);
 const _: () = assert!(CONN_REQUEST_TIMEOUT_MS_MIN <= CONN_BODY_TIMEOUT_MS);
+const _: () = assert!(AUTH_TOKEN_BYTES_MAX + 64 <= REQUEST_HEADER_BYTES_MAX);

@@ -59,6 +59,11 @@ pub enum Family {
     Segments,
     SegmentsReclaimed,
     LogPoisoned,
+    Unauthorized,
+    TokenRequests,
+    TokenForbidden,
+    TokenHidden,
+    QuotaRefusals,
     BuildInfo,
     DiskFreeBytes,
     DiskSizeBytes,
@@ -78,7 +83,7 @@ const LATENCY_BOUNDS_US: &[u64] = &[
 const BATCH_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384];
 
 impl Family {
-    pub const ALL: [Family; 35] = [
+    pub const ALL: [Family; 40] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -106,6 +111,11 @@ impl Family {
         Family::Segments,
         Family::SegmentsReclaimed,
         Family::LogPoisoned,
+        Family::Unauthorized,
+        Family::TokenRequests,
+        Family::TokenForbidden,
+        Family::TokenHidden,
+        Family::QuotaRefusals,
         Family::BuildInfo,
         Family::DiskFreeBytes,
         Family::DiskSizeBytes,
@@ -277,6 +287,31 @@ impl Family {
             Family::ProcessStartTimeSeconds => {
                 ("process_start_time_seconds", Gauge, "When the process started, in seconds since the UNIX epoch.")
             }
+            Family::Unauthorized => (
+                "ringstream_unauthorized_total",
+                Counter,
+                "Requests answered 401 (access control on), by reason: missing (no Authorization header), malformed (not one Bearer header with a well-formed token), unknown (a token the auth file does not have).",
+            ),
+            Family::TokenRequests => (
+                "ringstream_token_requests_total",
+                Counter,
+                "Requests that presented a token of the auth file, by the token's name, whatever their answer.",
+            ),
+            Family::TokenForbidden => (
+                "ringstream_token_forbidden_total",
+                Counter,
+                "Requests answered 403 by token name: the token's grants cover the bucket but lack the right.",
+            ),
+            Family::TokenHidden => (
+                "ringstream_token_hidden_total",
+                Counter,
+                "Requests answered 404 by token name because the token's grants do not cover the bucket.",
+            ),
+            Family::QuotaRefusals => (
+                "ringstream_quota_refusals_total",
+                Counter,
+                "Writes refused by the owning shard because they would pass a bucket quota, by quota: max_streams (429) or max_bytes (507).",
+            ),
         }
     }
 }
@@ -369,7 +404,13 @@ pub struct EdgeMetrics {
     pub refused: Cell<u64>,
     pub long_polls: Cell<u64>,
     pub sse: Cell<u64>,
+    /// 401 answers, by [`UNAUTHORIZED_REASONS`] index.
+    pub unauthorized: [Cell<u64>; 3],
 }
+
+/// The `reason` labels of `ringstream_unauthorized_total`, in the order of
+/// `auth::bearer::Unauthenticated`.
+pub const UNAUTHORIZED_REASONS: [&str; 3] = ["missing", "malformed", "unknown"];
 
 impl Default for EdgeMetrics {
     fn default() -> Self {
@@ -383,6 +424,7 @@ impl Default for EdgeMetrics {
             refused: Cell::new(0),
             long_polls: Cell::new(0),
             sse: Cell::new(0),
+            unauthorized: Default::default(),
         }
     }
 }
@@ -439,6 +481,9 @@ impl EdgeMetrics {
         out.sample(Family::ConnectionsRefused, shard, "", self.refused.get());
         out.sample(Family::LiveReaders, shard, "kind=\"long_poll\"", self.long_polls.get());
         out.sample(Family::LiveReaders, shard, "kind=\"sse\"", self.sse.get());
+        for (reason, n) in UNAUTHORIZED_REASONS.iter().zip(&self.unauthorized) {
+            out.sample(Family::Unauthorized, shard, &format!("reason=\"{reason}\""), n.get());
+        }
     }
 }
 

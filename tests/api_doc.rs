@@ -2,8 +2,10 @@
 //! ```http-response block after it, is replayed in order against one fresh
 //! server, and the status, the listed response headers and (when the doc
 //! shows one) the body must match. The rules of the format are at the top of
-//! docs/api.md. The test also checks that every /ds endpoint has at least
-//! one example.
+//! docs/api.md. The examples after the access-control marker run against a
+//! second fresh server, started with the auth file in the first ```toml
+//! block after the marker. The test also checks that every /ds endpoint has
+//! at least one example.
 
 mod common;
 
@@ -13,6 +15,17 @@ use std::path::Path;
 
 /// The server the examples assume (docs/api.md says so too).
 const SERVER_FLAGS: &[&str] = &["--long-poll-timeout-ms", "1000"];
+/// From this line on, the examples run against a server with an auth file.
+const AUTH_MARKER: &str = "<!-- api_doc: the examples below run against a server started with the auth file below -->";
+
+/// The line of the marker and the text of the first ```toml block after it.
+fn auth_section(text: &str) -> (usize, String) {
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| l.trim() == AUTH_MARKER).expect("docs/api.md has the access-control marker");
+    let open = at + lines[at..].iter().position(|l| l.trim_end() == "```toml").expect("a toml block after the marker");
+    let close = open + lines[open..].iter().position(|l| l.trim_end() == "```").expect("the toml block ends");
+    (at + 1, lines[open + 1..close].join("\n"))
+}
 
 #[derive(Debug)]
 struct Request {
@@ -218,18 +231,12 @@ fn glob_matching() {
     assert!(glob("x < y", "x < y"));
 }
 
-#[test]
-fn every_example_in_api_md_holds() {
-    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md");
-    let text = std::fs::read_to_string(&doc_path).expect("reading docs/api.md");
-    let examples = parse_doc(&text);
-    assert!(examples.len() >= 20, "docs/api.md has only {} examples", examples.len());
-
-    let srv = Server::start_with(SERVER_FLAGS);
+/// Replays examples in order on one connection to `srv`, noting the
+/// endpoints they exercise in `covered`.
+fn replay(srv: &Server, examples: &[&Example], covered: &mut BTreeSet<String>) {
     let mut c = srv.conn();
     let mut vars: HashMap<String, String> = HashMap::new();
-    let mut covered = BTreeSet::new();
-    for ex in &examples {
+    for ex in examples {
         let line = ex.line;
         let req = &ex.request;
         let target = substitute(&req.target, &vars, line);
@@ -260,6 +267,25 @@ fn every_example_in_api_md_holds() {
             covered.insert(e);
         }
     }
+}
+
+#[test]
+fn every_example_in_api_md_holds() {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md");
+    let text = std::fs::read_to_string(&doc_path).expect("reading docs/api.md");
+    let examples = parse_doc(&text);
+    assert!(examples.len() >= 20, "docs/api.md has only {} examples", examples.len());
+
+    let (marker, auth_toml) = auth_section(&text);
+    let (open, guarded): (Vec<&Example>, Vec<&Example>) = examples.iter().partition(|ex| ex.line < marker);
+    assert!(guarded.len() >= 10, "docs/api.md has only {} access-control examples", guarded.len());
+    let mut covered = BTreeSet::new();
+    replay(&Server::start_with(SERVER_FLAGS), &open, &mut covered);
+    let dir = common::TempDir::new("api-doc-auth");
+    let auth = dir.path().join("auth.toml");
+    std::fs::write(&auth, auth_toml).unwrap();
+    let flags = [SERVER_FLAGS, &["--auth-file", auth.to_str().unwrap()]].concat();
+    replay(&Server::start_with(&flags), &guarded, &mut covered);
 
     let required = [
         "PUT /ds/{bucket}",

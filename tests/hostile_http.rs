@@ -2,7 +2,8 @@
 //! lines, HTTP/0.9, oversized and too many headers, bad Content-Length and
 //! chunked framing, bodies over the limit, slowloris heads and bodies, path
 //! traversal and NUL / invalid UTF-8 in names, deeply nested JSON, thousands
-//! of pipelined requests, and thousands of idle connections.
+//! of pipelined requests, thousands of idle connections, and malformed
+//! `Authorization` headers against a server with an auth file.
 //!
 //! Every case checks the answer (status, and that the connection is closed
 //! where the byte stream can no longer be trusted), then that the server
@@ -576,4 +577,109 @@ fn connections_over_the_bound_while_all_are_busy_get_503() {
     // When the long-polls end, new clients are served again.
     std::thread::sleep(Duration::from_millis(3500));
     assert_serving(&srv, "busy connections");
+}
+
+/// A server with one token (`Bearer secret`, admin over every bucket).
+fn guarded() -> (Server, common::TempDir) {
+    let dir = common::TempDir::new("hostile-auth");
+    let file = dir.path().join("auth.toml");
+    let admin = common::auth::Grant { name: "admin", token: "secret", buckets: &["*"], rights: &["admin"] };
+    common::auth::write(&file, &[admin], &[]);
+    (Server::start_with(&["--auth-file", file.to_str().unwrap()]), dir)
+}
+
+/// The guarded server still answers the good token, on a new connection.
+fn assert_guarded_serving(srv: &Server, after: &str) {
+    let mut c = srv.conn();
+    match c.try_request("GET", "/v1/stream/hostile/probe?offset=-1", &[("Authorization", "Bearer secret")], b"") {
+        Ok(r) => assert!(r.status == 200 || r.status == 404, "after {after}: {}", r.summary()),
+        Err(e) => panic!("after {after}: the server no longer serves: {e}\n{}", srv.log_tail()),
+    }
+}
+
+#[test]
+fn malformed_authorization_headers_get_401_and_break_nothing() {
+    let (srv, _dir) = guarded();
+    let mut c = srv.conn();
+    let ok = [("Authorization", "Bearer secret")];
+    let p = "/v1/stream/hostile/guarded";
+    assert_eq!(c.request("PUT", p, &[OCTET, ok[0]], b"kept").status, 201);
+    let long = format!("Bearer {}", "a".repeat(30 * 1024));
+    let over = format!("Bearer {}", "b".repeat(1025));
+    let many: String = (0..60).map(|i| format!("Authorization: Bearer t{i}\r\n")).collect();
+    let values = [
+        "".to_string(),
+        " ".to_string(),
+        "Bearer".to_string(),
+        "Bearer ".to_string(),
+        "Bearer\tsecret".to_string(),
+        "Bearer secret secret".to_string(),
+        "Bearer secret,Bearer secret".to_string(),
+        "Bearer =====".to_string(),
+        "Bearer sec=ret".to_string(),
+        "Bearer s\u{e9}cret".to_string(),
+        "Bearer \u{1F511}".to_string(),
+        "Basic c2VjcmV0Og==".to_string(),
+        "Digest username=\"x\"".to_string(),
+        "secret".to_string(),
+        "Bearer\"secret\"".to_string(),
+        "Bearer %73ecret".to_string(),
+        over,
+        long,
+    ];
+    for v in &values {
+        for (method, body) in [("GET", ""), ("POST", "x")] {
+            let len = if body.is_empty() { String::new() } else { format!("Content-Length: {}\r\n", body.len()) };
+            let raw = format!("{method} {p}?offset=-1 HTTP/1.1\r\nHost: x\r\nAuthorization: {v}\r\n{len}\r\n{body}");
+            let what = format!("{method} with Authorization: {:?}", &v[..v.len().min(40)]);
+            // One full answer on a connection of its own, then: closed
+            // after a body, kept alive (a next request answered) without.
+            let mut k = srv.conn();
+            k.send_raw(raw.as_bytes()).unwrap();
+            let r = k.read_response(false).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(r.status, 401, "{what}: {}", r.summary());
+            assert!(r.must("www-authenticate").starts_with("Bearer"), "{what}: {}", r.summary());
+            let closed = r.header("connection") == Some("close");
+            assert_eq!(closed, !body.is_empty(), "{what}: a body closes, none keeps alive: {}", r.summary());
+            if !closed {
+                let next = k.request("GET", &format!("{p}?offset=-1"), &ok, b"");
+                assert_eq!(next.status, 200, "{what}: the same connection goes on: {}", next.summary());
+            }
+        }
+    }
+    // Many Authorization headers at once.
+    let raw = format!("GET {p}?offset=-1 HTTP/1.1\r\nHost: x\r\n{many}\r\n");
+    let mut k = srv.conn();
+    k.send_raw(raw.as_bytes()).unwrap();
+    assert_eq!(k.read_response(false).unwrap().status, 401, "60 Authorization headers");
+    // Bytes the HTTP parser refuses never reach the token check: 400, closed.
+    for bad in [&b"Bearer \xff\xfe"[..], b"Bearer se\x00cret", b"Bearer se\x01cret"] {
+        let mut raw = format!("GET {p}?offset=-1 HTTP/1.1\r\nHost: x\r\nAuthorization: ").into_bytes();
+        raw.extend_from_slice(bad);
+        raw.extend_from_slice(b"\r\n\r\n");
+        let x = exchange(srv.port(), &raw);
+        assert_eq!(x.status, 400, "{:?}: {:?}", String::from_utf8_lossy(bad), x.text);
+        assert!(x.closed);
+    }
+    // An unauthenticated upload is refused at its head: the 401 comes
+    // before the body is sent, and the connection closes.
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port())).unwrap();
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let head = format!("POST {p} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 16000000\r\nExpect: 100-continue\r\n\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 401 "), "{text:?}");
+    assert!(!text.contains("100 Continue"), "{text:?}");
+    // Pipelined: a refused request and a good one, answered in order.
+    let mut w = srv.conn();
+    let mut both =
+        common::encode_request(srv.port(), "GET", &format!("{p}?offset=-1"), &[("Authorization", "Bearer nope")], b"");
+    both.extend(common::encode_request(srv.port(), "GET", &format!("{p}?offset=-1"), &ok, b""));
+    w.send_raw(&both).unwrap();
+    assert_eq!(w.read_response(false).unwrap().status, 401);
+    let r = w.read_response(false).unwrap();
+    assert_eq!((r.status, r.text().as_str()), (200, "kept"), "nothing was written by the refused requests");
+    assert_guarded_serving(&srv, "malformed Authorization headers");
 }

@@ -318,7 +318,8 @@ fn metrics_parse_and_move_with_traffic() {
     let s = Server::start();
     let before = scrape(&s);
     // Every family has a sample for every shard, even when nothing happened
-    // (requests by route and status only once counted).
+    // (requests by route and status only once counted, and per-token counts
+    // only with tokens: tests/auth.rs).
     // Process-wide families (build info, disk space, process_*) have one
     // sample without a shard label.
     let process_wide =
@@ -336,7 +337,8 @@ fn metrics_parse_and_move_with_traffic() {
     assert!(value("process_max_fds") >= value("process_open_fds") && value("process_cpu_seconds_total") > 0.0);
     assert!(value("ringstream_disk_size_bytes") >= value("ringstream_disk_free_bytes"));
     assert!(value("ringstream_disk_free_bytes") > 0.0);
-    for (family, t) in before.types.iter().filter(|(f, _)| *f != "ringstream_http_requests_total" && !process_wide(f)) {
+    let per_series = |f: &str| f == "ringstream_http_requests_total" || f.starts_with("ringstream_token_");
+    for (family, t) in before.types.iter().filter(|(f, _)| !per_series(f) && !process_wide(f)) {
         let name = if t == "histogram" { format!("{family}_count") } else { family.clone() };
         for shard in 0..SHARDS {
             let shard = shard.to_string();

@@ -713,3 +713,56 @@ fn shards_pin_to_the_cpus_the_process_is_allowed() {
     assert!(!shard_cpus.is_empty(), "no shard-0 thread found");
     assert!(shard_cpus.iter().all(|c| *c == last), "shard 0 threads allowed on {shard_cpus:?}, want {last}");
 }
+
+#[test]
+fn a_network_address_without_an_auth_file_is_refused_naming_both_ways_out() {
+    let root = TempDir::new("ops-open");
+    let data = root.path().join("data");
+    let base = ["--shards", "1", "--no-pin", "--data-dir", s(&data)];
+    for (listen, env) in [("0.0.0.0:0", false), ("[::]:0", false), ("0.0.0.0:0", true)] {
+        let args: Vec<&str> = if env { base.to_vec() } else { [&["--listen", listen][..], &base].concat() };
+        let envs: &[(&str, &str)] = if env { &[("RINGSTREAM_LISTEN", listen)] } else { &[] };
+        let e = start(root.path(), &args, envs).failed(listen);
+        assert!(e.contains("is not a loopback address"), "{e}");
+        assert!(e.contains("--auth-file PATH") && e.contains("--no-auth"), "both ways out: {e}");
+        let origin = if env { "(set by RINGSTREAM_LISTEN)" } else { "(set by --listen)" };
+        assert!(e.contains(origin), "{e}");
+        assert!(!data.exists(), "refused before the data directory is touched");
+    }
+    // --no-auth says it is meant: it serves, and warns.
+    let srv =
+        start(root.path(), &[&["--listen", "0.0.0.0:0", "--no-auth"][..], &base].concat(), &[]).listening("--no-auth");
+    assert!(srv.line.contains("0.0.0.0:"), "{}", srv.line);
+    let mut c = Conn::connect(srv.port);
+    assert_eq!(c.request("PUT", "/v1/stream/open/s", &[("Content-Type", "text/plain")], b"").status, 201);
+    assert!(srv.kill().contains("access control: off (--no-auth)"));
+    // An auth file: it serves, and wants tokens.
+    let auth = root.path().join("auth.toml");
+    std::fs::write(&auth, "[[token]]\nname = \"t\"\nsha256 = \"2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\"\nbuckets = [\"*\"]\nrights = [\"admin\"]\n").unwrap();
+    let srv = start(root.path(), &[&["--listen", "0.0.0.0:0", "--auth-file", s(&auth)][..], &base].concat(), &[])
+        .listening("--auth-file");
+    let mut c = Conn::connect(srv.port);
+    assert_eq!(c.request("GET", "/v1/stream/open/s?offset=-1", &[], b"").status, 401);
+    let ok = c.request("GET", "/v1/stream/open/s?offset=-1", &[("Authorization", "Bearer secret")], b"");
+    assert_eq!(ok.status, 200, "the stream made before is there");
+    drop(srv);
+    // Both at once contradict each other.
+    let e = start(root.path(), &[&["--auth-file", s(&auth), "--no-auth"][..], &base].concat(), &[]).failed("both");
+    assert!(e.contains("contradict"), "{e}");
+}
+
+#[test]
+fn an_auth_file_that_does_not_load_stops_the_start_naming_it() {
+    let root = TempDir::new("ops-authfile");
+    let data = root.path().join("data");
+    let auth = root.path().join("auth.toml");
+    let base = ["--listen", "127.0.0.1:0", "--shards", "1", "--no-pin", "--data-dir", s(&data)];
+    let e = start(root.path(), &[&base[..], &["--auth-file", s(&auth)]].concat(), &[]).failed("missing file");
+    assert!(e.contains(&format!("--auth-file {}: reading it", auth.display())), "{e}");
+    std::fs::write(&auth, "[[token]]\nname = \"t\"\nsha256 = \"abc\"\nbuckets = [\"*\"]\nrights = [\"read\"]\n")
+        .unwrap();
+    let env = [("RINGSTREAM_AUTH_FILE", s(&auth))];
+    let e = start(root.path(), &base, &env).failed("bad sha256");
+    assert!(e.contains("[[token]] #1 (\"t\"): sha256 must be"), "{e}");
+    assert!(!data.exists(), "refused before the data directory is touched");
+}

@@ -4,11 +4,13 @@
 
 use super::affinity::Affinity;
 use super::gate::{Gate, Slot};
+use super::guard;
 use super::parse::{parse_head, BodyKind, ChunkProgress, ChunkedDecoder, Method, ParseError, ParseLimits, RequestHead};
 use super::respond::{self, Response};
-use super::route::{route, route_label, surface_of, Route, RouteError};
+use super::route::{route, route_label, set_body, surface_of, Route, RouteError};
 use super::sse;
 use super::stop::{Stop, StopSlot};
+use crate::auth::access::Access;
 use crate::limits::{
     CONN_IDLE_TIMEOUT_MS, CONN_LINGER_BYTES_MAX, CONN_LINGER_MS, CONN_READ_CHUNK_BYTES, CONN_READ_TIMEOUT_MS,
     CONN_WRITE_TIMEOUT_MS, REQUEST_BODY_BYTES_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX,
@@ -37,8 +39,6 @@ pub trait ConnContext: Dispatch {
     /// For GET /readyz: recovery finished, every shard serves, and the
     /// server is not shutting down.
     fn ready(&self) -> bool;
-    /// This shard's number.
-    fn me(&self) -> usize;
     /// The shard that runs `req` when that is not this one.
     fn remote_owner(&self, req: &ShardRequest) -> Option<usize>;
     /// Hands a connection to shard `to`, which serves it from then on; gives
@@ -46,6 +46,10 @@ pub trait ConnContext: Dispatch {
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection>;
     /// `--trust-proxy`: absolute URLs follow `Forwarded` / `X-Forwarded-*`.
     fn trust_proxy(&self) -> bool;
+    /// The grants in force; None when access control is off.
+    fn access(&self) -> Option<&Access>;
+    /// This shard's id (its slot in per-token counters).
+    fn shard_id(&self) -> usize;
 }
 
 const LIMITS: ParseLimits = ParseLimits {
@@ -347,15 +351,26 @@ async fn serve<C: ConnContext + ?Sized>(
             }
             Err(RecvError::Close) => return,
         };
+        // 2. Where it goes, and whether its sender may send it.
+        let label = route_label(&head.path);
+        let mut routed = route(&head, Vec::new());
+        let refused = match cx.access().and_then(|a| guard::check(a, cx.shard_id(), cx.edge(), &head, &routed)) {
+            Some(mut r) if r.status == 401 && !matches!(head.body, BodyKind::None | BodyKind::Length(0)) => {
+                // Nobody known sends it: its body is not worth receiving.
+                cx.edge().count_request(label, r.status);
+                r.close = true;
+                return fail(stream, &r, &mut out).await;
+            }
+            other => other,
+        };
         if head.expect_continue
             && head.body != BodyKind::None
             && write_all(&mut stream, b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
         {
             return;
         }
-        // 2. Its body.
+        // 3. Its body.
         let deadline = Instant::now() + slot.gate.timeouts.body;
-        let label = route_label(&head.path);
         let body = match read_body(&mut stream, &mut rd, &head, head_len, deadline).await {
             Ok(x) => x,
             Err(RecvError::Answer(r)) => {
@@ -368,16 +383,22 @@ async fn serve<C: ConnContext + ?Sized>(
             // Give back the memory of one large request before waiting on it.
             rd.buf.shrink_to(CONN_READ_CHUNK_BYTES);
         }
-        // 3. Run it and answer.
-        if head.method == Method::Get && head.query_param("live") == Some("sse") {
-            if let Ok(Route::Shard(r)) = route(&head, Vec::new()) {
-                if let ShardRequest::Stream { key, surface, op: StreamOp::Read(req) } = *r {
-                    serve_sse(&mut stream, &*cx, &stop, label, key, surface, req).await;
-                    return;
+        // 4. Run it (or refuse it) and answer.
+        let (resp, remote) = match refused {
+            Some(r) => (r, None),
+            None => {
+                if let Ok(r) = &mut routed {
+                    set_body(r, body);
                 }
+                let routed = match next(routed) {
+                    Next::Sse(key, surface, req) => {
+                        return serve_sse(&mut stream, &*cx, &stop, label, key, surface, req).await;
+                    }
+                    Next::Answer(routed) => routed,
+                };
+                handle(&*cx, &head, routed).await
             }
-        }
-        let (resp, remote) = handle(&*cx, &head, body).await;
+        };
         cx.edge().count_request(label, resp.status);
         // Shutting down: this answer is the connection's last.
         let keep_alive = head.keep_alive && !stop.is_stopped();
@@ -386,15 +407,34 @@ async fn serve<C: ConnContext + ?Sized>(
         if write_all(&mut stream, &out).await.is_err() || !keep_alive || resp.close {
             return;
         }
-        // 4. Serve it where its requests go, once they keep going there.
+        // 5. Serve it where its requests go, once they keep going there.
         affinity.observe(remote);
         if let Some(to) = affinity.take_move() {
-            stream = match move_connection(&*cx, stream, &mut rd, to, affinity.moves(), cx.me()) {
+            stream = match move_connection(&*cx, stream, &mut rd, to, affinity.moves(), cx.shard_id()) {
                 Some(s) => s,
                 None => return,
             };
         }
     }
+}
+
+/// What the connection does with a request that may run.
+enum Next {
+    /// An SSE read: the connection runs the SSE loop.
+    Sse(StreamKey, Surface, ReadReq),
+    /// Anything else: one answer.
+    Answer(Result<Route, RouteError>),
+}
+
+fn next(routed: Result<Route, RouteError>) -> Next {
+    let sse = matches!(&routed, Ok(Route::Shard(req))
+        if matches!(&**req, ShardRequest::Stream { op: StreamOp::Read(read), .. } if read.live == Live::Sse));
+    if !sse {
+        return Next::Answer(routed);
+    }
+    let Ok(Route::Shard(req)) = routed else { unreachable!("matched above") };
+    let ShardRequest::Stream { key, surface, op: StreamOp::Read(read) } = *req else { unreachable!("matched above") };
+    Next::Sse(key, surface, read)
 }
 
 /// One read of body bytes before `deadline`.
@@ -467,10 +507,14 @@ async fn read_body(
 }
 
 /// Runs one request; also says which other shard ran it, if one did.
-async fn handle<C: ConnContext + ?Sized>(cx: &C, head: &RequestHead, body: Vec<u8>) -> (Response, Option<usize>) {
+async fn handle<C: ConnContext + ?Sized>(
+    cx: &C,
+    head: &RequestHead,
+    routed: Result<Route, RouteError>,
+) -> (Response, Option<usize>) {
     let surface = surface_of(&head.path);
     let mut remote = None;
-    let resp = match route(head, body) {
+    let resp = match routed {
         Ok(Route::Options) => respond::preflight(),
         Ok(Route::Metrics) => {
             let mut r = Response::new(200).header("Content-Type", "text/plain; version=0.0.4; charset=utf-8");

@@ -2,7 +2,7 @@
 //! codes, and where the /ds and /v1 dialects differ (snakream.md's table).
 
 use crate::limits::RETRY_AFTER_UNAVAILABLE_SECS;
-use crate::protocol::{Bootstrap, Error, Listing, Outcome, StreamInfo, Surface};
+use crate::protocol::{Bootstrap, Error, Listing, Outcome, QuotaKind, StreamInfo, Surface};
 use std::fmt::Write;
 
 /// A response before serialisation.
@@ -29,7 +29,7 @@ impl Response {
 
 const EXPOSE: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, \
 Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, \
-Producer-Received-Seq, ETag, Content-Type, Location, Retry-After, Stream-Snapshot-Offset";
+Producer-Received-Seq, ETag, Content-Type, Location, Retry-After, Stream-Snapshot-Offset, WWW-Authenticate";
 
 fn reason(status: u16) -> &'static str {
     match status {
@@ -40,6 +40,7 @@ fn reason(status: u16) -> &'static str {
         304 => "Not Modified",
         307 => "Temporary Redirect",
         400 => "Bad Request",
+        401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
@@ -48,6 +49,7 @@ fn reason(status: u16) -> &'static str {
         410 => "Gone",
         412 => "Precondition Failed",
         413 => "Content Too Large",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
@@ -377,13 +379,55 @@ pub fn error(surface: Surface, e: &Error) -> Response {
         Error::InsufficientStorage(m) => {
             Response::new(507).header("Retry-After", RETRY_AFTER_UNAVAILABLE_SECS.to_string()).text(m)
         }
+        Error::QuotaExceeded { quota, bucket, limit, used, requested } => {
+            let status = match quota {
+                QuotaKind::MaxStreams => 429,
+                QuotaKind::MaxBytes => 507,
+            };
+            let body = QuotaBody {
+                error: "quota exceeded",
+                quota: quota.name(),
+                bucket,
+                limit: *limit,
+                used: *used,
+                requested: *requested,
+            };
+            let mut r = Response::new(status).header("Content-Type", "application/json");
+            r.body = serde_json::to_vec(&body).expect("a quota error serializes");
+            r
+        }
     }
+}
+
+/// The JSON body of a 429/507 quota refusal, fields in this order.
+#[derive(serde::Serialize)]
+struct QuotaBody<'a> {
+    error: &'static str,
+    quota: &'static str,
+    bucket: &'a str,
+    limit: u64,
+    used: u64,
+    requested: u64,
+}
+
+/// 401: no usable token (RFC 6750's challenge; `error` says which kind).
+pub fn unauthenticated(message: &str, error: Option<&str>) -> Response {
+    let challenge = match error {
+        Some(e) => format!("Bearer realm=\"ringstream\", error=\"{e}\""),
+        None => "Bearer realm=\"ringstream\"".to_string(),
+    };
+    Response::new(401).header("WWW-Authenticate", challenge).text(message)
+}
+
+/// 403: the token may see the bucket but not do this in it.
+pub fn forbidden(message: &str) -> Response {
+    Response::new(403).text(message)
 }
 
 pub fn preflight() -> Response {
     Response::new(204)
         .header("Access-Control-Allow-Methods", "GET, HEAD, PUT, POST, DELETE, OPTIONS")
-        .header("Access-Control-Allow-Headers", "*, Content-Type, If-Match, If-None-Match, Stream-Closed, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq")
+        .header("Access-Control-Allow-Headers", "*, Authorization, Content-Type, If-Match, If-None-Match, Stream-Closed, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq")
         .header("Access-Control-Max-Age", "86400")
 }
 

@@ -134,6 +134,19 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
     Err(RouteError::Protocol(Error::NotFound))
 }
 
+/// Puts a request's body, read after the request was routed and checked,
+/// into its operation (other operations have no use for one).
+pub fn set_body(route: &mut Route, body: Vec<u8>) {
+    let Route::Shard(req) = route else { return };
+    let ShardRequest::Stream { op, .. } = &mut **req else { return };
+    match op {
+        StreamOp::Create(c) => c.body = body,
+        StreamOp::Append(a) => a.body = body,
+        StreamOp::SnapshotPublish(s) => s.body = body,
+        _ => {}
+    }
+}
+
 /// A `/ds/` path after its prefix, as sent: bucket, then stream, then a
 /// sub-resource, each percent-decoded on its own.
 struct DsPath {

@@ -38,4 +38,25 @@ pub enum Error {
     /// `Unavailable`, the shard refuses writes until restarted; reads go on.
     #[error("insufficient storage: {0}")]
     InsufficientStorage(String),
+    /// The write would take its bucket past a quota of the auth file
+    /// (nothing was written): 429 for `max_streams`, 507 for `max_bytes`.
+    #[error("bucket {bucket}: quota {} of {limit} exceeded ({used} used, {requested} more asked)", quota.name())]
+    QuotaExceeded { quota: QuotaKind, bucket: String, limit: u64, used: u64, requested: u64 },
+}
+
+/// Which quota of a `[[bucket]]` entry a write would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaKind {
+    MaxStreams,
+    MaxBytes,
+}
+
+impl QuotaKind {
+    /// The key in the auth file, which the error body names.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuotaKind::MaxStreams => "max_streams",
+            QuotaKind::MaxBytes => "max_bytes",
+        }
+    }
 }

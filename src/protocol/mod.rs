@@ -14,6 +14,6 @@ pub mod op;
 pub mod persist;
 pub mod rules;
 
-pub use error::Error;
+pub use error::{Error, QuotaKind};
 pub use offset::Offset;
 pub use op::*;

@@ -1,7 +1,10 @@
 //! What a connection sees of its shard: the one road to a request's owner
-//! (`Dispatch`), the metrics of every shard, readiness and the stop signal.
+//! (`Dispatch`), the metrics of every shard, readiness, the stop signal and
+//! the grants in force.
 
+use super::access::Auth;
 use super::{Process, SERVING};
+use crate::auth::access::Access;
 use crate::http::conn::{self, ConnContext};
 use crate::http::gate::Gate;
 use crate::http::stop::Stop;
@@ -45,10 +48,14 @@ impl Dispatch for Ctx {
     }
 }
 
-/// One shard's metrics: its streams and log, its HTTP edge, its mesh end.
-pub(super) fn shard_metrics(shard: &Shard<DiskStore>, edge: &EdgeMetrics, mesh: &Mesh) -> Samples {
+/// One shard's metrics: its streams and log, its HTTP edge (its counts of
+/// each token included), its mesh end.
+pub(super) fn shard_metrics(shard: &Shard<DiskStore>, edge: &EdgeMetrics, mesh: &Mesh, auth: Option<&Auth>) -> Samples {
     let mut s = shard.metrics();
     edge.render(shard.id, &mut s);
+    if let Some(a) = auth {
+        a.access.render(shard.id, &mut s);
+    }
     s.sample(Family::MeshCalls, shard.id, "", mesh.hops_out.get());
     s.sample(Family::MeshWakeups, shard.id, "", mesh.wakeups());
     s
@@ -61,6 +68,7 @@ pub(super) struct Remote {
     pub mesh: Rc<Mesh>,
     /// Where moved connections are served; set once this shard serves HTTP.
     pub http: RefCell<Option<(Rc<Ctx>, Rc<Gate>)>>,
+    pub auth: Option<Arc<Auth>>,
 }
 
 impl Served for Remote {
@@ -92,7 +100,7 @@ impl Served for Remote {
 
     /// The whole of this shard's metrics: shard, edge and mesh.
     fn stats(&self) -> Vec<String> {
-        shard_metrics(&self.shard, &self.edge, &self.mesh).into_blocks()
+        shard_metrics(&self.shard, &self.edge, &self.mesh, self.auth.as_deref()).into_blocks()
     }
 }
 
@@ -102,7 +110,8 @@ impl ConnContext for Ctx {
             let mut all = Samples::default();
             for s in 0..self.shards {
                 if s == self.me {
-                    all.merge(&shard_metrics(&self.shard, &self.edge, &self.mesh).into_blocks());
+                    let mine = shard_metrics(&self.shard, &self.edge, &self.mesh, self.process.auth.as_deref());
+                    all.merge(&mine.into_blocks());
                 } else if let Ok(blocks) = self.mesh.stats(s).await {
                     all.merge(&blocks);
                 }
@@ -124,10 +133,6 @@ impl ConnContext for Ctx {
         self.process.state.load(Ordering::Acquire) == SERVING
     }
 
-    fn me(&self) -> usize {
-        self.me
-    }
-
     fn remote_owner(&self, req: &ShardRequest) -> Option<usize> {
         Some(req.owner(self.shards)).filter(|&o| o != self.me)
     }
@@ -138,5 +143,13 @@ impl ConnContext for Ctx {
 
     fn trust_proxy(&self) -> bool {
         self.trust_proxy
+    }
+
+    fn access(&self) -> Option<&Access> {
+        self.process.auth.as_deref().map(|a| &a.access)
+    }
+
+    fn shard_id(&self) -> usize {
+        self.me
     }
 }

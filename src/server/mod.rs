@@ -2,7 +2,8 @@
 //! its own file:
 //! - `host`: the data directory's lock and layout, the host checks
 //!   (io_uring, locked memory, O_DIRECT), the listen address;
-//! - `signals`: SIGTERM/SIGINT to the stop latch;
+//! - `access`: the auth file, loaded at boot and re-read on SIGHUP;
+//! - `signals`: SIGTERM/SIGINT to the stop latch, SIGHUP to a reload;
 //! - `boot`: one pinned executor per shard, and the main thread's side of
 //!   the boot protocol;
 //! - `shard_main`: what each executor runs (recover, join the mesh,
@@ -15,6 +16,7 @@
 //! Shutdown (SIGTERM/SIGINT): stop accepting, drain, final sync, exit 0
 //! within SHUTDOWN_TIMEOUT_MS (see `signals`).
 
+mod access;
 mod boot;
 mod check;
 mod context;
@@ -58,8 +60,8 @@ pub(crate) fn config_error(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(ConfigError(msg.into()))
 }
 
-/// Process states: a signal during boot exits at once; from serving it
-/// starts a graceful shutdown.
+/// Process states: a stop signal during boot exits at once; from serving
+/// it starts a graceful shutdown. SIGHUP reloads only while serving.
 const BOOTING: u8 = 0;
 const SERVING: u8 = 1;
 const STOPPING: u8 = 2;
@@ -80,6 +82,8 @@ struct Process {
     watchdog: Option<Duration>,
     /// Bumped by each shard's heartbeat task (only with a watchdog).
     heartbeats: Box<[AtomicU64]>,
+    /// Access control (`--auth-file`); None: off.
+    auth: Option<Arc<access::Auth>>,
 }
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
@@ -87,6 +91,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let started = Instant::now();
     let cpus = crate::preflight::allowed_cpus();
     log_start(&cfg, &cpus);
+    let auth = access::Auth::load(&cfg)?;
     let host = host::claim(&cfg)?;
     // Before any thread starts, so every thread inherits the mask and only
     // the signal thread receives SIGTERM/SIGINT.
@@ -99,6 +104,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         drained: Latch::new(n, n),
         watchdog: systemd::watchdog_interval(),
         heartbeats: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        auth,
     });
     signals::start_signal_thread(stop_signals, process.clone());
     let (reservation, addr) = host::reserve(cfg.listen)?;

@@ -2,6 +2,7 @@
 //! join the mesh, tell the other shards its buckets and forks, wait for go,
 //! listen and serve until the stop latch opens, then drain.
 
+use super::access::Auth;
 use super::boot::{Boot, Recovered};
 use super::context::{Ctx, Remote};
 use super::shutdown::{drain, ShardExit};
@@ -87,7 +88,11 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     glommio::spawn_local(async move { l.run_writer().await }).detach();
     glommio::spawn_local(async move { log.run_preparer().await }).detach();
     b.step("joining the mesh");
-    let (mesh, edge, remote) = join_mesh(link, &shard);
+    let (mesh, edge, remote) = join_mesh(link, &shard, b.process.auth.clone());
+    if let Some(auth) = &b.process.auth {
+        // Before any shard serves: quotas are enforced only on full counts.
+        shard.count_usage(&auth.quotas);
+    }
     replicate(b, &shard).await?;
     b.step("replicated buckets and fork references");
     let _ = b.boot.send(Boot::Replicated);
@@ -95,6 +100,9 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     // (this shard keeps serving the mesh meanwhile).
     b.process.go.wait(id).await;
     start_background(&shard);
+    if let Some(auth) = &b.process.auth {
+        count_on_reload(&shard, auth.clone());
+    }
     b.step("listening");
     let listener = TcpListener::bind(b.addr).map_err(|e| format!("shard {id}: listening on {}: {e}", b.addr))?;
     let streams = shard.stream_count();
@@ -103,12 +111,16 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
 }
 
 /// Joins the mesh and serves what other shards hand over, on its own task.
-fn join_mesh(link: Link, shard: &Rc<Shard<DiskStore>>) -> (Rc<Mesh>, Rc<EdgeMetrics>, Rc<Remote>) {
+fn join_mesh(
+    link: Link,
+    shard: &Rc<Shard<DiskStore>>,
+    auth: Option<Arc<Auth>>,
+) -> (Rc<Mesh>, Rc<EdgeMetrics>, Rc<Remote>) {
     let (mesh, inbox) = link.join();
     shard.set_peers(mesh.clone());
     let edge = Rc::new(EdgeMetrics::default());
-    let remote =
-        Rc::new(Remote { shard: shard.clone(), edge: edge.clone(), mesh: mesh.clone(), http: Default::default() });
+    let http = Default::default();
+    let remote = Rc::new(Remote { shard: shard.clone(), edge: edge.clone(), mesh: mesh.clone(), http, auth });
     glommio::spawn_local(mesh.clone().serve(inbox, remote.clone())).detach();
     (mesh, edge, remote)
 }
@@ -143,6 +155,21 @@ fn start_background(shard: &Rc<Shard<DiskStore>>) {
         loop {
             glommio::timer::sleep(Duration::from_millis(RECLAIM_INTERVAL_MS)).await;
             s.reclaim().await;
+        }
+    })
+    .detach();
+}
+
+/// Each time a reload rings the bell: count this shard's streams into the
+/// quota counters it does not count yet, and say so.
+fn count_on_reload(shard: &Rc<Shard<DiskStore>>, auth: Arc<Auth>) {
+    let s = shard.clone();
+    glommio::spawn_local(async move {
+        let mut seen = 0;
+        loop {
+            seen = auth.bell.wait(s.id, seen).await;
+            s.count_usage(&auth.quotas);
+            let _ = auth.counted.send((s.id, seen));
         }
     })
     .detach();

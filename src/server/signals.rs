@@ -1,15 +1,16 @@
-//! SIGTERM and SIGINT: blocked in every thread, taken by one `signals`
-//! thread that moves the process to stopping and opens the stop latch.
+//! SIGTERM, SIGINT and SIGHUP: blocked in every thread, taken by one
+//! `signals` thread. A stop signal moves the process to stopping and opens
+//! the stop latch; SIGHUP re-reads the auth file (`access`).
 
-use super::{Process, BOOTING, STOPPING};
+use super::{Process, BOOTING, SERVING, STOPPING};
 use crate::limits::SHUTDOWN_TIMEOUT_MS;
 use anyhow::bail;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Blocks SIGTERM and SIGINT in the calling thread (and every thread it
-/// starts later); `start_signal_thread` takes them with sigwait.
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and every
+/// thread it starts later); `start_signal_thread` takes them with sigwait.
 pub(super) fn block_stop_signals() -> anyhow::Result<libc::sigset_t> {
     // Safety: sigset operations on a local, zero-initialised set.
     let rc = unsafe {
@@ -17,11 +18,12 @@ pub(super) fn block_stop_signals() -> anyhow::Result<libc::sigset_t> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         (rc, set)
     };
     if rc.0 != 0 {
-        bail!("blocking SIGTERM/SIGINT: {}", std::io::Error::from_raw_os_error(rc.0));
+        bail!("blocking SIGTERM/SIGINT/SIGHUP: {}", std::io::Error::from_raw_os_error(rc.0));
     }
     Ok(rc.1)
 }
@@ -30,6 +32,7 @@ fn signal_name(sig: libc::c_int) -> &'static str {
     match sig {
         libc::SIGTERM => "SIGTERM",
         libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
         _ => "signal",
     }
 }
@@ -39,8 +42,10 @@ fn signal_name(sig: libc::c_int) -> &'static str {
 /// shard at once; the main thread then returns (exit status 0) once all
 /// shards drained and synced. If that takes longer than SHUTDOWN_TIMEOUT_MS,
 /// or a second signal comes, this thread logs it and exits with status 1.
-/// A signal during boot exits at once with status 0: nothing has been
+/// A stop signal during boot exits at once with status 0: nothing has been
 /// acknowledged that is not already durable, and recovery is idempotent.
+/// SIGHUP while serving reloads the auth file; at other times it is logged
+/// and ignored.
 pub(super) fn start_signal_thread(set: libc::sigset_t, process: Arc<Process>) {
     std::thread::Builder::new()
         .name("signals".into())
@@ -48,7 +53,9 @@ pub(super) fn start_signal_thread(set: libc::sigset_t, process: Arc<Process>) {
             let sig = loop {
                 // Safety: `set` is a valid signal set; sigwaitinfo writes nothing when given null.
                 let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
-                if sig > 0 {
+                if sig == libc::SIGHUP {
+                    hang_up(&process);
+                } else if sig > 0 {
                     break sig;
                 }
             };
@@ -74,7 +81,9 @@ pub(super) fn start_signal_thread(set: libc::sigset_t, process: Arc<Process>) {
                 let ts = libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as _ };
                 // Safety: valid set and timeout; no siginfo wanted.
                 let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
-                if sig > 0 {
+                if sig == libc::SIGHUP {
+                    hang_up(&process);
+                } else if sig > 0 {
                     tracing::error!("second {} during shutdown: exiting now with status 1", signal_name(sig));
                     // Safety: as above.
                     unsafe { libc::_exit(1) };
@@ -82,4 +91,15 @@ pub(super) fn start_signal_thread(set: libc::sigset_t, process: Arc<Process>) {
             }
         })
         .expect("starting the signal thread");
+}
+
+/// SIGHUP: re-read the auth file while serving (not during boot, when the
+/// shards cannot answer yet, nor during a shutdown).
+fn hang_up(process: &Process) {
+    match (&process.auth, process.state.load(Ordering::Acquire)) {
+        (None, _) => tracing::info!("SIGHUP: no --auth-file to re-read"),
+        (Some(auth), SERVING) => auth.reload(),
+        (Some(_), BOOTING) => tracing::warn!("SIGHUP during boot: ignored; send it again once the server listens"),
+        (Some(_), _) => tracing::info!("SIGHUP during shutdown: ignored"),
+    }
 }

@@ -5,7 +5,7 @@ use super::*;
 impl<S: SegmentStore> Shard<S> {
     pub(super) async fn append(&self, key: StreamKey, req: AppendReq) -> Reply {
         let now = (self.now_ms)();
-        let (verdict, json, uid, inc, tail) = {
+        let (verdict, json, uid, inc, tail, usage) = {
             let mut streams = self.streams.borrow_mut();
             let s = streams.get_mut(&key).ok_or(Error::NotFound)?;
             // The ETag only matters for If-Match; don't build it on every append.
@@ -26,7 +26,7 @@ impl<S: SegmentStore> Shard<S> {
             // Every write that reaches the stream refreshes its TTL, even a
             // close-only or rejected one (F93).
             s.last_access_ms = now;
-            (verdict?, s.json, s.uid, s.incarnation, s.tail)
+            (verdict?, s.json, s.uid, s.incarnation, s.tail, s.usage.clone())
         };
         let producer = match verdict {
             AppendVerdict::Write { producer } => producer,
@@ -36,6 +36,8 @@ impl<S: SegmentStore> Shard<S> {
             AppendVerdict::AlreadyClosed => return self.answer_unwritten(&key, &req, None),
         };
         let data = if json && !req.body.is_empty() { json::normalize(&req.body, false)?.0 } else { req.body };
+        // Before the record exists: a refused append writes nothing.
+        let held = self.reserve(&key.bucket, usage.as_ref(), 0, data.len() as u64)?;
         let rec = AppendRecord {
             close: req.close,
             stream_seq: req.stream_seq,
@@ -61,6 +63,9 @@ impl<S: SegmentStore> Shard<S> {
                 return Err(self.storage_err(e));
             }
         };
+        if let Some(h) = held {
+            h.keep();
+        }
         let info = self.note_appended(&key, &rec, loc, body.len() - data_len, lsn, now);
         {
             let mut st = self.stats.borrow_mut();

@@ -90,21 +90,29 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     /// Writes a new stream's create record and makes the stream, answering
-    /// once the record is durable. A failed write gives a fork's reference back.
+    /// once the record is durable. The bucket's quotas are reserved first;
+    /// a refusal or a failed write gives a fork's reference back.
     async fn log_create(&self, key: StreamKey, rec: CreateRecord) -> Reply {
+        let usage = self.usage_of(&key.bucket);
+        let held = self.reserve(&key.bucket, usage.as_ref(), 1, rec.data.len() as u64);
         let uid = self.next_uid.get();
         let incarnation = self.tombstones.borrow().get(&key).map_or(1, |i| i + 1);
         let body = rec.encode();
         let h = RecordHeader { kind: persist::KIND_CREATE, stream_id: uid, incarnation, stream_offset: 0, body_len: 0 };
-        let (loc, lsn) = match self.log.append(h, &body) {
+        let written =
+            held.and_then(|held| self.log.append(h, &body).map_err(|e| self.storage_err(e)).map(|x| (x, held)));
+        let ((loc, lsn), held) = match written {
             Ok(x) => x,
             Err(e) => {
                 if let Some(f) = rec.fork {
                     self.release_source(f).await;
                 }
-                return Err(self.storage_err(e));
+                return Err(e);
             }
         };
+        if let Some(h) = held {
+            h.keep();
+        }
         self.next_uid.set(uid + 1);
         let data_len = rec.data.len();
         let now = rec.created_at_ms;
@@ -116,6 +124,7 @@ impl<S: SegmentStore> Shard<S> {
         s.closed_lsn = lsn;
         s.last_lsn = lsn;
         s.fork = rec.fork;
+        s.usage = usage;
         self.note_state(&mut s, loc.segment);
         if data_len > 0 {
             s.chunks.push(Chunk { start: 0, len: data_len as u32, loc, data_off: (body.len() - data_len) as u32, lsn });

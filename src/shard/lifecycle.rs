@@ -66,19 +66,29 @@ impl<S: SegmentStore> Shard<S> {
 
     /// Soft-deletes a stream that forks reference, else removes it. Returns
     /// the record's lsn and, for a removed fork, its source to release.
+    /// Either way the stream stops counting against its bucket's quotas.
     pub(super) fn delete_now(&self, key: &StreamKey) -> Result<(u64, Option<ForkRecord>), Error> {
-        let (refs, fork) = {
+        let (refs, fork, usage, stored) = {
             let streams = self.streams.borrow();
             let s = streams.get(key).ok_or(Error::NotFound)?;
-            (s.fork_refs, s.fork.clone())
+            (s.fork_refs, s.fork.clone(), s.usage.clone(), s.stored_bytes())
+        };
+        let release = || {
+            if let Some(u) = &usage {
+                u.release(1, stored);
+            }
         };
         if refs == 0 {
-            return Ok((self.remove_stream(key)?, fork));
+            let lsn = self.remove_stream(key)?;
+            release();
+            return Ok((lsn, fork));
         }
         let (lsn, _, _) = self.log_delete(key, true)?;
+        release();
         let mut streams = self.streams.borrow_mut();
         let s = streams.get_mut(key).expect("checked above");
         s.soft_deleted = true;
+        s.usage = None;
         s.last_lsn = lsn;
         // Readers waiting on it get their 410 now.
         s.waiters.clear();

@@ -11,7 +11,7 @@
 //! between cores, `control` answers other shards; the
 //! operations live one concern a file: `create`, `append`, `read`,
 //! `snapshot`, `lifecycle`, `fork`, `bucket`, `reclaim`, `recover`, over the
-//! state model in `stream`.
+//! state model in `stream`; `usage` keeps bucket quotas.
 
 mod append;
 mod bucket;
@@ -28,6 +28,7 @@ mod recover;
 pub mod router;
 mod snapshot;
 mod stream;
+mod usage;
 
 use crate::limits::READ_CHUNK_BYTES_MAX;
 use crate::metrics::{Family, Histo, Samples};
@@ -39,8 +40,9 @@ use crate::protocol::persist::{
 use crate::protocol::rules::{self, AppendContext, AppendVerdict, CreateConfig, ProducerState};
 use crate::protocol::{
     json, AppendReq, Bootstrap, BucketOp, CreateReq, Error, ListReq, ListedStream, Listing, Live, Offset, Outcome,
-    ProducerAck, ReadOutcome, ReadReq, SnapshotReq, StreamInfo, StreamKey, StreamOp, Surface,
+    ProducerAck, QuotaKind, ReadOutcome, ReadReq, SnapshotReq, StreamInfo, StreamKey, StreamOp, Surface,
 };
+use crate::quota::{BucketUsage, Quotas, Reservation};
 use crate::storage::io::SegmentStore;
 use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
 use futures_channel::oneshot;
@@ -53,6 +55,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 use stream::*;
@@ -69,6 +72,10 @@ pub struct ShardStats {
     pub segments_reclaimed: u64,
     /// State or bucket records re-logged so that an old segment could go.
     pub relogged: u64,
+    /// Creates refused by a bucket's max_streams (429).
+    pub quota_refused_streams: u64,
+    /// Writes refused by a bucket's max_bytes (507).
+    pub quota_refused_bytes: u64,
 }
 
 pub struct Shard<S: SegmentStore> {
@@ -104,6 +111,8 @@ pub struct Shard<S: SegmentStore> {
     reclaim_due: Cell<bool>,
     /// Sealed segments at the end of the last reclaim pass.
     reclaim_sealed: Cell<usize>,
+    /// The quota counters this shard counts its streams into, by bucket.
+    counted: RefCell<HashMap<String, Arc<BucketUsage>>>,
 }
 
 /// An executor's timer: resolves after the duration.
@@ -195,6 +204,8 @@ impl<S: SegmentStore> Shard<S> {
         out.sample(Family::Segments, id, "", self.log.sealed_segments().len() as u64 + 1);
         out.sample(Family::SegmentsReclaimed, id, "", s.segments_reclaimed);
         out.sample(Family::LogPoisoned, id, "", u64::from(self.log.is_poisoned()));
+        out.sample(Family::QuotaRefusals, id, "quota=\"max_streams\"", s.quota_refused_streams);
+        out.sample(Family::QuotaRefusals, id, "quota=\"max_bytes\"", s.quota_refused_bytes);
         out
     }
 

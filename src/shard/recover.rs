@@ -40,6 +40,7 @@ impl<S: SegmentStore> Shard<S> {
             bucket_segs: RefCell::default(),
             reclaim_due: Cell::new(true),
             reclaim_sealed: Cell::new(0),
+            counted: RefCell::default(),
         };
         let mut replay = Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
         let mut body = Vec::new();

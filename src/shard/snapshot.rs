@@ -40,7 +40,7 @@ impl<S: SegmentStore> Shard<S> {
         let now = (self.now_ms)();
         let offset = req.offset.pos;
         let content_type = stream_content_type(req.content_type.as_deref());
-        let rec = {
+        let (rec, before, after, usage) = {
             let mut streams = self.streams.borrow_mut();
             let s = streams.get_mut(&key).ok_or(Error::NotFound)?;
             s.last_access_ms = now;
@@ -60,9 +60,20 @@ impl<S: SegmentStore> Shard<S> {
             rec.snapshots.push(SnapshotMeta { offset, content_type: content_type.clone(), published_at_ms: now });
             let excess = rec.snapshots.len().saturating_sub(crate::limits::SNAPSHOTS_PER_STREAM_MAX);
             rec.snapshots.drain(..excess);
-            rec
+            let after = s.stored_bytes_after_snapshot(&rec.snapshots, offset, req.body.len());
+            (rec, s.stored_bytes(), after, s.usage.clone())
+        };
+        let held = match after.checked_sub(before) {
+            Some(grows) => self.reserve(&key.bucket, usage.as_ref(), 0, grows)?,
+            None => None,
         };
         let (loc, lsn) = self.log_state(&key, &rec, Some(&req.body))?;
+        if let Some(h) = held {
+            h.keep();
+        }
+        if let (Some(u), Some(frees)) = (&usage, before.checked_sub(after)) {
+            u.release(0, frees);
+        }
         let info = {
             let mut streams = self.streams.borrow_mut();
             let s = streams.get_mut(&key).expect("checked above, no await since");
@@ -71,6 +82,7 @@ impl<S: SegmentStore> Shard<S> {
             let data_off = loc.body_len - req.body.len() as u32;
             let snap = Snap { content_type, loc, data_off, len: req.body.len() as u32, published_at_ms: now };
             s.snapshots.insert(offset, snap);
+            debug_assert_eq!(s.stored_bytes(), after, "the quota counted what the stream now holds");
             s.info(&s.visible(self.log.durable_lsn()))
         };
         self.reclaim_due.set(true);
@@ -119,7 +131,9 @@ impl<S: SegmentStore> Shard<S> {
         };
         let (_, lsn) = self.log_state(&key, &rec, None)?;
         if let Some(s) = self.streams.borrow_mut().get_mut(&key) {
-            s.snapshots.remove(&offset.pos);
+            if let (Some(snap), Some(u)) = (s.snapshots.remove(&offset.pos), &s.usage) {
+                u.release(0, u64::from(snap.len));
+            }
         }
         self.reclaim_due.set(true);
         self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;

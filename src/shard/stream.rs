@@ -73,6 +73,9 @@ pub(super) struct Stream {
     /// Recovery only: the latest state record lists a snapshot whose record
     /// was not found (fine if a later state record no longer lists it).
     pub(super) blob_missing: bool,
+    /// The quota counter of its bucket, while it counts there (from its
+    /// create or the counter's seeding, to its delete).
+    pub(super) usage: Option<Arc<BucketUsage>>,
 }
 
 /// A published snapshot: its blob is the data part of its snapshot record.
@@ -158,7 +161,29 @@ impl Stream {
             meta_segs: Vec::new(),
             gap_end: 0,
             blob_missing: false,
+            usage: None,
         }
+    }
+
+    /// What the stream holds against its bucket's max_bytes: its retained
+    /// data (tail minus trim point) and its retained snapshots' bodies.
+    pub(super) fn stored_bytes(&self) -> u64 {
+        let blobs: u64 = self.snapshots.values().map(|s| u64::from(s.len)).sum();
+        self.tail.saturating_sub(self.trim) + blobs
+    }
+
+    /// [`Stream::stored_bytes`] once a snapshot of `blob_len` bytes is
+    /// published at `offset` with `kept` the snapshots listed afterwards
+    /// (the new one among them): the data from the new trim point on, the
+    /// bodies of the older snapshots kept, and the new body.
+    pub(super) fn stored_bytes_after_snapshot(&self, kept: &[SnapshotMeta], offset: u64, blob_len: usize) -> u64 {
+        let older: u64 = kept
+            .iter()
+            .filter(|m| m.offset != offset)
+            .filter_map(|m| self.snapshots.get(&m.offset))
+            .map(|sn| u64::from(sn.len))
+            .sum();
+        self.tail.saturating_sub(offset.max(self.trim)) + older + blob_len as u64
     }
 
     /// The stream's state as a record (see [`StateRecord`]), without a blob.

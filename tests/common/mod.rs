@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod auth;
+
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};

@@ -1,0 +1,66 @@
+//! A shard's side of bucket quotas: counting its streams into the counters
+//! of limited buckets (at boot and when a reload adds counters), reserving
+//! what a write adds before it is written, and giving back what a delete,
+//! expiry or trim frees. See `crate::quota` for what is counted.
+
+use super::*;
+
+impl<S: SegmentStore> Shard<S> {
+    /// Counts this shard's streams into every quota counter it does not
+    /// count yet. One synchronous step on this shard's thread, so no write
+    /// of this shard is counted twice or missed: those before it are in the
+    /// streams it scans, those after it reserve on the counter.
+    pub fn count_usage(&self, quotas: &Quotas) {
+        let all = quotas.counters();
+        let mut counted = self.counted.borrow_mut();
+        let new: HashMap<&str, &Arc<BucketUsage>> =
+            all.iter().filter(|(b, _)| !counted.contains_key(*b)).map(|(b, u)| (b.as_str(), u)).collect();
+        if new.is_empty() {
+            return;
+        }
+        for (key, s) in self.streams.borrow_mut().iter_mut() {
+            if let Some(u) = new.get(key.bucket.as_str()).filter(|_| !s.soft_deleted) {
+                u.add(1, s.stored_bytes());
+                s.usage = Some(Arc::clone(u));
+            }
+        }
+        for (bucket, u) in new {
+            counted.insert(bucket.to_string(), u.clone());
+        }
+    }
+
+    /// The counter this shard counts `bucket`'s streams into, if any.
+    pub(super) fn usage_of(&self, bucket: &str) -> Option<Arc<BucketUsage>> {
+        let counted = self.counted.borrow();
+        if counted.is_empty() {
+            return None;
+        }
+        counted.get(bucket).cloned()
+    }
+
+    /// Reserves what a write adds to `bucket` (nothing to do without a
+    /// counter); a refusal is 429 or 507 and writes nothing.
+    pub(super) fn reserve(
+        &self,
+        bucket: &str,
+        usage: Option<&Arc<BucketUsage>>,
+        streams: u64,
+        bytes: u64,
+    ) -> Result<Option<Reservation>, Error> {
+        let Some(u) = usage else { return Ok(None) };
+        u.reserve(streams, bytes).map(Some).map_err(|e| {
+            let mut st = self.stats.borrow_mut();
+            match e.quota {
+                QuotaKind::MaxStreams => st.quota_refused_streams += 1,
+                QuotaKind::MaxBytes => st.quota_refused_bytes += 1,
+            }
+            Error::QuotaExceeded {
+                quota: e.quota,
+                bucket: bucket.to_string(),
+                limit: e.limit,
+                used: e.used,
+                requested: e.requested,
+            }
+        })
+    }
+}
