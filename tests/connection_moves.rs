@@ -76,6 +76,8 @@ fn one_stream_per_connection_stops_crossing_cores() {
     const CONNECTIONS: usize = 16;
     const APPENDS: usize = 30;
     let handoffs_before = sum(&s, "ringstream_handoffs_total", "");
+    // Each scrape is a connection of its own, counted when accepted.
+    let accepted_before = sum(&s, "ringstream_connections_accepted_total", "");
     let workers: Vec<_> = (0..CONNECTIONS)
         .map(|k| {
             let mut c = s.conn();
@@ -103,4 +105,8 @@ fn one_stream_per_connection_stops_crossing_cores() {
     assert!(moved <= CONNECTIONS as f64);
     assert_eq!(handoffs, moved * f64::from(CONN_MOVE_STREAK), "hand-offs stop once a connection moved");
     assert!(moved >= 1.0, "with {CONNECTIONS} connections some were accepted by the other shard");
+    // A moved connection is not accepted twice: the workers' connections and
+    // the three scrapes since (this one included).
+    let accepted = sum(&s, "ringstream_connections_accepted_total", "") - accepted_before;
+    assert_eq!(accepted, (CONNECTIONS + 3) as f64);
 }

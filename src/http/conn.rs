@@ -128,6 +128,8 @@ fn until(deadline: Instant) -> Option<Duration> {
 /// the shard is full of busy connections, answers 503 and closes it (just
 /// closes it when SHARD_REFUSALS_IN_FLIGHT_MAX refusals are already going out).
 pub fn admit<C: ConnContext + ?Sized + 'static>(stream: TcpStream, cx: Rc<C>, gate: &Rc<Gate>) {
+    let edge = cx.edge();
+    edge.accepted.set(edge.accepted.get() + 1);
     admit_carried(stream, cx, gate, Reader::new(Vec::new()), Affinity::default());
 }
 
@@ -148,7 +150,6 @@ fn admit_carried<C: ConnContext + ?Sized + 'static>(
     affinity: Affinity,
 ) {
     let edge = cx.edge();
-    edge.accepted.set(edge.accepted.get() + 1);
     let Some(slot) = gate.admit(edge.connections.get()) else {
         edge.refused.set(edge.refused.get() + 1);
         if gate.refusing.get() < SHARD_REFUSALS_IN_FLIGHT_MAX {
