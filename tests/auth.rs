@@ -11,9 +11,8 @@
 
 mod common;
 
-use common::auth::{bearer, eventually, hang_up, write, write_text, Grant};
-use common::{Conn, Response, Server, TempDir};
-use std::path::PathBuf;
+use common::auth::{bearer, eventually, hang_up, write, write_text, AuthedServer, Grant};
+use common::{Conn, Response};
 
 const OCTET: (&str, &str) = ("Content-Type", "application/octet-stream");
 const JSON: (&str, &str) = ("Content-Type", "application/json");
@@ -28,19 +27,9 @@ const ADMIN: Grant = Grant { name: "admin", token: "admin-token-5", buckets: &["
 const TENANT: Grant = Grant { name: "tenant", token: "tenant-token-6", buckets: &["tenant-a-*"], rights: &["admin"] };
 const EVERYONE: [Grant; 6] = [READER, WRITER, MANAGER, CURATOR, ADMIN, TENANT];
 
-/// A server with an auth file (kept beside it, for reloads).
-struct Authed {
-    srv: Server,
-    file: PathBuf,
-    _dir: TempDir,
-}
-
-fn start(grants: &[Grant]) -> Authed {
-    let dir = TempDir::new("auth");
-    let file = dir.path().join("auth.toml");
-    write(&file, grants, &[]);
-    let srv = Server::start_with(&["--auth-file", file.to_str().unwrap()]);
-    Authed { srv, file, _dir: dir }
+/// A server with an auth file of these tokens and no quotas.
+fn start(grants: &[Grant]) -> AuthedServer {
+    AuthedServer::start(grants, &[])
 }
 
 /// A request presenting `token` (None: no Authorization header).

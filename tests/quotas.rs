@@ -8,30 +8,20 @@
 
 mod common;
 
-use common::auth::{bearer, eventually, hang_up, write, Grant, Quota};
-use common::{Conn, Response, Server, TempDir};
+use common::auth::{bearer, eventually, hang_up, write, AuthedServer, Grant, Quota};
+use common::{Conn, Response, Server};
 use ringstream::protocol::StreamKey;
 use ringstream::shard::router::shard_for;
 use serde_json::Value;
-use std::path::PathBuf;
 
 const OCTET: (&str, &str) = ("Content-Type", "application/octet-stream");
 const ADMIN: Grant = Grant { name: "admin", token: "quota-admin-token", buckets: &["*"], rights: &["admin"] };
 /// Shards of the test server (`Server::start` runs 2).
 const SHARDS: usize = 2;
 
-struct Quoted {
-    srv: Server,
-    file: PathBuf,
-    _dir: TempDir,
-}
-
-fn start(quotas: &[Quota]) -> Quoted {
-    let dir = TempDir::new("quota");
-    let file = dir.path().join("auth.toml");
-    write(&file, &[ADMIN], quotas);
-    let srv = Server::start_with(&["--auth-file", file.to_str().unwrap()]);
-    Quoted { srv, file, _dir: dir }
+/// A server with an admin token and these quotas.
+fn start(quotas: &[Quota]) -> AuthedServer {
+    AuthedServer::start(&[ADMIN], quotas)
 }
 
 fn req(c: &mut Conn, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {

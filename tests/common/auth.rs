@@ -2,10 +2,29 @@
 //! quotas, written as the TOML the server reads; the SHA-256 of each token
 //! computed here independently of the server's code.
 
+use super::{Server, TempDir};
 use sha2::{Digest, Sha256};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// A server started with an auth file, kept beside it for reloads.
+pub struct AuthedServer {
+    pub srv: Server,
+    pub file: PathBuf,
+    _dir: TempDir,
+}
+
+impl AuthedServer {
+    /// A server whose auth file has these tokens and quotas.
+    pub fn start(grants: &[Grant], quotas: &[Quota]) -> AuthedServer {
+        let dir = TempDir::new("auth");
+        let file = dir.path().join("auth.toml");
+        write(&file, grants, quotas);
+        let srv = Server::start_with(&["--auth-file", file.to_str().unwrap()]);
+        AuthedServer { srv, file, _dir: dir }
+    }
+}
 
 /// One `[[token]]` entry.
 #[derive(Debug, Clone, Copy)]
