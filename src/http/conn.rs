@@ -39,8 +39,6 @@ pub trait ConnContext: Dispatch {
     /// For GET /readyz: recovery finished, every shard serves, and the
     /// server is not shutting down.
     fn ready(&self) -> bool;
-    /// The shard that runs `req` when that is not this one.
-    fn remote_owner(&self, req: &ShardRequest) -> Option<usize>;
     /// Hands a connection to shard `to`, which serves it from then on; gives
     /// it back when that shard cannot take it.
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection>;
@@ -526,11 +524,12 @@ async fn handle<C: ConnContext + ?Sized>(
         Ok(Route::Ready) if cx.ready() => respond::plain(200, "ready"),
         Ok(Route::Ready) => respond::plain(503, "not ready (starting or shutting down)"),
         Ok(Route::Shard(req)) => {
-            remote = cx.remote_owner(&req);
+            let owner = cx.owner(&req);
+            remote = (owner != cx.shard_id()).then_some(owner);
             let long_poll =
                 matches!(&*req, ShardRequest::Stream { op: StreamOp::Read(r), .. } if r.live == Live::LongPoll);
             let _held = long_poll.then(|| Held::new(&cx.edge().long_polls));
-            match cx.dispatch(*req).await {
+            match cx.dispatch_to(owner, *req).await {
                 Ok(o) => respond::outcome(surface, o, || location(head, cx.trust_proxy())),
                 Err(e) => respond::error(surface, &e),
             }

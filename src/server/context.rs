@@ -35,9 +35,12 @@ pub(super) struct Ctx {
 }
 
 impl Dispatch for Ctx {
-    fn dispatch(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
+    fn owner(&self, req: &ShardRequest) -> usize {
+        req.owner(self.shards)
+    }
+
+    fn dispatch_to(&self, owner: usize, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
         Box::pin(async move {
-            let owner = req.owner(self.shards);
             if owner != self.me {
                 self.edge.handoffs.set(self.edge.handoffs.get() + 1);
             } else {
@@ -131,10 +134,6 @@ impl ConnContext for Ctx {
 
     fn ready(&self) -> bool {
         self.process.state.load(Ordering::Acquire) == SERVING
-    }
-
-    fn remote_owner(&self, req: &ShardRequest) -> Option<usize> {
-        Some(req.owner(self.shards)).filter(|&o| o != self.me)
     }
 
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection> {

@@ -53,7 +53,14 @@ impl ShardRequest {
 /// How the HTTP edge hands a request to its owner: run it here when this
 /// core owns it, else send it over the mesh and wait for the reply.
 pub trait Dispatch {
-    fn dispatch(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>>;
+    /// The shard that owns `req` (its stream's or its bucket's).
+    fn owner(&self, req: &ShardRequest) -> usize;
+    /// Runs `req` on `owner`, which the caller has computed with [`Dispatch::owner`].
+    fn dispatch_to(&self, owner: usize, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>>;
+    /// Runs `req` on its owner.
+    fn dispatch(&self, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
+        self.dispatch_to(self.owner(&req), req)
+    }
 }
 
 /// Shard-to-shard requests, each with the channel its answer goes back on.
