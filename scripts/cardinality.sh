@@ -25,18 +25,9 @@ cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
-start() { # start LOG: starts the server on $WORK/data; sets PID, URL and SECS (exec to listening)
-  local log=$1 t0; t0=$(date +%s.%N)
-  "$RS" --listen 127.0.0.1:0 --data-dir "$WORK/data" --shards "$SHARDS" >"$log" 2>&1 &
-  PID=$!
-  until grep -q "listening on" "$log"; do
-    kill -0 "$PID" 2>/dev/null || { cat "$log" >&2; exit 1; }
-    sleep 0.01
-  done
-  URL="http://$(grep "listening on" "$log" | grep -o '127.0.0.1:[0-9]*' | head -1)"
-  SECS=$(echo "$(date +%s.%N) - $t0" | bc)
-}
-stop() { kill -TERM "$PID"; wait "$PID" || true; PID=""; }
+. scripts/lib/server.sh
+start() { bench_server "$RS" "$WORK/data" "$SHARDS" "$1"; }
+stop() { bench_stop; }
 
 for N in "${@:-10000 100000 1000000}"; do
   for n in $N; do

@@ -13,6 +13,7 @@
 # Usage: scripts/scale-shards.sh [SHARDS ...]   (DURATION=10, STREAMS=1000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/server.sh
 cargo build --release --quiet -p ringstream -p loadgen
 RS=${RINGSTREAM:-target/release/ringstream}
 LG=target/release/loadgen
@@ -38,10 +39,7 @@ for S in "${@:-1 2 4 8 16}"; do
     [ "$s" -le "$CPUS" ] || continue
     for spread in rotate pinned; do
       rm -rf "$WORK/data"
-      "$RS" --listen 127.0.0.1:0 --data-dir "$WORK/data" --shards "$s" >"$WORK/log" 2>&1 &
-      PID=$!
-      until grep -q "listening on" "$WORK/log"; do kill -0 "$PID" || exit 1; sleep 0.05; done
-      URL="http://$(grep "listening on" "$WORK/log" | grep -o '127.0.0.1:[0-9]*' | head -1)"
+      bench_server "$RS" "$WORK/data" "$s" "$WORK/log"
       c=$(( 64 * s ))
       "$LG" --target "$URL" --surface v1 --streams "$STREAMS" --setup-only --connections 64 >/dev/null
       h0=$(metric ringstream_handoffs_total); r0=$(metric ringstream_http_requests_total)
@@ -54,7 +52,7 @@ for S in "${@:-1 2 4 8 16}"; do
       wait "$L" || true
       h1=$(metric ringstream_handoffs_total); r1=$(metric ringstream_http_requests_total)
       moved=$(curl -s "$URL/metrics" | awk '/^ringstream_connections_moved_total/ && /direction="out"/ {s += $2} END {print s + 0}')
-      kill -TERM "$PID"; wait "$PID" || true; PID=""
+      bench_stop
       python3 - "$OUT/s$s-$spread.json" "$s" "$spread" "$t0" "$t1" "$a0" "$a1" "$h0" "$h1" "$r0" "$r1" "$moved" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -14,3 +14,21 @@ start_server() {
     echo "$(basename "$0"): server did not start:" >&2; cat "$work/err" >&2; exit 3
   fi
 }
+
+# bench_server BINARY DATA_DIR SHARDS LOG: starts BINARY as benchmarks run it
+# (pinned shards, default settings) on a free loopback port, waits for its
+# "listening" line, and sets $PID, $URL and $SECS (exec to listening). Exits
+# with the log when the server ends first. bench_stop: SIGTERM, then waits.
+bench_server() {
+  local bin=$1 data=$2 shards=$3 log=$4 t0
+  t0=$(date +%s.%N)
+  "$bin" --listen 127.0.0.1:0 --data-dir "$data" --shards "$shards" >"$log" 2>&1 &
+  PID=$!
+  until grep -q "listening on" "$log"; do
+    kill -0 "$PID" 2>/dev/null || { cat "$log" >&2; exit 1; }
+    sleep 0.01
+  done
+  URL="http://$(grep "listening on" "$log" | grep -o '127.0.0.1:[0-9]*' | head -1)"
+  SECS=$(echo "$(date +%s.%N) - $t0" | bc)
+}
+bench_stop() { kill -TERM "$PID"; wait "$PID" || true; PID=""; }
