@@ -7,12 +7,13 @@
 //! from. docs/operations.md lists every setting.
 
 use crate::config::DirectIoMode;
-use crate::config::{online_cpus, Config, LogFormat};
+use crate::config::{online_cpus, Config, LogFormat, TierConfig};
 use crate::limits::{
     CONN_BODY_TIMEOUT_MS, CONN_HEADER_TIMEOUT_MS, CONN_REQUEST_TIMEOUT_MS_MIN, LONG_POLL_TIMEOUT_MS_DEFAULT,
     LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SHARDS_MAX,
-    SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN,
+    SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN, TIER_HOT_SEGMENTS_MIN,
 };
+use crate::tier::S3Settings;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use serde::Deserialize;
@@ -153,6 +154,61 @@ pub struct Cli {
     /// key take true/false. [default: false]
     #[arg(long, env = "RINGSTREAM_NO_AUTH", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_auth: bool,
+
+    /// Tiered storage: `s3` moves sealed segments beyond --hot-bytes to an
+    /// S3-compatible object store (--tier-endpoint, --tier-bucket) and reads
+    /// cold ranges back from it; credentials only from AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY. `none` keeps everything on the local disk.
+    /// See docs/operations.md, "Tiered storage".
+    #[arg(long, value_enum, default_value = "none", env = "RINGSTREAM_TIER")]
+    pub tier: TierKind,
+
+    /// Tiered storage: the object store's URL, e.g. https://s3.eu-west-1.amazonaws.com
+    /// or http://127.0.0.1:8333 (path-style requests). Default: none.
+    #[arg(long, env = "RINGSTREAM_TIER_ENDPOINT", value_name = "URL")]
+    pub tier_endpoint: Option<String>,
+
+    /// Tiered storage: the bucket (it must exist). Default: none.
+    #[arg(long, env = "RINGSTREAM_TIER_BUCKET", value_name = "NAME")]
+    pub tier_bucket: Option<String>,
+
+    /// Tiered storage: the region requests are signed for.
+    #[arg(long, default_value = "us-east-1", env = "RINGSTREAM_TIER_REGION", value_name = "R")]
+    pub tier_region: String,
+
+    /// Tiered storage: keys start with `P/<node id>/shard-<i>/` (the node id
+    /// is made once per data directory, so nodes may share a bucket and a prefix).
+    #[arg(long, default_value = "ringstream", env = "RINGSTREAM_TIER_PREFIX", value_name = "P")]
+    pub tier_prefix: String,
+
+    /// Tiered storage: bytes of segment files (and skeletons of remote
+    /// ones) the node keeps on its local disk, a plain integer, split evenly
+    /// over the shards; each shard's share must hold at least 3 segments.
+    /// Past it the oldest sealed segments go to the object store; while the
+    /// store is down the disk overshoots (logged; ringstream_tier_local_bytes).
+    /// Default: none.
+    #[arg(long, env = "RINGSTREAM_HOT_BYTES", value_name = "N")]
+    pub hot_bytes: Option<u64>,
+}
+
+/// The tier settings as given (flags and environment, and the file's).
+struct TierArgs {
+    kind: TierKind,
+    endpoint: Option<String>,
+    bucket: Option<String>,
+    region: String,
+    prefix: String,
+    hot_bytes: Option<u64>,
+    file: FileSettings,
+}
+
+/// `--tier`: where sealed segments go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TierKind {
+    /// Keep every segment on the local disk.
+    None,
+    /// Move sealed segments beyond --hot-bytes to an S3-compatible store.
+    S3,
 }
 
 /// What the command line asks for: the configuration, and whether only to
@@ -183,6 +239,12 @@ struct FileSettings {
     trust_proxy: Option<bool>,
     auth_file: Option<PathBuf>,
     no_auth: Option<bool>,
+    tier: Option<String>,
+    tier_endpoint: Option<String>,
+    tier_bucket: Option<String>,
+    tier_region: Option<String>,
+    tier_prefix: Option<String>,
+    hot_bytes: Option<u64>,
 }
 
 /// Parses the process's arguments and environment and resolves them.
@@ -207,6 +269,23 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         None => FileSettings::default(),
     };
     let r = Resolver { matches, command: Cli::command(), file_path: cli.config.as_deref() };
+    let tier_args = TierArgs {
+        kind: cli.tier,
+        endpoint: cli.tier_endpoint.clone(),
+        bucket: cli.tier_bucket.clone(),
+        region: cli.tier_region.clone(),
+        prefix: cli.tier_prefix.clone(),
+        hot_bytes: cli.hot_bytes,
+        file: FileSettings {
+            tier: file.tier.clone(),
+            tier_endpoint: file.tier_endpoint.clone(),
+            tier_bucket: file.tier_bucket.clone(),
+            tier_region: file.tier_region.clone(),
+            tier_prefix: file.tier_prefix.clone(),
+            hot_bytes: file.hot_bytes,
+            ..FileSettings::default()
+        },
+    };
 
     let file_listen = match &file.listen {
         Some(s) => Some(s.parse::<SocketAddr>().map_err(|e| {
@@ -256,6 +335,7 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
             "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}, got {segment_bytes} (set by {from})"
         ));
     }
+    let tier = resolve_tier(&r, &tier_args, shards, segment_bytes)?;
     let max_pending_bytes =
         r.pick_at_least("max_pending_bytes", cli.max_pending_bytes, file.max_pending_bytes, SHARD_PENDING_BYTES_MIN)?;
     let max_connections = r.pick_at_least("max_connections", cli.max_connections, file.max_connections, 1)?;
@@ -302,8 +382,63 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         trust_proxy,
         auth_file,
         no_auth,
+        tier,
         config_file: cli.config,
     })
+}
+
+/// The `--tier*` and `--hot-bytes` settings: none, or every one that S3
+/// needs, checked against the shard count and the segment size.
+fn resolve_tier(r: &Resolver, a: &TierArgs, shards: usize, segment_bytes: u64) -> Result<Option<TierConfig>, String> {
+    let file = &a.file;
+    let file_tier = match &file.tier {
+        Some(s) => Some(
+            TierKind::from_str(s, true)
+                .map_err(|_| format!("--tier: {s:?} is not one of none, s3 (set by {})", r.file_origin("tier")))?,
+        ),
+        None => None,
+    };
+    let (kind, _) = r.pick("tier", a.kind, file_tier);
+    let opt = |id: &str, cli: &Option<String>, file: &Option<String>| match r.explicit(id) {
+        Some(_) => cli.clone(),
+        None => file.clone(),
+    };
+    let endpoint = opt("tier_endpoint", &a.endpoint, &file.tier_endpoint);
+    let bucket = opt("tier_bucket", &a.bucket, &file.tier_bucket);
+    let hot_bytes = if r.explicit("hot_bytes").is_some() { a.hot_bytes } else { file.hot_bytes };
+    let (region, _) = r.pick("tier_region", a.region.clone(), file.tier_region.clone());
+    let (prefix, _) = r.pick("tier_prefix", a.prefix.clone(), file.tier_prefix.clone());
+    if kind == TierKind::None {
+        if endpoint.is_some() || bucket.is_some() || hot_bytes.is_some() {
+            return Err("--tier-endpoint, --tier-bucket and --hot-bytes take effect only with --tier s3".into());
+        }
+        return Ok(None);
+    }
+    let endpoint = endpoint.ok_or("--tier s3 needs --tier-endpoint URL")?;
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        return Err(format!("--tier-endpoint: {endpoint:?} is not an http:// or https:// URL"));
+    }
+    let bucket = bucket.filter(|b| !b.is_empty()).ok_or("--tier s3 needs --tier-bucket NAME")?;
+    let prefix = prefix.trim_matches('/').to_string();
+    let prefix_ok = |c: char| c.is_ascii_alphanumeric() || "-_./".contains(c);
+    if prefix.is_empty() || !prefix.chars().all(prefix_ok) || prefix.split('/').any(|p| p.is_empty() || p == "..") {
+        return Err(format!("--tier-prefix: {prefix:?} must be path segments of letters, digits, '-', '_', '.'"));
+    }
+    let hot_bytes = hot_bytes.ok_or("--tier s3 needs --hot-bytes N (the local budget, in bytes)")?;
+    let floor = TIER_HOT_SEGMENTS_MIN * segment_bytes * shards as u64;
+    if hot_bytes < floor {
+        return Err(format!(
+            "--hot-bytes {hot_bytes} leaves each of the {shards} shards less than {TIER_HOT_SEGMENTS_MIN} segments of \
+             {segment_bytes} bytes (the active one, the one prepared ahead, one sealed): give at least {floor}"
+        ));
+    }
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let (Some(access_key_id), Some(secret_access_key)) = (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"))
+    else {
+        return Err("--tier s3 needs the credentials in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY".into());
+    };
+    let s3 = S3Settings { endpoint, bucket, region, access_key_id, secret_access_key };
+    Ok(Some(TierConfig { s3, prefix, hot_bytes }))
 }
 
 /// The safe default: without an auth file the server serves loopback only,

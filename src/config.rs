@@ -33,8 +33,34 @@ pub struct Config {
     pub auth_file: Option<PathBuf>,
     /// `--no-auth`: serving a non-loopback address without an auth file is meant.
     pub no_auth: bool,
+    /// Tiered storage (`--tier s3`); None: every segment stays local.
+    pub tier: Option<TierConfig>,
     /// The TOML file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
+}
+
+/// Tiered storage: where sealed segments go and how much stays local.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TierConfig {
+    pub s3: crate::tier::S3Settings,
+    /// Keys start with `{prefix}/{node id}/`.
+    pub prefix: String,
+    /// Local budget of the whole node, split evenly over the shards.
+    pub hot_bytes: u64,
+}
+
+impl std::fmt::Debug for TierConfig {
+    /// Never prints the secret key (`--check-config` prints the settings).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TierConfig")
+            .field("endpoint", &self.s3.endpoint)
+            .field("bucket", &self.s3.bucket)
+            .field("region", &self.s3.region)
+            .field("access_key_id", &self.s3.access_key_id)
+            .field("prefix", &self.prefix)
+            .field("hot_bytes", &self.hot_bytes)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How log lines are written to stderr.

@@ -57,3 +57,4 @@ pub mod quota;
 pub mod server;
 pub mod shard;
 pub mod storage;
+pub mod tier;

@@ -133,6 +133,29 @@ pub const RECLAIM_INTERVAL_MS: u64 = 1_000;
 /// State records one reclaim pass may re-log to free old segments.
 pub const RECLAIM_RELOG_MAX: usize = 4_096;
 
+/// Tiered storage: how long the object store may take to accept a TCP
+/// connection before a job fails (the store counts as down).
+pub const TIER_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Tiered storage: the longest a range read, delete or listing may take
+/// (retries included); a cold read past it answers 503.
+pub const TIER_REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// Tiered storage: the longest one segment upload (and its verification) may take.
+pub const TIER_UPLOAD_TIMEOUT_MS: u64 = 120_000;
+/// Tiered storage: cold reads fetch whole blocks of this size (aligned in the
+/// segment), so a catch-up read of a cold range costs one GET per block.
+pub const TIER_BLOCK_BYTES: u64 = 1024 * 1024;
+/// Tiered storage: fetched blocks kept in memory per shard (least recently
+/// used go first).
+pub const TIER_CACHE_BYTES: u64 = 32 * 1024 * 1024;
+/// Tiered storage: the first wait after a failed upload; it doubles per
+/// failure up to [`TIER_RETRY_MAX_MS`].
+pub const TIER_RETRY_MIN_MS: u64 = 500;
+/// Tiered storage: the longest wait between upload attempts.
+pub const TIER_RETRY_MAX_MS: u64 = 30_000;
+/// Tiered storage: a shard's share of `--hot-bytes` must hold at least this
+/// many segments (the active one, the one prepared ahead, and one sealed).
+pub const TIER_HOT_SEGMENTS_MIN: u64 = 3;
+
 /// Most shards (executors) one server runs.
 pub const SHARDS_MAX: usize = 256;
 

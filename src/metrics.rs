@@ -64,6 +64,16 @@ pub enum Family {
     TokenForbidden,
     TokenHidden,
     QuotaRefusals,
+    TierLocalBytes,
+    TierHotBudgetBytes,
+    TierRemoteSegments,
+    TierRemoteBytes,
+    TierUploads,
+    TierUploadedBytes,
+    TierColdReads,
+    TierFetchedBytes,
+    TierRemoteDeleted,
+    TierStoreUp,
     BuildInfo,
     DiskFreeBytes,
     DiskSizeBytes,
@@ -83,7 +93,7 @@ const LATENCY_BOUNDS_US: &[u64] = &[
 const BATCH_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384];
 
 impl Family {
-    pub const ALL: [Family; 40] = [
+    pub const ALL: [Family; 50] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -116,6 +126,16 @@ impl Family {
         Family::TokenForbidden,
         Family::TokenHidden,
         Family::QuotaRefusals,
+        Family::TierLocalBytes,
+        Family::TierHotBudgetBytes,
+        Family::TierRemoteSegments,
+        Family::TierRemoteBytes,
+        Family::TierUploads,
+        Family::TierUploadedBytes,
+        Family::TierColdReads,
+        Family::TierFetchedBytes,
+        Family::TierRemoteDeleted,
+        Family::TierStoreUp,
         Family::BuildInfo,
         Family::DiskFreeBytes,
         Family::DiskSizeBytes,
@@ -262,6 +282,56 @@ impl Family {
                 "ringstream_log_poisoned",
                 Gauge,
                 "1 once a write or sync of this shard's log failed: its appends fail (503) until a restart recovers the log.",
+            ),
+            Family::TierLocalBytes => (
+                "ringstream_tier_local_bytes",
+                Gauge,
+                "Tiered storage: bytes of this shard's segment files on the local disk (active and prepared segments at full size, sealed ones, skeletons of remote ones).",
+            ),
+            Family::TierHotBudgetBytes => (
+                "ringstream_tier_hot_budget_bytes",
+                Gauge,
+                "Tiered storage: this shard's share of --hot-bytes; local bytes above it are being moved (or wait for the object store).",
+            ),
+            Family::TierRemoteSegments => (
+                "ringstream_tier_remote_segments",
+                Gauge,
+                "Tiered storage: this shard's segments that are in the object store.",
+            ),
+            Family::TierRemoteBytes => (
+                "ringstream_tier_remote_bytes",
+                Gauge,
+                "Tiered storage: bytes of this shard's segments in the object store.",
+            ),
+            Family::TierUploads => (
+                "ringstream_tier_uploads_total",
+                Counter,
+                "Tiered storage: segment moves to the object store, by result (ok: uploaded, verified, recorded, local file deleted; error: retried later).",
+            ),
+            Family::TierUploadedBytes => (
+                "ringstream_tier_uploaded_bytes_total",
+                Counter,
+                "Tiered storage: bytes of segments moved to the object store.",
+            ),
+            Family::TierColdReads => (
+                "ringstream_tier_cold_reads_total",
+                Counter,
+                "Tiered storage: records read from remote segments (cached: from fetched blocks) and block fetches (fetched; unavailable: the store did not answer, the read got 503).",
+            ),
+            Family::TierFetchedBytes => (
+                "ringstream_tier_fetched_bytes_total",
+                Counter,
+                "Tiered storage: bytes fetched from the object store by cold reads.",
+            ),
+            Family::TierRemoteDeleted => (
+                "ringstream_tier_remote_deleted_total",
+                Counter,
+                "Tiered storage: objects deleted from the object store (reclaimed segments, orphans of interrupted moves).",
+            ),
+            Family::TierStoreUp => (
+                "ringstream_tier_store_up",
+                Gauge,
+                "Tiered storage: 1 while the object store answered its last request, 0 while it does not (/readyz says degraded).",
             ),
             Family::BuildInfo => (
                 "ringstream_build_info",

@@ -39,6 +39,11 @@ pub trait ConnContext: Dispatch {
     /// For GET /readyz: recovery finished, every shard serves, and the
     /// server is not shutting down.
     fn ready(&self) -> bool;
+    /// Why the server serves only in part (tiered storage: the object store
+    /// is down), for GET /readyz; None when whole.
+    fn degraded(&self) -> Option<&'static str> {
+        None
+    }
     /// Hands a connection to shard `to`, which serves it from then on; gives
     /// it back when that shard cannot take it.
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection>;
@@ -521,7 +526,7 @@ async fn handle<C: ConnContext + ?Sized>(
             r
         }
         Ok(Route::Health) => respond::plain(200, "ok"),
-        Ok(Route::Ready) if cx.ready() => respond::plain(200, "ready"),
+        Ok(Route::Ready) if cx.ready() => respond::plain(200, cx.degraded().unwrap_or("ready")),
         Ok(Route::Ready) => respond::plain(503, "not ready (starting or shutting down)"),
         Ok(Route::Shard(req)) => {
             let owner = cx.owner(&req);

@@ -136,6 +136,11 @@ impl ConnContext for Ctx {
         self.process.state.load(Ordering::Acquire) == SERVING
     }
 
+    fn degraded(&self) -> Option<&'static str> {
+        let down = self.process.tier.as_ref().is_some_and(|t| !t.is_up());
+        down.then_some("degraded: the object store does not answer (cold reads 503, uploads retry)")
+    }
+
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection> {
         self.mesh.move_connection(to, c)
     }

@@ -50,6 +50,35 @@ pub(super) fn claim(cfg: &Config) -> anyhow::Result<Host> {
     Ok(Host { _lock: lock, direct })
 }
 
+/// The object store client of `--tier s3`, with this data directory's node
+/// id (made once, kept in `ringstream.node-id`) in every key, so that nodes
+/// sharing a bucket and prefix never touch each other's objects.
+pub(super) fn tier_client(cfg: &Config) -> anyhow::Result<Option<crate::tier::TierClient>> {
+    let Some(t) = &cfg.tier else { return Ok(None) };
+    let path = cfg.data_dir.join("ringstream.node-id");
+    let id = match std::fs::read_to_string(&path) {
+        Ok(id) => id.trim().to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut raw = [0u8; 8];
+            std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw))?;
+            let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+            let tmp = cfg.data_dir.join("ringstream.node-id.tmp");
+            std::fs::write(&tmp, format!("{id}\n"))?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            std::fs::File::open(&cfg.data_dir)?.sync_all()?;
+            id
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(config_error(format!("{}: {id:?} is not a node id (hex digits)", path.display())));
+    }
+    let client = crate::tier::TierClient::s3(&t.s3, &t.prefix, &id).map_err(config_error)?;
+    tracing::info!("tiered storage: {} (keep {} bytes local)", client.describe(), t.hot_bytes);
+    Ok(Some(client))
+}
+
 /// The storage format this version writes and reads (ringstream.meta).
 /// 1: the first; 2: every segment but the newest ends in a seal record.
 pub(super) const FORMAT_VERSION: u32 = 2;

@@ -84,6 +84,8 @@ struct Process {
     heartbeats: Box<[AtomicU64]>,
     /// Access control (`--auth-file`); None: off.
     auth: Option<Arc<access::Auth>>,
+    /// The object store of tiered storage (`--tier s3`); None: off.
+    tier: Option<crate::tier::TierClient>,
 }
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
@@ -93,6 +95,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     log_start(&cfg, &cpus);
     let auth = access::Auth::load(&cfg)?;
     let host = host::claim(&cfg)?;
+    let tier = host::tier_client(&cfg)?;
     // Before any thread starts, so every thread inherits the mask and only
     // the signal thread receives SIGTERM/SIGINT.
     let stop_signals = signals::block_stop_signals()?;
@@ -105,6 +108,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         watchdog: systemd::watchdog_interval(),
         heartbeats: (0..n).map(|_| AtomicU64::new(0)).collect(),
         auth,
+        tier,
     });
     signals::start_signal_thread(stop_signals, process.clone());
     let (reservation, addr) = host::reserve(cfg.listen)?;

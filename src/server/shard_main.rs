@@ -17,7 +17,7 @@ use crate::shard::message::Control;
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::io::SegmentStore;
-use crate::storage::{Log, LogConfig};
+use crate::storage::{Log, LogConfig, Tiering};
 use glommio::net::TcpListener;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -76,8 +76,9 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     b.step("recovering the log");
     let started = Instant::now();
     let log_cfg = LogConfig { segment_bytes: b.cfg.segment_bytes, pending_bytes_max: b.cfg.max_pending_bytes };
+    let tiering = b.process.tier.clone().map(|client| Tiering { client, shard: id });
     let (log, records, report) =
-        Log::open(store, log_cfg).await.map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
+        Log::open_tiered(store, log_cfg, tiering).await.map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
     let log = Rc::new(log);
     let shard = Rc::new(Shard::recover(id, b.cfg.shards, log.clone(), &records)?);
     let bytes: u64 = records.iter().map(|r| u64::from(r.loc.body_len)).sum();
@@ -100,6 +101,10 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     // (this shard keeps serving the mesh meanwhile).
     b.process.go.wait(id).await;
     start_background(&shard);
+    if let Some(t) = &b.cfg.tier {
+        let (s, budget) = (shard.clone(), t.hot_bytes / b.cfg.shards as u64);
+        glommio::spawn_local(async move { s.run_tiering(budget).await }).detach();
+    }
     if let Some(auth) = &b.process.auth {
         count_on_reload(&shard, auth.clone());
     }

@@ -27,8 +27,20 @@ impl<S: SegmentStore> Shard<S> {
             self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
         }
         self.expire_if_due(&source).await;
+        self.with_cold(|| self.fork_copy(&source, offset, sub_offset, content_type.as_deref())).await
+    }
+
+    /// The synchronous part of [`Shard::fork_snapshot`]: validate, copy out,
+    /// and count the reference (only once the copy succeeded).
+    fn fork_copy(
+        &self,
+        source: &StreamKey,
+        offset: Option<Offset>,
+        sub_offset: u64,
+        content_type: Option<&str>,
+    ) -> Result<ForkData, Error> {
         let mut streams = self.streams.borrow_mut();
-        let s = streams.get_mut(&source).ok_or(Error::NotFound)?;
+        let s = streams.get_mut(source).ok_or(Error::NotFound)?;
         let v = s.visible(self.log.durable_lsn());
         let src = rules::ForkSource {
             soft_deleted: s.soft_deleted,
@@ -36,7 +48,7 @@ impl<S: SegmentStore> Shard<S> {
             content_type: &s.content_type,
             tail: v.tail,
         };
-        let anchor = rules::check_fork_source(&src, content_type.as_deref(), offset)?;
+        let anchor = rules::check_fork_source(&src, content_type, offset)?;
         let chunks = &s.chunks[..v.chunks];
         let mut point = anchor;
         if sub_offset > 0 {

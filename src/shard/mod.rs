@@ -28,6 +28,7 @@ mod recover;
 pub mod router;
 mod snapshot;
 mod stream;
+pub mod tiering;
 mod usage;
 
 use crate::limits::READ_CHUNK_BYTES_MAX;
@@ -113,6 +114,10 @@ pub struct Shard<S: SegmentStore> {
     reclaim_sealed: Cell<usize>,
     /// The quota counters this shard counts its streams into, by bucket.
     counted: RefCell<HashMap<String, Arc<BucketUsage>>>,
+    /// Blocks of a remote segment the last read needed (see `tiering`).
+    cold: Cell<Option<storage::error::ColdNeed>>,
+    /// This shard's share of `--hot-bytes` (0 without tiering).
+    hot_budget: Cell<u64>,
 }
 
 /// An executor's timer: resolves after the duration.
@@ -132,6 +137,10 @@ impl<S: SegmentStore> Shard<S> {
             storage::Error::Full => Error::Overloaded { retry_after_secs: crate::limits::RETRY_AFTER_SECS },
             storage::Error::TooLarge(_) => Error::TooLarge,
             storage::Error::NoSpace { .. } => Error::InsufficientStorage(at()),
+            storage::Error::Cold(ref need) => {
+                self.note_cold(need.clone());
+                Error::Unavailable(at())
+            }
             _ => Error::Unavailable(at()),
         }
     }
@@ -206,6 +215,9 @@ impl<S: SegmentStore> Shard<S> {
         out.sample(Family::LogPoisoned, id, "", u64::from(self.log.is_poisoned()));
         out.sample(Family::QuotaRefusals, id, "quota=\"max_streams\"", s.quota_refused_streams);
         out.sample(Family::QuotaRefusals, id, "quota=\"max_bytes\"", s.quota_refused_bytes);
+        if self.log.tiering().is_some() {
+            self.tier_metrics(&mut out, &l.tier);
+        }
         out
     }
 
@@ -253,8 +265,12 @@ impl<S: SegmentStore> Shard<S> {
                 }
                 r
             }
-            StreamOp::Read(r) if r.live == Live::No => self.read(&key, r).map(Outcome::Read),
-            StreamOp::Read(r) if r.live == Live::Sse => self.read_sse(&key, r).map(Outcome::Read),
+            StreamOp::Read(r) if r.live == Live::No => {
+                self.with_cold(|| self.read(&key, r.clone())).await.map(Outcome::Read)
+            }
+            StreamOp::Read(r) if r.live == Live::Sse => {
+                self.with_cold(|| self.read_sse(&key, r.clone())).await.map(Outcome::Read)
+            }
             StreamOp::Read(r) => self.read_live(&key, r).await,
             StreamOp::Head { if_none_match } => {
                 let streams = self.streams.borrow();
@@ -273,9 +289,9 @@ impl<S: SegmentStore> Shard<S> {
                 let &offset = s.snapshots.keys().next_back().ok_or(Error::NotFound)?;
                 Ok(Outcome::SnapshotAt { offset: Offset::new(0, offset) })
             }
-            StreamOp::SnapshotRead { offset } => self.snapshot_read(&key, offset),
+            StreamOp::SnapshotRead { offset } => self.with_cold(|| self.snapshot_read(&key, offset)).await,
             StreamOp::SnapshotDelete { offset } => self.snapshot_delete(key, offset).await,
-            StreamOp::Bootstrap => self.bootstrap(&key),
+            StreamOp::Bootstrap => self.with_cold(|| self.bootstrap(&key)).await,
         }
     }
 }

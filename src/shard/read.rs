@@ -54,7 +54,7 @@ impl<S: SegmentStore> Shard<S> {
         }
         req.live = Live::No;
         loop {
-            let mut r = self.read(key, req.clone())?;
+            let mut r = self.with_cold(|| self.read(key, req.clone())).await?;
             let has_data = r.has_data();
             if has_data || r.closed_at_end {
                 r.timed_out = !has_data;
@@ -84,7 +84,7 @@ impl<S: SegmentStore> Shard<S> {
             )
             .await;
             if !woke {
-                let mut r = self.read(key, req.clone())?;
+                let mut r = self.with_cold(|| self.read(key, req.clone())).await?;
                 r.timed_out = !r.has_data();
                 r.cursor = self.cursor_unless_closed(&r, req.cursor.as_deref());
                 return Ok(Outcome::Read(r));

@@ -41,6 +41,8 @@ impl<S: SegmentStore> Shard<S> {
             reclaim_due: Cell::new(true),
             reclaim_sealed: Cell::new(0),
             counted: RefCell::default(),
+            cold: Cell::new(None),
+            hot_budget: Cell::new(0),
         };
         let mut replay = Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
         let mut body = Vec::new();
@@ -48,7 +50,7 @@ impl<S: SegmentStore> Shard<S> {
             body.clear();
             shard
                 .log
-                .read_body(r.loc, 0..r.header.body_len as usize, &mut body)
+                .read_recovered(r.loc, &mut body)
                 .map_err(|e| format!("shard {id}: reading recovered record: {e}"))?;
             shard.next_uid.set(shard.next_uid.get().max(r.header.stream_id.saturating_add(1)));
             shard.replay_record(&mut replay, r, &body)?;
@@ -67,9 +69,7 @@ impl<S: SegmentStore> Shard<S> {
         // Uids must never repeat, even when every record of the newest
         // streams was reclaimed: start above the wall clock (1024 per ms).
         shard.next_uid.set(shard.next_uid.get().max((wall_clock_ms().max(0) as u64) << 10));
-        // Uids must never repeat, even when every record of the newest
-        // streams was reclaimed: start above the wall clock (1024 per ms).
-        shard.next_uid.set(shard.next_uid.get().max((wall_clock_ms().max(0) as u64) << 10));
+        shard.log.recovery_done();
         Ok(shard)
     }
 
@@ -80,7 +80,7 @@ impl<S: SegmentStore> Shard<S> {
         match r.header.kind {
             persist::KIND_CREATE => {
                 let c = CreateRecord::decode(body).map_err(|_| bad("create"))?;
-                self.replay_create(replay, r, body.len(), c);
+                self.replay_create(replay, r, r.header.body_len as usize, c);
                 Ok(())
             }
             persist::KIND_APPEND => {
@@ -95,7 +95,7 @@ impl<S: SegmentStore> Shard<S> {
                         content_type: m.content_type.clone(),
                         loc: r.loc,
                         data_off: blob_off as u32,
-                        len: (body.len() - blob_off) as u32,
+                        len: r.header.body_len - blob_off as u32,
                         published_at_ms: m.published_at_ms,
                     };
                     replay.blobs.insert((r.header.stream_id, m.offset), snap);

@@ -184,6 +184,10 @@ impl DiskStore {
         Ok(file)
     }
 
+    fn skeleton_path(&self, no: u64) -> PathBuf {
+        self.dir.join(format!("{no:016}.skel"))
+    }
+
     fn sync_dir(&self) -> io::Result<()> {
         std::fs::File::open(&self.dir)?.sync_all()
     }
@@ -246,6 +250,43 @@ impl SegmentStore for DiskStore {
     async fn remove(&self, no: u64) -> io::Result<()> {
         std::fs::remove_file(self.path_of(no))?;
         self.sync_dir()
+    }
+
+    fn upload_source(&self, no: u64) -> io::Result<crate::tier::Source> {
+        Ok(crate::tier::Source::File(self.path_of(no)))
+    }
+
+    fn write_skeleton(&self, no: u64, bytes: &[u8]) -> io::Result<()> {
+        // Through a temporary name: a skeleton is either whole or absent.
+        let tmp = self.dir.join(format!("{no:016}.skel.tmp"));
+        let f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut &f, bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, self.skeleton_path(no))?;
+        self.sync_dir()
+    }
+
+    fn read_skeleton(&self, no: u64) -> io::Result<Vec<u8>> {
+        std::fs::read(self.skeleton_path(no))
+    }
+
+    fn remove_skeleton(&self, no: u64) -> io::Result<()> {
+        std::fs::remove_file(self.skeleton_path(no))?;
+        self.sync_dir()
+    }
+
+    fn list_skeletons(&self) -> io::Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let e = e?;
+            let name = e.file_name();
+            let Some(no) = name.to_str().and_then(|n| n.strip_suffix(".skel")).and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            out.push((no, e.metadata()?.len()));
+        }
+        out.sort();
+        Ok(out)
     }
 
     fn write_is_durable(&self) -> bool {

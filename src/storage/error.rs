@@ -25,6 +25,21 @@ pub enum Error {
     Full,
     #[error("record of {0} bytes does not fit in a segment")]
     TooLarge(usize),
+    /// A read reached a range of a remote segment that is not in the block
+    /// cache: fetch it ([`crate::storage::Log::fetch_cold`]), then read again.
+    #[error("segment {} blocks {:?} are in the object store, not cached", .0.segment, .0.blocks)]
+    Cold(ColdNeed),
+    /// The object store did not give a remote segment's bytes (down,
+    /// timed out, or the object is missing).
+    #[error("segment {segment} is in the object store, which did not answer: {reason}")]
+    ColdUnavailable { segment: u64, reason: String },
+}
+
+/// The blocks of a remote segment a read needs (see `TIER_BLOCK_BYTES`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColdNeed {
+    pub segment: u64,
+    pub blocks: std::ops::RangeInclusive<u64>,
 }
 
 impl Clone for Error {
@@ -38,6 +53,10 @@ impl Clone for Error {
             Error::Poisoned => Error::Poisoned,
             Error::Full => Error::Full,
             Error::TooLarge(n) => Error::TooLarge(*n),
+            Error::Cold(n) => Error::Cold(n.clone()),
+            Error::ColdUnavailable { segment, reason } => {
+                Error::ColdUnavailable { segment: *segment, reason: reason.clone() }
+            }
         }
     }
 }

@@ -43,6 +43,17 @@ pub trait SegmentStore {
     async fn finish(&self, no: u64, at: u64, tail: &[u8]) -> io::Result<()>;
     /// Deletes a segment durably.
     async fn remove(&self, no: u64) -> io::Result<()>;
+    /// What tiering uploads for sealed segment `no`: its file's path, or
+    /// its bytes where there is no file.
+    fn upload_source(&self, no: u64) -> io::Result<crate::tier::Source>;
+    /// Durably writes the skeleton of segment `no` (tiered storage: what
+    /// recovery needs of a segment whose bytes are in the object store).
+    fn write_skeleton(&self, no: u64, bytes: &[u8]) -> io::Result<()>;
+    fn read_skeleton(&self, no: u64) -> io::Result<Vec<u8>>;
+    /// Deletes a skeleton durably.
+    fn remove_skeleton(&self, no: u64) -> io::Result<()>;
+    /// Segment numbers with a skeleton, with the skeletons' lengths, ascending.
+    fn list_skeletons(&self) -> io::Result<Vec<(u64, u64)>>;
     /// Describes the backend for the boot log ("O_DIRECT via io_uring", ...).
     fn describe(&self) -> String;
     /// Where the segments are, for error messages (a directory, say).

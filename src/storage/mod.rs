@@ -11,5 +11,5 @@ pub mod record;
 pub mod sim_file;
 
 pub use error::{Error, Result};
-pub use log::{Log, LogConfig, LogStats, RecordLoc, Recovered, RecoveryReport};
+pub use log::{Log, LogConfig, LogStats, RecordLoc, Recovered, RecoveryReport, TierStats, Tiering};
 pub use record::RecordHeader;

@@ -27,6 +27,10 @@ pub const RECORD_ALIGN: usize = 8;
 /// segment but the one being written (see [`seal`]). The layer above uses
 /// kinds below it and never sees a seal.
 pub const KIND_SEAL: u8 = 0xFF;
+/// The log's other record of its own, written with tiered storage: segment
+/// N (body: its number and length, two u64) is in the object store from now
+/// on. Recovery consumes it; the layer above never sees it.
+pub const KIND_TIER: u8 = 0xFE;
 /// Bytes a seal occupies (header + 8-byte body), reserved in every segment.
 pub const SEAL_FRAMED_BYTES: usize = RECORD_HEADER_BYTES + 8;
 

@@ -45,6 +45,8 @@ struct Disk {
     dead: bool,
     /// The last write not yet covered by a sync: (segment, position, bytes).
     last_unsynced: Option<(u64, u64, Vec<u8>)>,
+    /// Skeletons of tiered segments, durable once written.
+    skeletons: BTreeMap<u64, Vec<u8>>,
 }
 
 impl Disk {
@@ -200,7 +202,8 @@ impl SimStore {
                 f.durable = f.live.clone();
             }
         }
-        SimStore { disk: Rc::new(RefCell::new(Disk { files, ..Disk::default() })) }
+        let skeletons = d.skeletons.clone();
+        SimStore { disk: Rc::new(RefCell::new(Disk { files, skeletons, ..Disk::default() })) }
     }
 
     /// Direct access for corruption tests: zeroes bytes `range` of segment
@@ -299,6 +302,27 @@ impl SegmentStore for SimStore {
     async fn remove(&self, no: u64) -> io::Result<()> {
         self.disk.borrow_mut().files.remove(&no);
         Ok(())
+    }
+    fn upload_source(&self, no: u64) -> io::Result<crate::tier::Source> {
+        let d = self.disk.borrow();
+        let f = d.files.get(&no).ok_or_else(|| io::Error::other("no such file"))?;
+        Ok(crate::tier::Source::Bytes(f.durable.clone()))
+    }
+    fn write_skeleton(&self, no: u64, bytes: &[u8]) -> io::Result<()> {
+        let mut d = self.disk.borrow_mut();
+        d.tick()?;
+        d.skeletons.insert(no, bytes.to_vec());
+        Ok(())
+    }
+    fn read_skeleton(&self, no: u64) -> io::Result<Vec<u8>> {
+        self.disk.borrow().skeletons.get(&no).cloned().ok_or_else(|| io::Error::other("no such skeleton"))
+    }
+    fn remove_skeleton(&self, no: u64) -> io::Result<()> {
+        self.disk.borrow_mut().skeletons.remove(&no);
+        Ok(())
+    }
+    fn list_skeletons(&self) -> io::Result<Vec<(u64, u64)>> {
+        Ok(self.disk.borrow().skeletons.iter().map(|(no, s)| (*no, s.len() as u64)).collect())
     }
     fn describe(&self) -> String {
         "in-memory simulator".into()

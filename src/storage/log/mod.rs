@@ -16,7 +16,10 @@
 
 mod preparer;
 mod recovery;
+mod tier;
 mod writer;
+
+pub use tier::{TierStats, Tiering};
 
 use super::error::{Error, Result};
 use super::io::{SealedBytes, SegmentFile, SegmentStore};
@@ -80,6 +83,7 @@ pub struct LogStats {
     pub write_us: Histo,
     /// Microseconds of each fdatasync (none when writes are durable by themselves).
     pub sync_us: Histo,
+    pub tier: TierStats,
 }
 
 impl Default for LogStats {
@@ -93,6 +97,7 @@ impl Default for LogStats {
             flush_io_us: Histo::latency_us(),
             write_us: Histo::latency_us(),
             sync_us: Histo::latency_us(),
+            tier: TierStats::default(),
         }
     }
 }
@@ -102,6 +107,8 @@ enum SegData<F> {
     Mirror { buf: Vec<u8>, records: u64, durable_len: usize, sealed: bool, file: Option<Rc<F>> },
     /// Sealed and durable: served from the mapped file.
     Mapped(Rc<dyn SealedBytes>),
+    /// In the object store (tiered storage): served from fetched blocks.
+    Remote(tier::RemoteSeg),
 }
 
 struct State<F> {
@@ -125,6 +132,13 @@ pub struct Log<S: SegmentStore> {
     wake_preparer: Notify,
     segment_ready: Notify,
     stopped: Cell<bool>,
+    tier: Option<Tiering>,
+    /// Rung when a segment becomes sealed and durable (for the tiering task).
+    sealed: Notify,
+    cache: RefCell<tier::BlockCache>,
+    /// The segment `tier_segment` is moving now.
+    moving: Cell<Option<u64>>,
+    sweep_due: Cell<bool>,
 }
 
 fn align_down(v: usize) -> usize {
@@ -257,8 +271,27 @@ impl<S: SegmentStore> Log<S> {
                 out.extend_from_slice(bytes[body].get(range).ok_or_else(corrupt)?);
                 Ok(())
             }
+            Some(SegData::Remote(_)) => {
+                drop(st);
+                self.read_remote(loc, range, out)
+            }
             None => Err(corrupt()),
         }
+    }
+
+    /// What recovery replays of the record at `loc`: its whole body, but of
+    /// a remote segment only the leading bytes its skeleton kept (all of it
+    /// but append data and snapshot blobs).
+    pub fn read_recovered(&self, loc: RecordLoc, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.st.borrow();
+        if let Some(SegData::Remote(r)) = st.segments.get(&loc.segment) {
+            let corrupt = || Error::Corrupt { segment: loc.segment, position: loc.pos };
+            let sk = r.skeleton.as_ref().ok_or_else(corrupt)?;
+            out.extend_from_slice(sk.meta_at(loc.pos).ok_or_else(corrupt)?);
+            return Ok(());
+        }
+        drop(st);
+        self.read_body(loc, 0..loc.body_len as usize, out)
     }
 
     /// Stops the writer and preparer loops after their current step.
@@ -266,26 +299,44 @@ impl<S: SegmentStore> Log<S> {
         self.stopped.set(true);
         self.wake_writer.notify();
         self.wake_preparer.notify();
+        self.sealed.notify();
     }
 
-    /// Segments that are sealed and durable (never written again), ascending:
-    /// the ones [`Log::remove_segment`] may delete.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.get()
+    }
+
+    /// Resolves when a segment became sealed and durable since the last
+    /// call (or the log stops). One waiter: the tiering task.
+    pub async fn segment_sealed(&self) {
+        self.sealed.wait().await
+    }
+
+    /// Segments that are sealed and durable (never written again), local or
+    /// remote, ascending: the ones [`Log::remove_segment`] may delete.
     pub fn sealed_segments(&self) -> Vec<u64> {
         let st = self.st.borrow();
-        st.segments.iter().filter(|(_, s)| matches!(s, SegData::Mapped(_))).map(|(&no, _)| no).collect()
+        let sealed = |s: &SegData<_>| matches!(s, SegData::Mapped(_) | SegData::Remote(_));
+        st.segments.iter().filter(|(_, s)| sealed(s)).map(|(&no, _)| no).collect()
     }
 
     /// Deletes a sealed segment for good (file and directory entry, durably).
     /// The caller guarantees no record in it is needed any more: recovery
     /// without it must rebuild the same state. Reads of it fail from now on.
     pub async fn remove_segment(&self, no: u64) -> Result<()> {
+        if self.is_moving(no) {
+            return Err(tier::not_sealed("remove while moving to the object store", no));
+        }
         {
             let mut st = self.st.borrow_mut();
-            if !matches!(st.segments.get(&no), Some(SegData::Mapped(_))) {
-                let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "segment is not sealed");
-                return Err(Error::io("remove", no, source));
-            }
-            st.segments.remove(&no);
+            match st.segments.get(&no) {
+                Some(SegData::Mapped(_)) => st.segments.remove(&no),
+                Some(SegData::Remote(_)) => {
+                    drop(st);
+                    return self.remove_remote(no).await;
+                }
+                _ => return Err(tier::not_sealed("remove", no)),
+            };
         }
         self.store.remove(no).await.map_err(|source| Error::io("remove", no, source))
     }

@@ -1,7 +1,9 @@
 //! Opening a log: scan every segment, verify each record, cut a torn tail,
 //! seal the newest segment, and hand the records back for the shard to replay.
 
+use super::tier::{self, Skeleton};
 use super::*;
+use std::collections::HashSet;
 
 impl<S: SegmentStore> Log<S> {
     /// Recovers the log in `store` and returns it with every valid record in
@@ -10,13 +12,51 @@ impl<S: SegmentStore> Log<S> {
     /// end before the seal) is corruption and fails the open. The newest
     /// segment is sealed before writing resumes in a new one.
     pub async fn open(store: S, cfg: LogConfig) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
+        Self::open_tiered(store, cfg, None).await
+    }
+
+    /// [`Log::open`] with tiered storage: segments in the object store are
+    /// recovered from their skeletons, and a move that a crash interrupted
+    /// is finished or dropped (see `tier.rs`).
+    pub async fn open_tiered(
+        store: S,
+        cfg: LogConfig,
+        tier: Option<Tiering>,
+    ) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
         assert!(cfg.segment_bytes.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
         let io = |op, segment| move |source| Error::io(op, segment, source);
         let list = store.list().await.map_err(io("list", 0))?;
+        let mut skeletons = BTreeMap::new();
+        for (no, skel_len) in store.list_skeletons().map_err(io("list skeletons", 0))? {
+            let bytes = store.read_skeleton(no).map_err(io("read skeleton", no))?;
+            let (sk, seg_len) = Skeleton::decode(no, bytes)?;
+            skeletons.insert(no, (sk, seg_len, skel_len));
+        }
+        if tier.is_none() && !skeletons.is_empty() {
+            let source = std::io::Error::other("segments are in an object store: start with --tier");
+            return Err(Error::io("open", *skeletons.keys().next().expect("not empty"), source));
+        }
+        let local: Vec<u64> = list.iter().map(|l| l.0).collect();
         let mut recovered = Vec::new();
+        // Segments the log's tier records say are remote.
+        let mut tiered: HashSet<u64> = skeletons.values().flat_map(|(sk, _, _)| sk.tiered()).collect();
         // (segment, valid end, number of records, ended cleanly, sealed)
         let mut scans: Vec<(u64, u64, usize, bool, bool)> = Vec::new();
-        for &(no, _len) in &list {
+        let mut order: Vec<u64> = local.iter().chain(skeletons.keys()).copied().collect();
+        order.sort();
+        order.dedup();
+        for no in order {
+            if !local.contains(&no) {
+                let (sk, _, _) = &skeletons[&no];
+                for e in &sk.entries {
+                    let loc = RecordLoc { segment: no, pos: e.pos, body_len: e.header.body_len };
+                    if e.header.kind != record::KIND_TIER {
+                        recovered.push(Recovered { header: e.header, loc });
+                    }
+                }
+                scans.push((no, 0, sk.entries.len().max(1), true, true));
+                continue;
+            }
             let map = store.map(no).map_err(io("map", no))?;
             let bytes = map.bytes();
             let mut pos = 0usize;
@@ -32,6 +72,11 @@ impl<S: SegmentStore> Log<S> {
                         // not ours here: treat it like any invalid record.
                         sealed = record::is_seal_of(&h, &bytes[pos..][body], pos as u64, count as u64);
                         break sealed;
+                    }
+                    Ok((h, body, framed)) if h.kind == record::KIND_TIER => {
+                        tiered.extend(tier::decode_tier_body(&bytes[pos..][body]).map(|(no, _)| no));
+                        pos += framed;
+                        count += 1;
                     }
                     Ok((h, _body, framed)) => {
                         // No assertion on what a record says: these are disk
@@ -55,6 +100,9 @@ impl<S: SegmentStore> Log<S> {
         let mut report = RecoveryReport { records: recovered.len(), ..Default::default() };
         let mut segments = BTreeMap::new();
         for &(no, end, count, clean, sealed) in &scans {
+            if !local.contains(&no) {
+                continue;
+            }
             let newer_data = last_with_data.is_some_and(|l| l > no);
             // Older segments were sealed and synced before their successors
             // got a byte: one that does not end in its seal lost records.
@@ -82,8 +130,22 @@ impl<S: SegmentStore> Log<S> {
             }
             segments.insert(no, SegData::Mapped(store.map(no).map_err(io("map", no))?));
         }
+        for (no, (sk, len, skel_len)) in skeletons {
+            if local.contains(&no) && !tiered.contains(&no) {
+                // Uploaded, but its tier record never became durable: the
+                // segment stays local (the object is overwritten or swept).
+                store.remove_skeleton(no).map_err(io("remove skeleton", no))?;
+                continue;
+            }
+            if local.contains(&no) {
+                // Its tier record is durable: finish the move.
+                segments.remove(&no);
+                store.remove(no).await.map_err(io("remove after upload", no))?;
+            }
+            segments.insert(no, SegData::Remote(tier::RemoteSeg { len, skel_len, skeleton: Some(Rc::new(sk)) }));
+        }
         report.segments = segments.len();
-        let active = list.last().map(|l| l.0 + 1).unwrap_or(0);
+        let active = segments.keys().next_back().map(|l| l + 1).unwrap_or(0);
         report.active_segment = active;
         segments
             .insert(active, SegData::Mirror { buf: Vec::new(), records: 0, durable_len: 0, sealed: false, file: None });
@@ -105,6 +167,11 @@ impl<S: SegmentStore> Log<S> {
             wake_preparer: Notify::default(),
             segment_ready: Notify::default(),
             stopped: Cell::new(false),
+            sealed: Notify::default(),
+            sweep_due: Cell::new(tier.is_some()),
+            tier,
+            cache: RefCell::default(),
+            moving: Cell::new(None),
         };
         // Create the active segment now so the first append does not wait
         // for it; the preparer task makes the next one in the background.

@@ -125,6 +125,7 @@ impl<S: SegmentStore> Log<S> {
             if job.sealed {
                 let map = self.store.map(job.segment).map_err(|source| Error::io("map", job.segment, source))?;
                 st.segments.insert(job.segment, SegData::Mapped(map));
+                self.sealed.notify();
             } else if let Some(SegData::Mirror { durable_len, .. }) = st.segments.get_mut(&job.segment) {
                 *durable_len = job.end;
             }

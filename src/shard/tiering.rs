@@ -1,0 +1,114 @@
+//! Tiered storage, the shard's side: the task that moves sealed segments
+//! beyond the hot budget to the object store, what a segment's skeleton
+//! keeps of each record, and reads that fetch cold blocks before answering.
+
+use super::*;
+use crate::limits::{TIER_RETRY_MAX_MS, TIER_RETRY_MIN_MS};
+use crate::storage::error::ColdNeed;
+
+/// Most block fetches one read may need before it gives up (503): a read
+/// returns at most `READ_CHUNK_BYTES_MAX`, a fork copies at most
+/// `REQUEST_BODY_BYTES_MAX`, so this is never reached by a healthy store.
+const COLD_FETCHES_PER_READ_MAX: usize = 64;
+
+/// How many leading body bytes of a record recovery replays: all of it but
+/// an append's data and a snapshot's blob (those stay in the object store).
+pub fn recovery_prefix(h: &RecordHeader, body: &[u8]) -> usize {
+    match h.kind {
+        persist::KIND_APPEND => AppendRecord::decode_meta(body).map_or(body.len(), |(_, off)| off),
+        persist::KIND_SNAPSHOT => StateRecord::decode_meta(body).map_or(body.len(), |(_, off)| off),
+        _ => body.len(),
+    }
+}
+
+impl<S: SegmentStore> Shard<S> {
+    /// The `ringstream_tier_*` samples of this shard.
+    pub(super) fn tier_metrics(&self, out: &mut Samples, t: &storage::TierStats) {
+        let id = self.id;
+        let (segments, bytes) = self.log.remote_segments();
+        out.sample(Family::TierLocalBytes, id, "", self.log.local_bytes());
+        out.sample(Family::TierHotBudgetBytes, id, "", self.hot_budget.get());
+        out.sample(Family::TierRemoteSegments, id, "", segments);
+        out.sample(Family::TierRemoteBytes, id, "", bytes);
+        out.sample(Family::TierUploads, id, "result=\"ok\"", t.uploads_ok);
+        out.sample(Family::TierUploads, id, "result=\"error\"", t.uploads_failed);
+        out.sample(Family::TierUploadedBytes, id, "", t.uploaded_bytes);
+        out.sample(Family::TierColdReads, id, "result=\"cached\"", t.cold_cached);
+        out.sample(Family::TierColdReads, id, "result=\"fetched\"", t.cold_fetched);
+        out.sample(Family::TierColdReads, id, "result=\"unavailable\"", t.cold_unavailable);
+        out.sample(Family::TierFetchedBytes, id, "", t.cold_fetched_bytes);
+        out.sample(Family::TierRemoteDeleted, id, "", t.remote_deleted);
+        let up = self.log.tiering().is_some_and(|t| t.client.is_up());
+        out.sample(Family::TierStoreUp, id, "", u64::from(up));
+    }
+
+    /// Runs `read` (a synchronous read of durable state); when it reached
+    /// blocks of a remote segment that are not cached, fetches them and runs
+    /// it again. A store that does not answer makes it a 503 + Retry-After.
+    pub(super) async fn with_cold<T>(&self, mut read: impl FnMut() -> Result<T, Error>) -> Result<T, Error> {
+        for _ in 0..COLD_FETCHES_PER_READ_MAX {
+            let r = read();
+            let Some(need) = self.cold.take() else { return r };
+            self.log.fetch_cold(need).await.map_err(|e| self.storage_err(e))?;
+        }
+        Err(Error::Unavailable(format!(
+            "shard {}: a read needed more than {COLD_FETCHES_PER_READ_MAX} block fetches",
+            self.id
+        )))
+    }
+
+    /// Remembers the blocks a read must fetch (see [`Shard::with_cold`]).
+    pub(super) fn note_cold(&self, need: ColdNeed) {
+        self.cold.set(Some(need));
+    }
+
+    /// The tiering task: whenever this shard's local segment files exceed
+    /// `budget` bytes, moves its oldest sealed segment to the object store.
+    /// Failed moves retry with a doubling backoff (the local disk overshoots
+    /// meanwhile, logged); orphaned objects are swept at boot and after a
+    /// failed delete. Sleeps on "a segment was sealed" when nothing is due.
+    pub async fn run_tiering(&self, budget: u64) {
+        let Some(sleep) = self.sleep.borrow().clone() else { return };
+        self.hot_budget.set(budget);
+        let mut backoff = TIER_RETRY_MIN_MS;
+        let mut failing = false;
+        while !self.stopping.get() && !self.log.is_stopped() {
+            let due = self.log.oldest_local_sealed().filter(|_| self.log.local_bytes() > budget);
+            let result = match (self.log.sweep_due(), due) {
+                (true, _) => self.log.sweep_remote().await.map(|n| {
+                    if n > 0 {
+                        tracing::info!("shard {}: deleted {n} orphaned objects from the object store", self.id);
+                    }
+                }),
+                (false, Some(no)) => self.log.tier_segment(no, &recovery_prefix).await.map(|_| {
+                    // Its metadata may now be all that pins it: let reclaim look.
+                    self.reclaim_due.set(true);
+                }),
+                (false, None) => {
+                    self.log.segment_sealed().await;
+                    continue;
+                }
+            };
+            match result {
+                Ok(()) => {
+                    if failing {
+                        tracing::info!("shard {}: the object store answers again", self.id);
+                    }
+                    (failing, backoff) = (false, TIER_RETRY_MIN_MS);
+                }
+                Err(e) => {
+                    if !failing {
+                        let over = self.log.local_bytes().saturating_sub(budget);
+                        tracing::warn!(
+                            "shard {}: tiering: {e}; retrying with backoff (local segments {over} bytes over --hot-bytes)",
+                            self.id
+                        );
+                    }
+                    failing = true;
+                    sleep(Duration::from_millis(backoff)).await;
+                    backoff = (backoff * 2).min(TIER_RETRY_MAX_MS);
+                }
+            }
+        }
+    }
+}
