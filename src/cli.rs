@@ -586,6 +586,26 @@ mod tests {
     }
 
     #[test]
+    fn tiering_needs_every_setting_and_a_budget_of_three_segments_per_shard() {
+        assert!(resolve_args(&[], None).unwrap().tier.is_none());
+        let e = resolve_args(&["--hot-bytes", "100000000"], None).unwrap_err();
+        assert!(e.contains("only with --tier s3"), "{e}");
+        let e = resolve_args(&["--tier", "s3"], None).unwrap_err();
+        assert!(e.contains("--tier-endpoint"), "{e}");
+        let base = ["--tier", "s3", "--tier-endpoint", "http://127.0.0.1:8333", "--tier-bucket", "b"];
+        let bad_url = ["--tier", "s3", "--tier-endpoint", "s3.example.com", "--tier-bucket", "b"];
+        let e = resolve_args(&bad_url, None).unwrap_err();
+        assert!(e.contains("not an http:// or https:// URL"), "{e}");
+        let e = resolve_args(&base, None).unwrap_err();
+        assert!(e.contains("--hot-bytes"), "{e}");
+        let small = ["--shards", "2", "--segment-bytes", "1048576", "--hot-bytes", "6291455"];
+        let e = resolve_args(&[&base[..], &small].concat(), None).unwrap_err();
+        assert!(e.contains("give at least 6291456"), "{e}");
+        let e = resolve_args(&[&base[..], &["--tier-prefix", "a/../b", "--hot-bytes", "1"]].concat(), None);
+        assert!(e.unwrap_err().contains("--tier-prefix"));
+    }
+
+    #[test]
     fn a_network_address_needs_an_auth_file_or_no_auth() {
         let e = resolve_args(&["--listen", "0.0.0.0:4437"], None).unwrap_err();
         assert!(e.contains("--listen 0.0.0.0:4437 (set by --listen) is not a loopback address"), "{e}");

@@ -30,12 +30,15 @@
 //! - [`shard`]: ownership (stable hash), the cross-core mesh, and one file
 //!   per kind of operation on a shard's streams.
 //! - [`protocol`]: the Durable Streams rules as pure functions; no I/O.
-//! - [`storage`]: per-shard segment logs, recovery; no HTTP, no protocol.
+//! - [`storage`]: per-shard segment logs, recovery, tiering to an object
+//!   store; no HTTP, no protocol.
+//! - [`tier`]: the object store client, on a thread of its own (tokio and
+//!   `object_store` appear only there).
 //!
 //! # Dependency rule
 //! `http -> protocol, shard::message, auth`; `shard -> protocol, storage, quota`;
 //! `auth -> quota, metrics, limits`; `quota -> protocol`;
-//! `protocol -> limits`; `storage -> limits, metrics, notify`; `metrics -> limits`. storage and protocol never
+//! `protocol -> limits`; `storage -> limits, metrics, notify, tier`; `tier -> limits`; `metrics -> limits`. storage and protocol never
 //! import http or glommio networking; glommio appears only in `server`,
 //! `shard::mesh`, `http::conn` and `storage::dma_file` (checked by
 //! tests/tidy.rs).

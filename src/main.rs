@@ -41,7 +41,15 @@ fn exit(code: i32, msg: &str) -> ! {
 /// Libraries that log through the `log` crate (glommio) are captured too.
 fn init_logging(cfg: &Config) -> anyhow::Result<()> {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::builder().parse(&cfg.log_level)?;
+    // The object store client logs each retry at info; ringstream logs what
+    // matters of a failing store itself (once per outage), so its lines go
+    // to warn unless the filter names it.
+    let level = if cfg.log_level.contains("object_store") {
+        cfg.log_level.clone()
+    } else {
+        format!("{},object_store=warn", cfg.log_level)
+    };
+    let filter = tracing_subscriber::EnvFilter::builder().parse(&level)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -72,7 +72,28 @@ fn layers_import_only_what_the_architecture_allows() {
         &["crate::http", "crate::shard", "crate::storage", "crate::server", "crate::auth"],
         &[],
     ));
+    // The object store client: a thread of its own, knows nothing of the server.
+    errors.extend(check(
+        "tier",
+        &["crate::http", "crate::shard", "crate::storage", "crate::server", "crate::protocol", "crate::auth"],
+        &[],
+    ));
     assert!(errors.is_empty(), "layering violations:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn tokio_and_the_object_store_client_only_on_the_tier_thread() {
+    // tokio must never run on an executor: only src/tier/ may use it.
+    let mut errors = Vec::new();
+    for f in rust_files(&src()).into_iter().filter(|f| !f.starts_with(src().join("tier"))) {
+        let code = code_of(&f);
+        for bad in ["tokio", "object_store::"] {
+            if code.contains(bad) {
+                errors.push(format!("{}: uses {bad} outside src/tier/", f.display()));
+            }
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
 #[test]

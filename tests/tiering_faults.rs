@@ -5,7 +5,7 @@
 //! - a moved segment reads back byte-exact through block fetches, and its
 //!   local file is gone while its skeleton stays;
 //! - with the store down, a move fails and changes nothing, a cold read
-//!   fails with `ColdUnavailable` (never other bytes), hot reads go on;
+//!   fails with `ObjectStore` (never other bytes), hot reads go on;
 //! - a crash at every step of a move (the disk dies at each operation in
 //!   turn) recovers exactly the records appended, each readable byte-exact
 //!   after the restart, and a sweep then leaves exactly one object per
@@ -129,14 +129,14 @@ fn a_down_store_fails_moves_and_cold_reads_but_not_hot_reads() {
     tier(&log, sealed[0]).unwrap();
     down.set_down(true);
     let moved = tier(&log, sealed[1]);
-    assert!(matches!(moved, Err(Error::ColdUnavailable { .. })), "{moved:?}");
+    assert!(matches!(moved, Err(Error::ObjectStore { .. })), "{moved:?}");
     assert_eq!(log.remote_segments().0, 1, "the failed move changed nothing");
     assert_eq!(log.store().list_skeletons().unwrap().len(), 1);
     assert!(!client.is_up());
     for (i, (_, loc)) in records.iter().enumerate() {
         let got = read(&log, *loc);
         if loc.segment == sealed[0] {
-            assert!(matches!(got, Err(Error::ColdUnavailable { .. })), "record {i}: {got:?}");
+            assert!(matches!(got, Err(Error::ObjectStore { .. })), "record {i}: {got:?}");
         } else {
             assert_eq!(got.unwrap(), body(i as u64), "hot record {i}");
         }

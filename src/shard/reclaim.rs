@@ -97,6 +97,12 @@ impl<S: SegmentStore> Shard<S> {
             if data.contains(&seg) || pins.contains_key(&seg) || self.delete_still_needed(seg, &on_disk) {
                 continue;
             }
+            if self.log.is_moving(seg) {
+                // Being uploaded: free once it is remote (it stays in
+                // `on_disk`, so newer deletes that it needs stay too).
+                self.reclaim_due.set(true);
+                continue;
+            }
             if let Err(e) = self.log.remove_segment(seg).await {
                 tracing::warn!("shard {}: could not reclaim segment {seg}: {e}", self.id);
                 self.reclaim_due.set(true);

@@ -29,10 +29,10 @@ pub enum Error {
     /// cache: fetch it ([`crate::storage::Log::fetch_cold`]), then read again.
     #[error("segment {} blocks {:?} are in the object store, not cached", .0.segment, .0.blocks)]
     Cold(ColdNeed),
-    /// The object store did not give a remote segment's bytes (down,
-    /// timed out, or the object is missing).
-    #[error("segment {segment} is in the object store, which did not answer: {reason}")]
-    ColdUnavailable { segment: u64, reason: String },
+    /// The object store failed a request for a segment (down, timed out,
+    /// a missing object, an upload that did not verify).
+    #[error("object store: {op} of segment {segment} failed: {reason}")]
+    ObjectStore { op: &'static str, segment: u64, reason: String },
 }
 
 /// The blocks of a remote segment a read needs (see `TIER_BLOCK_BYTES`).
@@ -54,8 +54,8 @@ impl Clone for Error {
             Error::Full => Error::Full,
             Error::TooLarge(n) => Error::TooLarge(*n),
             Error::Cold(n) => Error::Cold(n.clone()),
-            Error::ColdUnavailable { segment, reason } => {
-                Error::ColdUnavailable { segment: *segment, reason: reason.clone() }
+            Error::ObjectStore { op, segment, reason } => {
+                Error::ObjectStore { op, segment: *segment, reason: reason.clone() }
             }
         }
     }

@@ -327,17 +327,15 @@ impl<S: SegmentStore> Log<S> {
         if self.is_moving(no) {
             return Err(tier::not_sealed("remove while moving to the object store", no));
         }
-        {
-            let mut st = self.st.borrow_mut();
-            match st.segments.get(&no) {
-                Some(SegData::Mapped(_)) => st.segments.remove(&no),
-                Some(SegData::Remote(_)) => {
-                    drop(st);
-                    return self.remove_remote(no).await;
-                }
-                _ => return Err(tier::not_sealed("remove", no)),
-            };
+        let remote = match self.st.borrow().segments.get(&no) {
+            Some(SegData::Mapped(_)) => false,
+            Some(SegData::Remote(_)) => true,
+            _ => return Err(tier::not_sealed("remove", no)),
+        };
+        if remote {
+            return self.remove_remote(no).await;
         }
+        self.st.borrow_mut().segments.remove(&no);
         self.store.remove(no).await.map_err(|source| Error::io("remove", no, source))
     }
 

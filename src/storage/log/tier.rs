@@ -59,10 +59,16 @@ pub struct TierStats {
     pub remote_deleted: u64,
 }
 
+struct Cached {
+    bytes: Rc<[u8]>,
+    used: u64,
+}
+
 /// Fetched blocks of remote segments, least recently used evicted first.
 #[derive(Default)]
 pub(super) struct BlockCache {
-    blocks: HashMap<(u64, u64), (Rc<[u8]>, u64)>,
+    /// By (segment, block): the bytes and when they were last used.
+    blocks: HashMap<(u64, u64), Cached>,
     bytes: u64,
     clock: u64,
 }
@@ -71,9 +77,9 @@ impl BlockCache {
     fn get(&mut self, segment: u64, block: u64) -> Option<Rc<[u8]>> {
         self.clock += 1;
         let clock = self.clock;
-        self.blocks.get_mut(&(segment, block)).map(|(b, used)| {
-            *used = clock;
-            b.clone()
+        self.blocks.get_mut(&(segment, block)).map(|c| {
+            c.used = clock;
+            c.bytes.clone()
         })
     }
 
@@ -83,8 +89,9 @@ impl BlockCache {
         let fresh: Vec<u64> = (first..).take(bytes.len().div_ceil(TIER_BLOCK_BYTES as usize)).collect();
         for (&block, chunk) in fresh.iter().zip(bytes.chunks(TIER_BLOCK_BYTES as usize)) {
             self.clock += 1;
-            if let Some((old, _)) = self.blocks.insert((segment, block), (Rc::from(chunk), self.clock)) {
-                self.bytes -= old.len() as u64;
+            if let Some(old) = self.blocks.insert((segment, block), Cached { bytes: Rc::from(chunk), used: self.clock })
+            {
+                self.bytes -= old.bytes.len() as u64;
             }
             self.bytes += chunk.len() as u64;
         }
@@ -93,20 +100,20 @@ impl BlockCache {
                 .blocks
                 .iter()
                 .filter(|(k, _)| k.0 != segment || !fresh.contains(&k.1))
-                .min_by_key(|(_, (_, used))| *used)
+                .min_by_key(|(_, c)| c.used)
                 .map(|(k, _)| *k);
             let Some(k) = victim else { break };
-            let (b, _) = self.blocks.remove(&k).expect("the victim is cached");
-            self.bytes -= b.len() as u64;
+            let gone = self.blocks.remove(&k).expect("the victim is cached");
+            self.bytes -= gone.bytes.len() as u64;
         }
     }
 
     fn forget(&mut self, segment: u64) {
         let bytes = &mut self.bytes;
-        self.blocks.retain(|k, (b, _)| {
+        self.blocks.retain(|k, c| {
             let keep = k.0 != segment;
             if !keep {
-                *bytes -= b.len() as u64;
+                *bytes -= c.bytes.len() as u64;
             }
             keep
         });
@@ -318,14 +325,14 @@ impl<S: SegmentStore> Log<S> {
         let skeleton = Skeleton::build(no, map.bytes(), keep)?;
         let source = self.store.upload_source(no).map_err(io("read for upload"))?;
         let key = t.client.segment_key(t.shard, no);
-        let len = t
-            .client
-            .put_verified(key, source)
-            .await
-            .map_err(|e| Error::ColdUnavailable { segment: no, reason: e.to_string() })?;
+        let len = t.client.put_verified(key, source).await.map_err(|e| Error::ObjectStore {
+            op: "upload",
+            segment: no,
+            reason: e.to_string(),
+        })?;
         if len != map.bytes().len() as u64 {
             let reason = format!("uploaded {len} bytes of a {}-byte segment", map.bytes().len());
-            return Err(Error::ColdUnavailable { segment: no, reason });
+            return Err(Error::ObjectStore { op: "upload", segment: no, reason });
         }
         self.store.write_skeleton(no, &skeleton).map_err(io("write skeleton"))?;
         let mut body = no.to_le_bytes().to_vec();
@@ -365,7 +372,7 @@ impl<S: SegmentStore> Log<S> {
                     Ok(b) => format!("asked for {} bytes, got {}", end - start, b.len()),
                     Err(e) => e.to_string(),
                 };
-                Err(Error::ColdUnavailable { segment: need.segment, reason })
+                Err(Error::ObjectStore { op: "read", segment: need.segment, reason })
             }
         }
     }
@@ -424,7 +431,7 @@ impl<S: SegmentStore> Log<S> {
     /// Returns how many it deleted.
     pub async fn sweep_remote(&self) -> Result<usize> {
         let t = self.tier.as_ref().expect("tiering is configured");
-        let unavailable = |e: std::io::Error| Error::ColdUnavailable { segment: 0, reason: e.to_string() };
+        let unavailable = |e: std::io::Error| Error::ObjectStore { op: "sweep", segment: 0, reason: e.to_string() };
         let keys = t.client.list(t.client.shard_prefix(t.shard)).await.map_err(unavailable)?;
         let mut deleted = 0;
         for (key, _) in keys {
