@@ -74,7 +74,7 @@ fn fill(log: &Rc<Log<SimStore>>, n: u64) -> Vec<(RecordHeader, RecordLoc)> {
 
 fn tier(log: &Rc<Log<SimStore>>, no: u64) -> Result<u64, Error> {
     let l = log.clone();
-    run(log, async move { l.tier_segment(no, &keep).await })
+    run(log, async move { l.tier_segment(no, keep).await })
 }
 
 /// Reads a whole record body, fetching cold blocks as the shard does.

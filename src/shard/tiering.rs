@@ -80,7 +80,7 @@ impl<S: SegmentStore> Shard<S> {
                         tracing::info!("shard {}: deleted {n} orphaned objects from the object store", self.id);
                     }
                 }),
-                (false, Some(no)) => self.log.tier_segment(no, &recovery_prefix).await.map(|_| {
+                (false, Some(no)) => self.log.tier_segment(no, recovery_prefix).await.map(|_| {
                     // Its metadata may now be all that pins it: let reclaim look.
                     self.reclaim_due.set(true);
                 }),

@@ -43,8 +43,13 @@ pub enum Source {
     Bytes(Vec<u8>),
 }
 
+/// Work on an upload's bytes done on the tier thread's blocking pool before
+/// they go out (the log builds a segment's skeleton with it), so that no
+/// executor ever scans a whole segment. An error cancels the upload.
+pub type Derive = Box<dyn FnOnce(&[u8]) -> Result<Vec<u8>, String> + Send>;
+
 enum Job {
-    Put { key: String, source: Source, done: oneshot::Sender<io::Result<u64>> },
+    Put { key: String, source: Source, derive: Derive, done: oneshot::Sender<io::Result<(u64, Vec<u8>)>> },
     Get { key: String, range: Range<u64>, done: oneshot::Sender<io::Result<Vec<u8>>> },
     Delete { key: String, done: oneshot::Sender<io::Result<()>> },
     List { prefix: String, done: oneshot::Sender<io::Result<Vec<(String, u64)>>> },
@@ -153,10 +158,11 @@ impl TierClient {
         &self.describe
     }
 
-    /// Uploads `source` to `key` and verifies the stored object (its size,
-    /// and its MD5 where the store's ETag is one). Returns the size.
-    pub async fn put_verified(&self, key: String, source: Source) -> io::Result<u64> {
-        self.call(|done| Job::Put { key, source, done }).await
+    /// Reads `source`, runs `derive` over its bytes, uploads them to `key`
+    /// and verifies the stored object (its size, and its MD5 where the
+    /// store's ETag is one). Returns the size and what `derive` made.
+    pub async fn put_verified(&self, key: String, source: Source, derive: Derive) -> io::Result<(u64, Vec<u8>)> {
+        self.call(|done| Job::Put { key, source, derive, done }).await
     }
 
     /// Bytes `range` of the object at `key`.
@@ -200,8 +206,8 @@ impl Worker {
 
     async fn serve(&self, job: Job) {
         match job {
-            Job::Put { key, source, done } => {
-                let r = self.checked(TIER_UPLOAD_TIMEOUT_MS, put_verified(&*self.store, &key, source)).await;
+            Job::Put { key, source, derive, done } => {
+                let r = self.checked(TIER_UPLOAD_TIMEOUT_MS, put_verified(&*self.store, &key, source, derive)).await;
                 let _ = done.send(r);
             }
             Job::Get { key, range, done } => {
@@ -249,15 +255,25 @@ impl Worker {
     }
 }
 
-async fn put_verified(store: &dyn ObjectStore, key: &str, source: Source) -> io::Result<u64> {
-    let bytes = match source {
-        Source::Bytes(b) => b,
-        Source::File(path) => {
-            tokio::task::spawn_blocking(move || std::fs::read(path)).await.map_err(io::Error::other)??
-        }
+async fn put_verified(
+    store: &dyn ObjectStore,
+    key: &str,
+    source: Source,
+    derive: Derive,
+) -> io::Result<(u64, Vec<u8>)> {
+    // Reading, hashing and deriving take milliseconds per megabyte: off the
+    // runtime's thread, so cold reads are not held up behind an upload.
+    let prepare = move || -> io::Result<_> {
+        let bytes = match source {
+            Source::Bytes(b) => b,
+            Source::File(path) => std::fs::read(path)?,
+        };
+        let derived = derive(&bytes).map_err(io::Error::other)?;
+        let md5 = hex(&Md5::digest(&bytes));
+        Ok((bytes, derived, md5))
     };
+    let (bytes, derived, md5) = tokio::task::spawn_blocking(prepare).await.map_err(io::Error::other)??;
     let len = bytes.len() as u64;
-    let md5 = hex(&Md5::digest(&bytes));
     let path = ObjectPath::from(key);
     let put = store.put(&path, PutPayload::from(bytes)).await?;
     let head = store.head(&path).await?;
@@ -272,7 +288,7 @@ async fn put_verified(store: &dyn ObjectStore, key: &str, source: Source) -> io:
             return Err(io::Error::other(format!("{key}: stored MD5 {etag}, uploaded {md5}")));
         }
     }
-    Ok(len)
+    Ok((len, derived))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -294,7 +310,11 @@ mod tests {
         assert_eq!(key, "test/node/shard-1/00000000000000000007.seg");
         assert_eq!(TierClient::segment_of(&key), Some(7));
         let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
-        assert_eq!(block(c.put_verified(key.clone(), Source::Bytes(data.clone()))).unwrap(), 10_000);
+        let first = Box::new(|b: &[u8]| Ok(b[..3].to_vec()));
+        let put = block(c.put_verified(key.clone(), Source::Bytes(data.clone()), first)).unwrap();
+        assert_eq!(put, (10_000, data[..3].to_vec()));
+        let refuse = Box::new(|_: &[u8]| Err("no".to_string()));
+        assert!(block(c.put_verified(c.segment_key(1, 8), Source::Bytes(data.clone()), refuse)).is_err());
         assert_eq!(block(c.get_range(key.clone(), 100..300)).unwrap(), data[100..300]);
         let listed = block(c.list(c.shard_prefix(1))).unwrap();
         assert_eq!(listed, vec![(key.clone(), 10_000)]);
@@ -308,10 +328,10 @@ mod tests {
     fn a_down_store_fails_every_job_and_reports_it() {
         let (c, down) = TierClient::in_memory("node");
         let key = c.segment_key(0, 1);
-        block(c.put_verified(key.clone(), Source::Bytes(vec![1; 64]))).unwrap();
+        block(c.put_verified(key.clone(), Source::Bytes(vec![1; 64]), Box::new(|_| Ok(vec![])))).unwrap();
         down.set_down(true);
         assert!(block(c.get_range(key.clone(), 0..8)).is_err());
-        assert!(block(c.put_verified(key.clone(), Source::Bytes(vec![2; 64]))).is_err());
+        assert!(block(c.put_verified(key.clone(), Source::Bytes(vec![2; 64]), Box::new(|_| Ok(vec![])))).is_err());
         assert!(!c.is_up());
         down.set_down(false);
         assert_eq!(block(c.get_range(key, 0..8)).unwrap(), vec![1; 8]);

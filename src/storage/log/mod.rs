@@ -19,7 +19,7 @@ mod recovery;
 mod tier;
 mod writer;
 
-pub use tier::{TierStats, Tiering};
+pub use tier::{KeepFn, TierStats, Tiering};
 
 use super::error::{Error, Result};
 use super::io::{SealedBytes, SegmentFile, SegmentStore};

@@ -26,6 +26,10 @@ use crate::storage::error::ColdNeed;
 use crate::tier::TierClient;
 use std::collections::HashMap;
 
+/// How many leading body bytes of a record its segment's skeleton keeps
+/// (what recovery replays); the layer above decides.
+pub type KeepFn = fn(&RecordHeader, &[u8]) -> usize;
+
 /// A log's link to the object store.
 pub struct Tiering {
     pub client: TierClient,
@@ -141,7 +145,7 @@ impl Skeleton {
     /// The skeleton of sealed segment `no`: scans (and verifies) every
     /// record up to the seal. `keep(header, body)` says how many leading
     /// body bytes recovery needs.
-    pub fn build(no: u64, seg: &[u8], keep: &dyn Fn(&RecordHeader, &[u8]) -> usize) -> Result<Vec<u8>> {
+    pub fn build(no: u64, seg: &[u8], keep: KeepFn) -> Result<Vec<u8>> {
         let corrupt = |pos: usize| Error::Corrupt { segment: no, position: pos as u64 };
         let mut out = Vec::with_capacity(seg.len() / 16);
         out.extend_from_slice(SKEL_MAGIC);
@@ -294,14 +298,14 @@ impl<S: SegmentStore> Log<S> {
     /// module docs). `keep` says how many leading body bytes of each record
     /// its skeleton keeps. Returns the bytes uploaded. On an error nothing
     /// changed that recovery would not undo; the caller retries later.
-    pub async fn tier_segment(&self, no: u64, keep: &dyn Fn(&RecordHeader, &[u8]) -> usize) -> Result<u64> {
+    pub async fn tier_segment(&self, no: u64, keep: KeepFn) -> Result<u64> {
         let t = self.tier.as_ref().expect("tiering is configured");
         let map = match self.st.borrow().segments.get(&no) {
             Some(SegData::Mapped(m)) => m.clone(),
             _ => return Err(not_sealed("tier", no)),
         };
         self.moving.set(Some(no));
-        let r = self.move_to_store(t, no, &map, keep).await;
+        let r = self.move_to_store(t, no, map.bytes().len() as u64, keep).await;
         self.moving.set(None);
         let mut st = self.st.borrow_mut();
         match &r {
@@ -314,24 +318,19 @@ impl<S: SegmentStore> Log<S> {
         r
     }
 
-    async fn move_to_store(
-        &self,
-        t: &Tiering,
-        no: u64,
-        map: &Rc<dyn SealedBytes>,
-        keep: &dyn Fn(&RecordHeader, &[u8]) -> usize,
-    ) -> Result<u64> {
+    async fn move_to_store(&self, t: &Tiering, no: u64, size: u64, keep: KeepFn) -> Result<u64> {
         let io = |op| move |source| Error::io(op, no, source);
-        let skeleton = Skeleton::build(no, map.bytes(), keep)?;
         let source = self.store.upload_source(no).map_err(io("read for upload"))?;
         let key = t.client.segment_key(t.shard, no);
-        let len = t.client.put_verified(key, source).await.map_err(|e| Error::ObjectStore {
+        // The skeleton is built from the bytes uploaded, on the tier thread.
+        let derive = Box::new(move |seg: &[u8]| Skeleton::build(no, seg, keep).map_err(|e| e.to_string()));
+        let (len, skeleton) = t.client.put_verified(key, source, derive).await.map_err(|e| Error::ObjectStore {
             op: "upload",
             segment: no,
             reason: e.to_string(),
         })?;
-        if len != map.bytes().len() as u64 {
-            let reason = format!("uploaded {len} bytes of a {}-byte segment", map.bytes().len());
+        if len != size {
+            let reason = format!("uploaded {len} bytes of a {size}-byte segment");
             return Err(Error::ObjectStore { op: "upload", segment: no, reason });
         }
         self.store.write_skeleton(no, &skeleton).map_err(io("write skeleton"))?;
@@ -485,7 +484,7 @@ mod tests {
     fn a_skeleton_keeps_headers_and_what_recovery_needs() {
         let seg = segment(5, &[(1, b"create-body"), (2, b"metaDATADATADATA"), (record::KIND_TIER, &[0; 16])]);
         let keep = |h: &RecordHeader, _: &[u8]| if h.kind == 2 { 4 } else { usize::MAX };
-        let bytes = Skeleton::build(5, &seg, &keep).unwrap();
+        let bytes = Skeleton::build(5, &seg, keep).unwrap();
         let (sk, len) = Skeleton::decode(5, bytes.clone()).unwrap();
         assert_eq!(len, seg.len() as u64);
         assert_eq!(sk.entries.len(), 3);
@@ -507,7 +506,7 @@ mod tests {
         let mut seg = segment(3, &[(1, b"x")]);
         seg.truncate(seg.len() - SEAL_FRAMED_BYTES);
         seg.resize(seg.len() + 64, 0);
-        assert!(Skeleton::build(3, &seg, &|_, _| usize::MAX).is_err());
+        assert!(Skeleton::build(3, &seg, |_, _| usize::MAX).is_err());
     }
 
     #[test]
