@@ -1,0 +1,346 @@
+#!/usr/bin/env bash
+# Many nodes behind a consistent-hashing proxy, for real: three ringstream
+# release servers (each its own data directory and loopback port, 2 shards,
+# unpinned, 500 ms long-poll timeout) behind HAProxy 2.6.12 (Debian's
+# package, unpacked without root by scripts/lib/haproxy.sh) running
+# docs/deploy/haproxy.cfg, rendered for those ports through the environment
+# variables the file reads. Checks, each failing the script loudly:
+#
+#   1. routing: the proxy's own /healthz, /readyz, /metrics answers; 30
+#      buckets with a stream each (/ds) and 10 /v1 streams in buckets of
+#      their own, created through the proxy, spread over all three nodes:
+#      each bucket and each stream exists on exactly one node (a direct GET
+#      to each node: 200 on one, 404 on the other two), on the node of its
+#      bucket, byte for byte; every node's /metrics agrees (buckets created,
+#      streams held);
+#   2. the official conformance suite through the proxy
+#      (scripts/conformance.sh --url);
+#   3. the official TypeScript client through the proxy
+#      (scripts/ts-client-demo.sh --url, without a token);
+#   4. failures: node 2 killed with SIGKILL, node 3 stopped with SIGTERM,
+#      one after the other: requests for their buckets get HAProxy's 503
+#      (at once, and after the health check marks the node DOWN), a write
+#      for them creates nothing anywhere, the other nodes' buckets are read
+#      and written as before; restarted on the same data directory and port,
+#      the node is UP again and every stream reads back byte for byte.
+#
+# Usage: scripts/multinode.sh [--keep]
+#   --keep   keep the work directory (logs, data, the nodes' output)
+# Environment:
+#   RINGSTREAM_BIN            use this server binary instead of building one
+#   RINGSTREAM_HAPROXY_CACHE  where haproxy is unpacked (default ~/.cache/ringstream-haproxy)
+#   RINGSTREAM_NODE_CACHE     where the pinned npm packages live (scripts/lib/node-deps.sh)
+#   MULTINODE_SKIP_SUITES=1   skip checks 2 and 3 (the conformance suite and the TS client)
+# Prints "multinode: N checks passed" at the end; exits non-zero on the
+# first failed check, with the logs of the proxy and the nodes.
+set -euo pipefail
+
+KEEP=0
+for a in "$@"; do
+  case "$a" in
+    --keep) KEEP=1 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $a" >&2; exit 2 ;;
+  esac
+done
+
+cd "$(dirname "$0")/.."
+root="$PWD"
+t_start=$(date +%s)
+. scripts/lib/haproxy.sh
+haproxy_install
+
+bin="${RINGSTREAM_BIN:-}"
+if [ -z "$bin" ]; then
+  cargo build --release --quiet --bin ringstream
+  bin="$root/target/release/ringstream"
+fi
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-multinode.XXXXXX")"
+mkdir -p "$work/run" "$work/expect"
+declare -a node_pid=("" "" "" "") node_port=("" "" "" "")
+hap_pid=""
+passed=0
+failed=0
+
+show_logs() {
+  local i
+  for i in 1 2 3; do
+    echo "--- node $i (port ${node_port[$i]}) stderr, last lines:" >&2
+    tail -15 "$work/n$i/err" >&2 2>/dev/null || true
+  done
+  echo "--- haproxy, last lines:" >&2
+  tail -30 "$work/haproxy.log" >&2 2>/dev/null || true
+}
+cleanup() {
+  local rc=$? i
+  trap - EXIT
+  if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then show_logs; fi
+  for i in 1 2 3; do
+    if [ -n "${node_pid[$i]}" ]; then kill -9 "${node_pid[$i]}" 2>/dev/null || true; wait "${node_pid[$i]}" 2>/dev/null || true; fi
+  done
+  if [ -n "$hap_pid" ]; then kill "$hap_pid" 2>/dev/null || true; wait "$hap_pid" 2>/dev/null || true; fi
+  if [ "$KEEP" = 1 ]; then echo "multinode: kept $work" >&2; else rm -rf "$work"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+
+fail() { failed=1; echo "multinode: FAIL: $*" >&2; show_logs; exit 1; }
+ok() { passed=$((passed + 1)); }
+say() { echo "multinode: $*"; }
+
+# --- the nodes -----------------------------------------------------------------
+# start_node I: starts node I on its port (a free one the first time), data
+# in $work/nI/data, and waits for its listening line.
+start_node() {
+  local i=$1 _
+  mkdir -p "$work/n$i"
+  "$bin" --listen "127.0.0.1:${node_port[$i]:-0}" --data-dir "$work/n$i/data" --shards 2 --no-pin \
+    --long-poll-timeout-ms 500 >"$work/n$i/out" 2>>"$work/n$i/err" &
+  node_pid[i]=$!
+  for _ in $(seq 1 300); do
+    grep -q "listening on" "$work/n$i/out" 2>/dev/null && break
+    kill -0 "${node_pid[$i]}" 2>/dev/null || fail "node $i did not start"
+    sleep 0.05
+  done
+  local p; p="$(grep -o '127.0.0.1:[0-9]*' "$work/n$i/out" | head -1 | cut -d: -f2)"
+  [ -n "$p" ] || fail "node $i printed no listening line"
+  [ -z "${node_port[$i]}" ] || [ "$p" = "${node_port[$i]}" ] || fail "node $i came back on port $p, not ${node_port[$i]}"
+  node_port[i]=$p
+}
+node_url() { echo "http://127.0.0.1:${node_port[$1]}"; }
+
+for i in 1 2 3; do start_node "$i"; done
+say "nodes on ports ${node_port[1]}, ${node_port[2]}, ${node_port[3]}"
+
+# --- the proxy -------------------------------------------------------------------
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+cfg="$root/docs/deploy/haproxy.cfg"
+export RINGSTREAM_PROXY_RUN="$work/run" RINGSTREAM_PROXY_MAXCONN=2000
+export RINGSTREAM_NODE1="127.0.0.1:${node_port[1]}" RINGSTREAM_NODE2="127.0.0.1:${node_port[2]}" RINGSTREAM_NODE3="127.0.0.1:${node_port[3]}"
+for attempt in 1 2 3; do
+  proxy_port=$(free_port); stats_port=$(free_port)
+  export RINGSTREAM_PROXY_BIND="127.0.0.1:$proxy_port" RINGSTREAM_PROXY_STATS="127.0.0.1:$stats_port"
+  "$HAPROXY" -c -q -f "$cfg" || fail "haproxy -c rejects $cfg"
+  "$HAPROXY" -f "$cfg" -db >>"$work/haproxy.log" 2>&1 &
+  hap_pid=$!
+  for _ in $(seq 1 100); do
+    curl -s -o /dev/null -m 1 "http://127.0.0.1:$stats_port/stats" && break
+    kill -0 "$hap_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -0 "$hap_pid" 2>/dev/null && break
+  wait "$hap_pid" 2>/dev/null || true; hap_pid=""
+  [ "$attempt" -lt 3 ] || fail "haproxy did not start"
+done
+P="http://127.0.0.1:$proxy_port"
+say "haproxy $("$HAPROXY" -v | head -1 | awk '{print $3}') on port $proxy_port (stats on $stats_port)"
+
+# node_state I: the state the stats page gives nodeI/rsI (UP, DOWN, "UP 1/2", ...).
+node_state() {
+  curl -s -m 2 "http://127.0.0.1:$stats_port/stats;csv" | awk -F, -v px="node$1" -v sv="rs$1" '$1 == px && $2 == sv {print $18}'
+}
+# wait_state I STATE SECONDS
+wait_state() {
+  local i=$1 want=$2 n=$(( $3 * 10 )) s=""
+  for _ in $(seq 1 "$n"); do
+    s="$(node_state "$i")"
+    [ "$s" = "$want" ] && return 0
+    sleep 0.1
+  done
+  fail "node $i is '$s' on the proxy's stats page after $3 s, expected $want"
+}
+for i in 1 2 3; do wait_state "$i" UP 20; done
+ok; say "all three nodes UP on the stats page"
+
+# --- HTTP helpers ----------------------------------------------------------------
+# req METHOD URL [curl args...]: the status code; the body in $work/body.
+req() {
+  local m=$1 u=$2; shift 2
+  curl -s -m 10 -o "$work/body" -w '%{http_code}' -X "$m" "$@" "$u" || echo "curl-error-$?"
+}
+# expect STATUS WHAT METHOD URL [curl args...]
+expect() {
+  local want=$1 what=$2 got; shift 2
+  got="$(req "$@")"
+  [ "$got" = "$want" ] || fail "$what: $1 $2 answered $got, expected $want (body: $(head -c 300 "$work/body" 2>/dev/null | tr '\n' ' '))"
+  ok
+}
+body_is() { grep -qF -- "$1" "$work/body" || fail "$2: body '$(head -c 200 "$work/body" | tr '\n' ' ')' lacks '$1'"; ok; }
+# metric I NAME [LABEL-FILTER]: the sum over shards of NAME on node I.
+metric() {
+  curl -s -m 5 "$(node_url "$1")/metrics" | awk -v n="$2" -v f="${3:-}" '
+    $1 ~ "^"n"({|$)" && (f == "" || index($1, f)) { s += $2 } END { printf "%d\n", s }'
+}
+
+# --- 1. routing ------------------------------------------------------------------
+expect 200 "the proxy's /healthz" GET "$P/healthz"; body_is "ok: 3 of 3 nodes up" "/healthz"
+expect 200 "the proxy's /readyz" GET "$P/readyz"; body_is "ready: 3 of 3 nodes up" "/readyz"
+expect 404 "/metrics through the proxy" GET "$P/metrics"; body_is "scrape each node directly" "/metrics"
+# Not bucket-scoped: any node answers, and answers the same.
+expect 404 "an unknown path" GET "$P/nothing-here"
+expect 400 "an empty /ds bucket" PUT "$P/ds/"
+
+octet=(-H 'Content-Type: application/octet-stream')
+# put_data FILE BYTES: random bytes.
+put_data() { head -c "$2" /dev/urandom >"$1"; }
+buckets=()
+for n in $(seq -w 0 29); do buckets+=("mnb-$n"); done
+for b in "${buckets[@]}"; do
+  expect 201 "create bucket $b" PUT "$P/ds/$b"
+  expect 201 "create stream $b/s" PUT "$P/ds/$b/s" "${octet[@]}"
+  put_data "$work/a" $(( 100 + RANDOM % 4000 )); put_data "$work/b" $(( 1 + RANDOM % 2000 ))
+  expect 200 "append to $b/s" POST "$P/ds/$b/s" "${octet[@]}" --data-binary @"$work/a"
+  expect 200 "append to $b/s" POST "$P/ds/$b/s" "${octet[@]}" --data-binary @"$work/b"
+  cat "$work/a" "$work/b" >"$work/expect/ds-$b"
+done
+v1s=()
+for n in $(seq -w 0 9); do v1s+=("mnv-$n"); done
+for b in "${v1s[@]}"; do
+  put_data "$work/a" $(( 1 + RANDOM % 3000 ))
+  expect 201 "create /v1/stream/$b/log" PUT "$P/v1/stream/$b/log" "${octet[@]}"
+  expect 204 "append to /v1/stream/$b/log" POST "$P/v1/stream/$b/log" "${octet[@]}" --data-binary @"$work/a"
+  cp "$work/a" "$work/expect/v1-$b"
+done
+# A one-segment /v1 path is a stream of the bucket _default.
+single="mn-single-$$"
+put_data "$work/expect/v1-single" 777
+expect 201 "create /v1/stream/$single" PUT "$P/v1/stream/$single" "${octet[@]}" --data-binary @"$work/expect/v1-single"
+expect 200 "read /v1/stream/$single" GET "$P/v1/stream/$single?offset=-1"
+cmp -s "$work/body" "$work/expect/v1-single" || fail "/v1/stream/$single read back differs"; ok
+
+# owner_of PATH [FILE]: sets $OWNER to the one node answering 200 to a
+# direct GET of PATH (404 on the others), byte for byte equal to FILE when
+# given.
+owner_of() {
+  local path=$1 file=${2:-} i code owner="" others=""
+  for i in 1 2 3; do
+    code="$(req GET "$(node_url "$i")$path")"
+    case "$code" in
+      200) [ -z "$owner" ] || fail "$path exists on node $owner and on node $i"
+           owner=$i
+           if [ -n "$file" ]; then cmp -s "$work/body" "$file" || fail "$path on node $i differs from what was written"; fi ;;
+      404) others="$others$i" ;;
+      *) fail "direct GET $path on node $i answered $code" ;;
+    esac
+  done
+  [ -n "$owner" ] || fail "$path exists on no node"
+  ok
+  OWNER=$owner
+}
+declare -A owner
+declare -a nbuckets=(0 0 0 0) nstreams=(0 0 0 0)
+for b in "${buckets[@]}"; do
+  owner_of "/ds/$b"; o=$OWNER
+  owner_of "/ds/$b/s?offset=-1" "$work/expect/ds-$b"; s=$OWNER
+  [ "$o" = "$s" ] || fail "bucket $b is on node $o but its stream on node $s"
+  owner[$b]=$o
+  nbuckets[o]=$(( nbuckets[o] + 1 )); nstreams[o]=$(( nstreams[o] + 1 ))
+done
+for b in "${v1s[@]}"; do
+  owner_of "/v1/stream/$b/log?offset=-1" "$work/expect/v1-$b"; o=$OWNER
+  owner[$b]=$o; nstreams[o]=$(( nstreams[o] + 1 ))
+done
+owner_of "/v1/stream/$single?offset=-1" "$work/expect/v1-single"; o=$OWNER
+owner[_default]=$o; nstreams[o]=$(( nstreams[o] + 1 ))
+for i in 1 2 3; do
+  [ "${nbuckets[$i]}" -gt 0 ] || fail "node $i got none of the 30 buckets"
+  ok
+  got="$(metric "$i" ringstream_http_requests_total 'route="ds_bucket",status="201"')"
+  [ "$got" = "${nbuckets[$i]}" ] || fail "node $i's /metrics counts $got bucket creates, the direct GETs found ${nbuckets[$i]} buckets"
+  ok
+  got="$(metric "$i" ringstream_streams)"
+  [ "$got" = "${nstreams[$i]}" ] || fail "node $i's /metrics says $got streams, the direct GETs found ${nstreams[$i]}"
+  ok
+done
+say "routing: /ds buckets per node ${nbuckets[1]}/${nbuckets[2]}/${nbuckets[3]}, streams per node ${nstreams[1]}/${nstreams[2]}/${nstreams[3]} (each on exactly one node, byte-exact; /metrics agrees); _default is on node ${owner[_default]}"
+
+# --- 2 and 3. the official suites through the proxy ---------------------------------
+if [ "${MULTINODE_SKIP_SUITES:-0}" != 1 ]; then
+  before=(0 "$(metric 1 ringstream_streams)" "$(metric 2 ringstream_streams)" "$(metric 3 ringstream_streams)")
+  scripts/conformance.sh --url "$P" || fail "the conformance suite through the proxy"
+  ok
+  after=(0 "$(metric 1 ringstream_streams)" "$(metric 2 ringstream_streams)" "$(metric 3 ringstream_streams)")
+  say "conformance streams created per node: $(( after[1] - before[1] ))/$(( after[2] - before[2] ))/$(( after[3] - before[3] )) (its paths are one segment: bucket _default, node ${owner[_default]})"
+  scripts/ts-client-demo.sh --url "$P" || fail "the TypeScript client through the proxy"
+  ok
+fi
+
+# --- 4. a node fails -------------------------------------------------------------------
+# read_all DOWN: every stream through the proxy; those of node DOWN (0:
+# none) must get 503 from HAProxy, the others 200 and exactly what was
+# written. Sets $READ to a summary.
+read_all() {
+  local down=$1 b code n503=0 n200=0
+  for b in "${buckets[@]}" "${v1s[@]}"; do
+    local path file
+    case "$b" in mnb-*) path="/ds/$b/s?offset=-1"; file="$work/expect/ds-$b" ;; *) path="/v1/stream/$b/log?offset=-1"; file="$work/expect/v1-$b" ;; esac
+    code="$(req GET "$P$path")"
+    if [ "${owner[$b]}" = "$down" ]; then
+      [ "$code" = 503 ] || fail "node $down is down, yet GET $path through the proxy answered $code, expected HAProxy's 503"
+      grep -qF "No server is available to handle this request." "$work/body" || fail "the 503 for $path is not HAProxy's: $(head -c 200 "$work/body")"
+      n503=$((n503 + 1))
+    else
+      [ "$code" = 200 ] || fail "GET $path (node ${owner[$b]}) through the proxy answered $code with node $down down"
+      cmp -s "$work/body" "$file" || fail "GET $path (node ${owner[$b]}) through the proxy differs from what was written"
+      n200=$((n200 + 1))
+    fi
+    ok
+  done
+  READ="$n200 read back byte-exact, $n503 answered 503"
+}
+# a bucket of node I, and one of another node
+bucket_on() { local b; for b in "${buckets[@]}"; do if [ "${owner[$b]}" = "$1" ]; then echo "$b"; return; fi; done; }
+bucket_not_on() { local b; for b in "${buckets[@]}"; do if [ "${owner[$b]}" != "$1" ]; then echo "$b"; return; fi; done; }
+
+outage() {
+  local victim=$1 how=$2 vb other t0 code
+  vb="$(bucket_on "$victim")"; other="$(bucket_not_on "$victim")"
+  t0=$(date +%s.%N)
+  if [ "$how" = kill ]; then
+    kill -9 "${node_pid[$victim]}"; wait "${node_pid[$victim]}" 2>/dev/null || true
+    # Still UP on the stats page (the next check is up to 2 s away): the
+    # connection is refused and, with no retry and no redispatch, the
+    # request gets 503 at once.
+    expect 503 "GET a stream of node $victim just after SIGKILL" GET "$P/ds/$vb/s?offset=-1"
+    body_is "No server is available to handle this request." "the 503 just after SIGKILL"
+  else
+    kill -TERM "${node_pid[$victim]}"
+    code=0; wait "${node_pid[$victim]}" || code=$?
+    [ "$code" = 0 ] || fail "node $victim exited $code after SIGTERM"
+    ok
+  fi
+  node_pid[victim]=""
+  wait_state "$victim" DOWN 15
+  ok
+  say "node $victim stopped ($how): DOWN on the stats page after $(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)") s"
+  expect 200 "the proxy's /readyz with one node down" GET "$P/readyz"; body_is "ready: 2 of 3 nodes up" "/readyz"
+  read_all "$victim"; say "node $victim down: $READ"
+  # Writes for the down node's buckets are refused, and reach nobody else.
+  expect 503 "create a stream in $vb (node $victim down)" PUT "$P/ds/$vb/new-$how" "${octet[@]}"
+  expect 503 "append to $vb/s (node $victim down)" POST "$P/ds/$vb/s" "${octet[@]}" --data-binary x
+  expect 503 "HEAD $vb/s (node $victim down)" HEAD "$P/ds/$vb/s" -I
+  local i
+  for i in 1 2 3; do
+    [ "$i" = "$victim" ] && continue
+    expect 404 "node $i must not have $vb/new-$how" GET "$(node_url "$i")/ds/$vb/new-$how?offset=-1"
+  done
+  # The other nodes take writes meanwhile.
+  put_data "$work/a" 1234
+  expect 200 "append to $other/s (node ${owner[$other]}) while node $victim is down" POST "$P/ds/$other/s" "${octet[@]}" --data-binary @"$work/a"
+  cat "$work/a" >>"$work/expect/ds-$other"
+  # Back on the same data directory and port.
+  t0=$(date +%s.%N)
+  start_node "$victim"
+  wait_state "$victim" UP 15
+  ok
+  say "node $victim restarted: UP on the stats page after $(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)") s"
+  read_all 0; say "node $victim back: $READ"
+  expect 404 "$vb/new-$how, refused during the outage, on its own node" GET "$P/ds/$vb/new-$how?offset=-1"
+  expect 200 "GET /v1/stream/$single after node $victim's restart" GET "$P/v1/stream/$single?offset=-1"
+  cmp -s "$work/body" "$work/expect/v1-single" || fail "/v1/stream/$single differs after node $victim's restart"; ok
+}
+outage 2 kill
+outage 3 term
+
+say "$passed checks passed, 0 failed ($(( $(date +%s) - t_start )) s)"
