@@ -31,6 +31,8 @@
 #   RINGSTREAM_HAPROXY_CACHE  where haproxy is unpacked (default ~/.cache/ringstream-haproxy)
 #   RINGSTREAM_NODE_CACHE     where the pinned npm packages live (scripts/lib/node-deps.sh)
 #   MULTINODE_SKIP_SUITES=1   skip checks 2 and 3 (the conformance suite and the TS client)
+#   MULTINODE_HAPROXY_CFG     test this HAProxy configuration instead of
+#                             docs/deploy/haproxy.cfg (an edited copy of it)
 # Prints "multinode: N checks passed" at the end; exits non-zero on the
 # first failed check, with the logs of the proxy and the nodes.
 set -euo pipefail
@@ -39,7 +41,7 @@ KEEP=0
 for a in "$@"; do
   case "$a" in
     --keep) KEEP=1 ;;
-    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
@@ -115,7 +117,7 @@ say "nodes on ports ${node_port[1]}, ${node_port[2]}, ${node_port[3]}"
 
 # --- the proxy -------------------------------------------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-cfg="$root/docs/deploy/haproxy.cfg"
+cfg="${MULTINODE_HAPROXY_CFG:-$root/docs/deploy/haproxy.cfg}"
 export RINGSTREAM_PROXY_RUN="$work/run" RINGSTREAM_PROXY_MAXCONN=2000
 export RINGSTREAM_NODE1="127.0.0.1:${node_port[1]}" RINGSTREAM_NODE2="127.0.0.1:${node_port[2]}" RINGSTREAM_NODE3="127.0.0.1:${node_port[3]}"
 for attempt in 1 2 3; do
