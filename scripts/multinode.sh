@@ -22,7 +22,11 @@
 #      (at once, and after the health check marks the node DOWN), a write
 #      for them creates nothing anywhere, the other nodes' buckets are read
 #      and written as before; restarted on the same data directory and port,
-#      the node is UP again and every stream reads back byte for byte.
+#      the node is UP again and every stream reads back byte for byte;
+#   5. adding a fourth node as docs/operations.md says: a preview proxy with
+#      the four-node configuration shows the buckets that move (only to the
+#      new node, about 1/4), their streams are copied to it, the proxy
+#      switched, everything reads back, the old copies are deleted.
 #
 # Usage: scripts/multinode.sh [--keep]
 #   --keep   keep the work directory (logs, data, the nodes' output)
@@ -60,14 +64,15 @@ fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-multinode.XXXXXX")"
 mkdir -p "$work/run" "$work/expect"
-declare -a node_pid=("" "" "" "") node_port=("" "" "" "")
-hap_pid=""
+declare -a node_pid=("" "" "" "" "") node_port=("" "" "" "" "")
+hap_pids=()
 passed=0
 failed=0
 
 show_logs() {
   local i
-  for i in 1 2 3; do
+  for i in 1 2 3 4; do
+    [ -n "${node_port[$i]}" ] || continue
     echo "--- node $i (port ${node_port[$i]}) stderr, last lines:" >&2
     tail -15 "$work/n$i/err" >&2 2>/dev/null || true
   done
@@ -78,10 +83,10 @@ cleanup() {
   local rc=$? i
   trap - EXIT
   if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then show_logs; fi
-  for i in 1 2 3; do
+  for i in 1 2 3 4; do
     if [ -n "${node_pid[$i]}" ]; then kill -9 "${node_pid[$i]}" 2>/dev/null || true; wait "${node_pid[$i]}" 2>/dev/null || true; fi
   done
-  if [ -n "$hap_pid" ]; then kill "$hap_pid" 2>/dev/null || true; wait "$hap_pid" 2>/dev/null || true; fi
+  for i in "${hap_pids[@]}"; do kill "$i" 2>/dev/null || true; wait "$i" 2>/dev/null || true; done
   if [ "$KEEP" = 1 ]; then echo "multinode: kept $work" >&2; else rm -rf "$work"; fi
   exit "$rc"
 }
@@ -120,33 +125,44 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 cfg="${MULTINODE_HAPROXY_CFG:-$root/docs/deploy/haproxy.cfg}"
 export RINGSTREAM_PROXY_RUN="$work/run" RINGSTREAM_PROXY_MAXCONN=2000
 export RINGSTREAM_NODE1="127.0.0.1:${node_port[1]}" RINGSTREAM_NODE2="127.0.0.1:${node_port[2]}" RINGSTREAM_NODE3="127.0.0.1:${node_port[3]}"
-for attempt in 1 2 3; do
-  proxy_port=$(free_port); stats_port=$(free_port)
-  export RINGSTREAM_PROXY_BIND="127.0.0.1:$proxy_port" RINGSTREAM_PROXY_STATS="127.0.0.1:$stats_port"
-  "$HAPROXY" -c -q -f "$cfg" || fail "haproxy -c rejects $cfg"
-  "$HAPROXY" -f "$cfg" -db >>"$work/haproxy.log" 2>&1 &
-  hap_pid=$!
-  for _ in $(seq 1 100); do
-    curl -s -o /dev/null -m 1 "http://127.0.0.1:$stats_port/stats" && break
-    kill -0 "$hap_pid" 2>/dev/null || break
-    sleep 0.05
+# start_proxy CFG [PORT STATS_PORT]: starts haproxy on CFG, on the given
+# ports or free ones (tried up to 3 times), and waits for its stats page.
+# Sets $PROXY_PID, $PROXY_PORT, $STATS_PORT.
+start_proxy() {
+  local c=$1
+  "$HAPROXY" -c -q -f "$c" || fail "haproxy -c rejects $c"
+  for _ in 1 2 3; do
+    PROXY_PORT=${2:-$(free_port)}; STATS_PORT=${3:-$(free_port)}
+    RINGSTREAM_PROXY_BIND="127.0.0.1:$PROXY_PORT" RINGSTREAM_PROXY_STATS="127.0.0.1:$STATS_PORT" \
+      "$HAPROXY" -f "$c" -db >>"$work/haproxy.log" 2>&1 &
+    PROXY_PID=$!
+    hap_pids+=("$PROXY_PID")
+    for _ in $(seq 1 100); do
+      curl -s -o /dev/null -m 1 "http://127.0.0.1:$STATS_PORT/stats" && break
+      kill -0 "$PROXY_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -0 "$PROXY_PID" 2>/dev/null && return 0
+    wait "$PROXY_PID" 2>/dev/null || true
   done
-  kill -0 "$hap_pid" 2>/dev/null && break
-  wait "$hap_pid" 2>/dev/null || true; hap_pid=""
-  [ "$attempt" -lt 3 ] || fail "haproxy did not start"
-done
+  fail "haproxy did not start on $c"
+}
+stop_proxy() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+start_proxy "$cfg"
+hap_pid=$PROXY_PID proxy_port=$PROXY_PORT stats_port=$STATS_PORT
 P="http://127.0.0.1:$proxy_port"
 say "haproxy $("$HAPROXY" -v | head -1 | awk '{print $3}') on port $proxy_port (stats on $stats_port)"
 
-# node_state I: the state the stats page gives nodeI/rsI (UP, DOWN, "UP 1/2", ...).
+# node_state I [STATS_PORT]: the state the stats page gives nodeI/rsI (UP,
+# DOWN, "UP 1/2", ...).
 node_state() {
-  curl -s -m 2 "http://127.0.0.1:$stats_port/stats;csv" | awk -F, -v px="node$1" -v sv="rs$1" '$1 == px && $2 == sv {print $18}'
+  curl -s -m 2 "http://127.0.0.1:${2:-$stats_port}/stats;csv" | awk -F, -v px="node$1" -v sv="rs$1" '$1 == px && $2 == sv {print $18}'
 }
-# wait_state I STATE SECONDS
+# wait_state I STATE SECONDS [STATS_PORT]
 wait_state() {
   local i=$1 want=$2 n=$(( $3 * 10 )) s=""
   for _ in $(seq 1 "$n"); do
-    s="$(node_state "$i")"
+    s="$(node_state "$i" "${4:-}")"
     [ "$s" = "$want" ] && return 0
     sleep 0.1
   done
@@ -230,7 +246,7 @@ owner_of() {
   ok
   OWNER=$owner
 }
-declare -A owner
+declare -A owner old_owner
 declare -a nbuckets=(0 0 0 0) nstreams=(0 0 0 0)
 for b in "${buckets[@]}"; do
   owner_of "/ds/$b"; o=$OWNER
@@ -264,6 +280,14 @@ if [ "${MULTINODE_SKIP_SUITES:-0}" != 1 ]; then
   ok
   after=(0 "$(metric 1 ringstream_streams)" "$(metric 2 ringstream_streams)" "$(metric 3 ringstream_streams)")
   say "conformance streams created per node: $(( after[1] - before[1] ))/$(( after[2] - before[2] ))/$(( after[3] - before[3] )) (its paths are one segment: bucket _default, node ${owner[_default]})"
+  for i in 1 2 3; do
+    if [ "$i" = "${owner[_default]}" ]; then
+      [ $(( after[i] - before[i] )) -gt 100 ] || fail "the conformance suite created only $(( after[i] - before[i] )) streams on node $i, the node of _default"
+    else
+      [ "${after[$i]}" = "${before[$i]}" ] || fail "the conformance suite (one-segment paths, bucket _default on node ${owner[_default]}) created streams on node $i"
+    fi
+    ok
+  done
   scripts/ts-client-demo.sh --url "$P" || fail "the TypeScript client through the proxy"
   ok
 fi
@@ -296,16 +320,27 @@ bucket_on() { local b; for b in "${buckets[@]}"; do if [ "${owner[$b]}" = "$1" ]
 bucket_not_on() { local b; for b in "${buckets[@]}"; do if [ "${owner[$b]}" != "$1" ]; then echo "$b"; return; fi; done; }
 
 outage() {
-  local victim=$1 how=$2 vb other t0 code
+  local victim=$1 how=$2 vb other t0 code quick
   vb="$(bucket_on "$victim")"; other="$(bucket_not_on "$victim")"
   t0=$(date +%s.%N)
   if [ "$how" = kill ]; then
     kill -9 "${node_pid[$victim]}"; wait "${node_pid[$victim]}" 2>/dev/null || true
-    # Still UP on the stats page (the next check is up to 2 s away): the
-    # connection is refused and, with no retry and no redispatch, the
-    # request gets 503 at once.
-    expect 503 "GET a stream of node $victim just after SIGKILL" GET "$P/ds/$vb/s?offset=-1"
-    body_is "No server is available to handle this request." "the 503 just after SIGKILL"
+    # Still UP on the stats page (the next check is up to 2 s away), and no
+    # retry, no redispatch: a request that opens a new connection to the
+    # node is refused and gets HAProxy's 503; one sent over an idle
+    # connection the proxy still held to it (the crash closed it an instant
+    # before) gets HAProxy's 502. Never another node's answer.
+    quick=""
+    for _ in 1 2 3; do
+      code="$(req GET "$P/ds/$vb/s?offset=-1")"
+      case "$code" in
+        503) grep -qF "No server is available to handle this request." "$work/body" || fail "a 503 just after SIGKILL that is not HAProxy's" ;;
+        502) grep -qF "502 Bad Gateway" "$work/body" || fail "a 502 just after SIGKILL that is not HAProxy's" ;;
+        *) fail "GET /ds/$vb/s just after node $victim's SIGKILL answered $code, expected HAProxy's 503 (or 502)" ;;
+      esac
+      ok; quick="$quick$code "
+    done
+    quick="$quick(the stats page said '$(node_state "$victim")')"
   else
     kill -TERM "${node_pid[$victim]}"
     code=0; wait "${node_pid[$victim]}" || code=$?
@@ -315,6 +350,7 @@ outage() {
   node_pid[victim]=""
   wait_state "$victim" DOWN 15
   ok
+  if [ "$how" = kill ]; then say "node $victim killed: the requests just after answered $quick"; fi
   say "node $victim stopped ($how): DOWN on the stats page after $(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)") s"
   expect 200 "the proxy's /readyz with one node down" GET "$P/readyz"; body_is "ready: 2 of 3 nodes up" "/readyz"
   read_all "$victim"; say "node $victim down: $READ"
@@ -344,5 +380,96 @@ outage() {
 }
 outage 2 kill
 outage 3 term
+
+# --- 5. adding a node ------------------------------------------------------------------
+# The procedure of docs/operations.md ("Adding a node"), for real: node 4
+# starts empty; a second proxy with the four-node configuration (a preview,
+# not yet serving clients) shows which buckets move: those it sends to node
+# 4 (404 there, nothing copied yet). Consistent hashing moves only buckets
+# to the new node, about 1/4 of them. Their streams are copied to node 4
+# (read from the old node, created with the same content type and bytes),
+# the proxy is switched to the four-node configuration, everything reads
+# back through it, and the old copies are deleted.
+start_node 4
+export RINGSTREAM_NODE4="127.0.0.1:${node_port[4]}"
+cfg4="$work/haproxy-4-nodes.cfg"
+# The template with a fourth node: a ring server with the next id, a
+# health-checked per-node proxy, an anynode entry.
+python3 - "$cfg" "$cfg4" <<'PY'
+import re, sys
+src, dst = sys.argv[1], sys.argv[2]
+t = open(src).read()
+ring = re.search(r'^    server rs3 "unix@[^\n]*\n', t, re.M)
+t = t[:ring.end()] + ring.group(0).replace("node3", "node4").replace("rs3", "rs4").replace("id 3", "id 4") + t[ring.end():]
+node = re.search(r'^listen node3\n(?:    [^\n]*\n)+', t, re.M)
+t = t[:node.end()] + "\n" + node.group(0).replace("node3", "node4").replace("rs3", "rs4").replace("NODE3", "NODE4") + t[node.end():]
+anyn = re.search(r'^    server rs3 [^\n]*track node3/rs3\n', t, re.M)
+t = t[:anyn.end()] + anyn.group(0).replace("node3", "node4").replace("rs3", "rs4").replace("NODE3", "NODE4") + t[anyn.end():]
+t = t.replace(" of 3 nodes up", " of 4 nodes up")
+open(dst, "w").write(t)
+PY
+mkdir -p "$work/run4"
+RINGSTREAM_PROXY_RUN="$work/run4" start_proxy "$cfg4"
+preview_pid=$PROXY_PID preview="http://127.0.0.1:$PROXY_PORT" preview_stats=$STATS_PORT
+for i in 1 2 3 4; do wait_state "$i" UP 20 "$preview_stats"; done
+ok
+# tracked streams: KEY PATH EXPECTED-FILE
+tracked() {
+  local b
+  for b in "${buckets[@]}"; do echo "$b /ds/$b/s ds-$b"; done
+  for b in "${v1s[@]}"; do echo "$b /v1/stream/$b/log v1-$b"; done
+  echo "_default /v1/stream/$single v1-single"
+}
+moved=() stayed=0
+while read -r key path file; do
+  code="$(req GET "$preview$path?offset=-1")"
+  case "$code" in
+    200) cmp -s "$work/body" "$work/expect/$file" || fail "the preview proxy reads $path differently"; stayed=$((stayed + 1)) ;;
+    404) moved+=("$key $path $file") ;;
+    *) fail "the preview proxy answered $code for $path" ;;
+  esac
+  ok
+done < <(tracked)
+got="$(metric 4 ringstream_http_requests_total 'status="404"')"
+[ "$got" = "${#moved[@]}" ] || fail "node 4 answered $got 404s, but ${#moved[@]} buckets moved: some moved between old nodes"
+ok
+{ [ "${#moved[@]}" -ge 1 ] && [ "${#moved[@]}" -le 20 ]; } || fail "${#moved[@]} of 41 buckets move to the fourth node, expected about 1/4"
+ok
+stop_proxy "$preview_pid"
+say "adding node 4: ${#moved[@]} of $(( ${#moved[@]} + stayed )) buckets move to it, all to node 4 (none between old nodes)"
+# Copy: writes to these buckets would have to stop now (none here).
+for m in "${moved[@]}"; do
+  read -r key path file <<<"$m"
+  from="$(node_url "${owner[$key]}")" to="$(node_url 4)"
+  curl -s -m 10 -D "$work/head" -o "$work/copy" "$from$path?offset=-1" >/dev/null
+  ctype="$(awk -F': *' 'tolower($1) == "content-type" { sub(/\r$/, "", $2); print $2 }' "$work/head")"
+  tail_off="$(awk -F': *' 'tolower($1) == "stream-next-offset" { sub(/\r$/, "", $2); print $2 }' "$work/head")"
+  grep -qi '^stream-up-to-date: true' "$work/head" || fail "$path did not read whole in one response (copy in pieces)"
+  case "$path" in /ds/*) expect 201 "create bucket $key on node 4" PUT "$to/ds/$key" ;; esac
+  curl -s -m 10 -D "$work/head" -o /dev/null -X PUT -H "Content-Type: $ctype" --data-binary @"$work/copy" "$to$path" >/dev/null
+  grep -q '^HTTP/1.1 201' "$work/head" || fail "creating the copy of $path on node 4: $(head -1 "$work/head")"
+  grep -qi "^stream-next-offset: $tail_off" "$work/head" || fail "the copy of $path ends at another offset than $tail_off"
+  ok
+done
+# Switch the proxy to four nodes (a restart here; a reload in production).
+stop_proxy "$hap_pid"
+start_proxy "$cfg4" "$proxy_port" "$stats_port"
+hap_pid=$PROXY_PID
+for i in 1 2 3 4; do wait_state "$i" UP 20; done
+ok
+for m in "${moved[@]}"; do read -r key _ <<<"$m"; old_owner[$key]=${owner[$key]}; owner[$key]=4; done
+read_all 0
+expect 200 "GET /v1/stream/$single with four nodes" GET "$P/v1/stream/$single?offset=-1"
+cmp -s "$work/body" "$work/expect/v1-single" || fail "/v1/stream/$single differs with four nodes"; ok
+# Delete the old copies, then everything still reads through the proxy.
+for m in "${moved[@]}"; do
+  read -r key path _ <<<"$m"
+  from="$(node_url "${old_owner[$key]}")"
+  expect 204 "delete the old copy of $path" DELETE "$from$path"
+  case "$path" in /ds/*) expect 204 "delete the old bucket $key" DELETE "$from/ds/$key" ;; esac
+  expect 404 "the old copy of $path is gone" GET "$from$path?offset=-1"
+done
+read_all 0
+say "four nodes: $READ through the proxy after copying and deleting the old copies"
 
 say "$passed checks passed, 0 failed ($(( $(date +%s) - t_start )) s)"
