@@ -18,8 +18,11 @@
 #   3. the official TypeScript client through the proxy
 #      (scripts/ts-client-demo.sh --url, without a token);
 #   4. failures: node 2 killed with SIGKILL, node 3 stopped with SIGTERM,
-#      one after the other: requests for their buckets get HAProxy's 503
-#      (at once, and after the health check marks the node DOWN), a write
+#      one after the other: a long-poll in flight on the killed node gets
+#      HAProxy's 502; requests for their buckets get HAProxy's 503 (at once,
+#      or 502 on a connection the crash closed; and after the health check
+#      marks the node DOWN, with Retry-After); a long-poll in flight on the
+#      node stopped with SIGTERM gets the node's own 204 (drain); a write
 #      for them creates nothing anywhere, the other nodes' buckets are read
 #      and written as before; restarted on the same data directory and port,
 #      the node is UP again and every stream reads back byte for byte;
@@ -172,10 +175,12 @@ for i in 1 2 3; do wait_state "$i" UP 20; done
 ok; say "all three nodes UP on the stats page"
 
 # --- HTTP helpers ----------------------------------------------------------------
-# req METHOD URL [curl args...]: the status code; the body in $work/body.
+# req METHOD URL [curl args...]: the status code; the body in $work/body,
+# the response head in $work/head.
 req() {
   local m=$1 u=$2; shift 2
-  curl -s -m 10 -o "$work/body" -w '%{http_code}' -X "$m" "$@" "$u" || echo "curl-error-$?"
+  curl -s -m 10 -D "$work/head.raw" -o "$work/body" -w '%{http_code}' -X "$m" "$@" "$u" || echo "curl-error-$?"
+  tr -d '\r' <"$work/head.raw" >"$work/head" 2>/dev/null || true
 }
 # expect STATUS WHAT METHOD URL [curl args...]
 expect() {
@@ -293,6 +298,9 @@ if [ "${MULTINODE_SKIP_SUITES:-0}" != 1 ]; then
 fi
 
 # --- 4. a node fails -------------------------------------------------------------------
+# The bodies of the proxy's own 503 and 502 (http-error in the configuration).
+proxy_503="ringstream proxy: the node that holds this bucket is unavailable"
+proxy_502="ringstream proxy: the node that holds this bucket failed before answering"
 # read_all DOWN: every stream through the proxy; those of node DOWN (0:
 # none) must get 503 from HAProxy, the others 200 and exactly what was
 # written. Sets $READ to a summary.
@@ -304,7 +312,8 @@ read_all() {
     code="$(req GET "$P$path")"
     if [ "${owner[$b]}" = "$down" ]; then
       [ "$code" = 503 ] || fail "node $down is down, yet GET $path through the proxy answered $code, expected HAProxy's 503"
-      grep -qF "No server is available to handle this request." "$work/body" || fail "the 503 for $path is not HAProxy's: $(head -c 200 "$work/body")"
+      grep -qxF "$proxy_503" "$work/body" || fail "the 503 for $path is not HAProxy's: $(head -c 200 "$work/body")"
+      grep -qix "Retry-After: 2" "$work/head" || fail "the proxy's 503 for $path has no Retry-After: 2"
       n503=$((n503 + 1))
     else
       [ "$code" = 200 ] || fail "GET $path (node ${owner[$b]}) through the proxy answered $code with node $down down"
@@ -319,12 +328,37 @@ read_all() {
 bucket_on() { local b; for b in "${buckets[@]}"; do if [ "${owner[$b]}" = "$1" ]; then echo "$b"; return; fi; done; }
 bucket_not_on() { local b; for b in "${buckets[@]}"; do if [ "${owner[$b]}" != "$1" ]; then echo "$b"; return; fi; done; }
 
+# start_longpoll I BUCKET: a long-poll at the tail of BUCKET/s through the
+# proxy, in the background ($LP; status in $work/lp.code), once node I
+# counts it among its live readers (the 500 ms timeout leaves time to act).
+start_longpoll() {
+  local i=$1 b=$2 live=0 _try
+  for _try in 1 2 3 4 5; do
+    curl -s -m 10 -o "$work/lp.body" -w '%{http_code}' "$P/ds/$b/s?offset=now&live=long-poll" >"$work/lp.code" &
+    LP=$!
+    for _ in $(seq 1 40); do
+      live="$(metric "$i" ringstream_live_readers 'kind="long_poll"')"
+      [ "$live" -ge 1 ] && return 0
+      sleep 0.01
+    done
+    wait "$LP" || true   # it ended (204) before it was seen: again
+  done
+  fail "no long-poll seen on node $i in 5 tries"
+}
 outage() {
   local victim=$1 how=$2 vb other t0 code quick
   vb="$(bucket_on "$victim")"; other="$(bucket_not_on "$victim")"
   t0=$(date +%s.%N)
   if [ "$how" = kill ]; then
+    # A long-poll through the proxy, waiting on the node when it dies: the
+    # request was sent and no answer will come, so HAProxy answers 502
+    # (not another node).
+    start_longpoll "$victim" "$vb"
     kill -9 "${node_pid[$victim]}"; wait "${node_pid[$victim]}" 2>/dev/null || true
+    wait "$LP" || true
+    [ "$(cat "$work/lp.code")" = 502 ] || fail "a long-poll in flight on node $victim when it was killed answered $(cat "$work/lp.code"), expected HAProxy's 502"
+    grep -qxF "$proxy_502" "$work/lp.body" || fail "the 502 of the long-poll is not HAProxy's: $(head -c 200 "$work/lp.body")"
+    ok
     # Still UP on the stats page (the next check is up to 2 s away), and no
     # retry, no redispatch: a request that opens a new connection to the
     # node is refused and gets HAProxy's 503; one sent over an idle
@@ -334,23 +368,30 @@ outage() {
     for _ in 1 2 3; do
       code="$(req GET "$P/ds/$vb/s?offset=-1")"
       case "$code" in
-        503) grep -qF "No server is available to handle this request." "$work/body" || fail "a 503 just after SIGKILL that is not HAProxy's" ;;
-        502) grep -qF "502 Bad Gateway" "$work/body" || fail "a 502 just after SIGKILL that is not HAProxy's" ;;
+        503) grep -qxF "$proxy_503" "$work/body" || fail "a 503 just after SIGKILL that is not HAProxy's: $(head -c 200 "$work/body")" ;;
+        502) grep -qxF "$proxy_502" "$work/body" || fail "a 502 just after SIGKILL that is not HAProxy's: $(head -c 200 "$work/body")" ;;
         *) fail "GET /ds/$vb/s just after node $victim's SIGKILL answered $code, expected HAProxy's 503 (or 502)" ;;
       esac
       ok; quick="$quick$code "
     done
     quick="$quick(the stats page said '$(node_state "$victim")')"
   else
+    # A graceful stop answers the long-polls waiting on it (204, as at
+    # their timeout) before it exits: through the proxy as well.
+    start_longpoll "$victim" "$vb"
     kill -TERM "${node_pid[$victim]}"
     code=0; wait "${node_pid[$victim]}" || code=$?
     [ "$code" = 0 ] || fail "node $victim exited $code after SIGTERM"
+    ok
+    wait "$LP" || true
+    [ "$(cat "$work/lp.code")" = 204 ] || fail "a long-poll in flight on node $victim during its SIGTERM answered $(cat "$work/lp.code"), expected the node's 204"
     ok
   fi
   node_pid[victim]=""
   wait_state "$victim" DOWN 15
   ok
-  if [ "$how" = kill ]; then say "node $victim killed: the requests just after answered $quick"; fi
+  if [ "$how" = kill ]; then say "node $victim killed: a long-poll in flight on it got the proxy's 502; the requests just after answered $quick"
+  else say "node $victim stopped: a long-poll in flight on it got the node's 204 (drain), exit status 0"; fi
   say "node $victim stopped ($how): DOWN on the stats page after $(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)") s"
   expect 200 "the proxy's /readyz with one node down" GET "$P/readyz"; body_is "ready: 2 of 3 nodes up" "/readyz"
   read_all "$victim"; say "node $victim down: $READ"
