@@ -3,7 +3,14 @@
 # promtool comes from Debian's `prometheus` package, unpacked (not
 # installed) into a cache; without it (no apt), the file is at least parsed
 # as YAML. tests/deploy_files.rs checks the metric names in it.
-# Environment: RINGSTREAM_PROMTOOL_CACHE (default ~/.cache/ringstream-promtool).
+# Then docs/deploy/haproxy.cfg: `haproxy -c` (HAProxy 2.6.12, Debian's
+# package, unpacked by scripts/lib/haproxy.sh) with its defaults and as
+# scripts/multinode.sh renders it, and the rules the file must keep: no
+# health check on the hash ring (a down node's buckets must not move to
+# another node), `retries 0`, `no option redispatch`, a fixed `id` for every
+# ring server. scripts/multinode.sh runs it for real.
+# Environment: RINGSTREAM_PROMTOOL_CACHE (default ~/.cache/ringstream-promtool),
+# RINGSTREAM_HAPROXY_CACHE (see scripts/lib/haproxy.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rules=docs/deploy/prometheus-alerts.yml
@@ -25,3 +32,45 @@ else
   python3 -c "import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); assert d['groups'][0]['rules']" "$rules"
   echo "check-deploy: no promtool; $rules parses as YAML: 1 passed, 0 failed"
 fi
+
+# --- docs/deploy/haproxy.cfg -------------------------------------------------------
+cfg=docs/deploy/haproxy.cfg
+. scripts/lib/haproxy.sh
+if ! command -v apt-get >/dev/null && ! command -v haproxy >/dev/null; then
+  echo "check-deploy: no apt-get and no haproxy: $cfg NOT checked (scripts/multinode.sh needs haproxy $HAPROXY_DEB_VERSION)" >&2
+  exit 0
+fi
+haproxy_install
+passed=0
+"$HAPROXY" -c -q -f "$cfg" || { echo "check-deploy: haproxy -c rejects $cfg with its defaults" >&2; exit 1; }
+passed=$((passed + 1))
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+RINGSTREAM_PROXY_BIND=127.0.0.1:1 RINGSTREAM_PROXY_STATS=127.0.0.1:2 RINGSTREAM_PROXY_RUN="$tmp" \
+  RINGSTREAM_PROXY_MAXCONN=100 RINGSTREAM_NODE1=127.0.0.1:3 RINGSTREAM_NODE2=127.0.0.1:4 RINGSTREAM_NODE3=127.0.0.1:5 \
+  "$HAPROXY" -c -q -f "$cfg" || { echo "check-deploy: haproxy -c rejects $cfg rendered for loopback" >&2; exit 1; }
+passed=$((passed + 1))
+# The sections' lines, comments dropped: "SECTION :: LINE".
+sections() { awk '/^[a-z]/ { sec = $1 " " $2 } { sub(/#.*/, "") } NF { print sec " :: " $0 }' "$cfg"; }
+ring() { sections | awk -F' :: ' '$1 == "backend ring" { print $2 }'; }
+ring_servers() { ring | grep '^ *server '; }
+rule() { # rule DESCRIPTION COMMAND...: counts a rule that holds, fails on one that does not
+  if "${@:2}"; then passed=$((passed + 1)); else echo "check-deploy: $cfg: $1" >&2; exit 1; fi
+}
+ring_has() { ring | grep -q -- "$1"; }
+ring_unchecked() { ! ring_servers | grep -Eq ' (check|track)( |$)'; }
+ring_ids() { [ "$(ring_servers | wc -l)" -gt 0 ] && ! ring_servers | grep -Evq ' id [0-9]+( |$)'; }
+default_is() { sections | grep -Eq "^defaults .* :: +$1 *\$"; }
+nodes_check_readyz() {
+  local checked with_readyz
+  checked="$(sections | grep -Ec '^listen node[0-9]+ :: +server .* check ')"
+  with_readyz="$(sections | grep -Ec '^listen node[0-9]+ :: +option httpchk GET /readyz *$')"
+  [ "$checked" -gt 0 ] && [ "$checked" = "$with_readyz" ]
+}
+rule "the ring balances by the bucket variable" ring_has 'balance hash var(txn.bucket)'
+rule "the ring needs hash-type consistent" ring_has 'hash-type consistent'
+rule "no server of the ring may have a health check (its buckets would move)" ring_unchecked
+rule "every ring server needs a fixed id" ring_ids
+rule "defaults must say retries 0" default_is 'retries 0'
+rule "defaults must say no option redispatch" default_is 'no option redispatch'
+rule "every node proxy checks /readyz" nodes_check_readyz
+echo "check-deploy: $cfg (haproxy $("$HAPROXY" -v | head -1 | awk '{print $3}') -c, rules): $passed passed, 0 failed"

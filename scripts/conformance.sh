@@ -2,30 +2,39 @@
 # Runs the official Durable Streams conformance suite
 # (@durable-streams/server-conformance-tests, pinned with the TypeScript
 # client it drives in scripts/node/package-lock.json) against a release build
-# of ringstream started on a free loopback port with a fresh data directory.
+# of ringstream started on a free loopback port with a fresh data directory,
+# or against a server (or proxy) that is already running (--url).
 #
-# Usage: scripts/conformance.sh [--restart] [--keep-data]
+# Usage: scripts/conformance.sh [--restart] [--keep-data] [--url URL]
 #   --restart    run the suite, restart the server on the same data directory,
 #                and run it again (both runs must pass)
 #   --keep-data  do not delete the temporary data directory afterwards
+#   --url URL    start no server: run the suite once against URL (e.g. the
+#                proxy of scripts/multinode.sh); not with --restart
 #
 # Environment:
 #   RINGSTREAM_NODE_CACHE  where `npm ci` installs scripts/node (default ~/.cache/ringstream-node)
 #   RINGSTREAM_BIN         use this server binary instead of building one
+#   CONFORMANCE_URL        the same as --url
 #
 # Prints "N passed, M failed" per run; exits non-zero on any failure.
 set -euo pipefail
 
 RESTART=0
 KEEP=0
-for a in "$@"; do
-  case "$a" in
+URL="${CONFORMANCE_URL:-}"
+while [ $# -gt 0 ]; do
+  case "$1" in
     --restart) RESTART=1 ;;
     --keep-data) KEEP=1 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown argument: $a" >&2; exit 2 ;;
+    --url) [ $# -ge 2 ] || { echo "--url needs a URL" >&2; exit 2; }; URL="$2"; shift ;;
+    --url=*) URL="${1#--url=}" ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
+  shift
 done
+if [ -n "$URL" ] && [ "$RESTART" = 1 ]; then echo "--restart starts its own server: not with --url" >&2; exit 2; fi
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -42,7 +51,7 @@ JS
 
 # --- the server ------------------------------------------------------------------
 bin="${RINGSTREAM_BIN:-}"
-if [ -z "$bin" ]; then
+if [ -z "$bin" ] && [ -z "$URL" ]; then
   (cd "$root" && cargo build --release --quiet --bin ringstream)
   bin="$root/target/release/ringstream"
 fi
@@ -54,7 +63,9 @@ cleanup() { stop; [ "$KEEP" = 1 ] || rm -rf "$data" "$log" "$data.out"; }
 trap cleanup EXIT
 
 port=""
+base=""
 start() {
+  if [ -n "$URL" ]; then base="${URL%/}"; return; fi
   # A short long-poll timeout: several tests wait for a 204 inside vitest's 5 s.
   "$bin" --listen 127.0.0.1:"${port:-0}" --data-dir "$data/db" --shards 2 --no-pin \
     --long-poll-timeout-ms 500 >"$data.out" 2>>"$log" &
@@ -66,26 +77,28 @@ start() {
   done
   port="$(grep -o '127.0.0.1:[0-9]*' "$data.out" | head -1 | cut -d: -f2)"
   [ -n "$port" ] || { echo "conformance: no listening line" >&2; cat "$log" >&2; exit 3; }
+  base="http://127.0.0.1:$port"
 }
 
 run_suite() {
   local report="$data/report-$1.json"
-  local t0=$(date +%s.%N)
-  (cd "$CACHE" && CONFORMANCE_TEST_URL="http://127.0.0.1:$port" \
+  local t0 t1
+  t0=$(date +%s.%N)
+  (cd "$CACHE" && CONFORMANCE_TEST_URL="$base" \
      ./node_modules/.bin/vitest run ringstream.conformance.test.mjs --no-coverage \
      --reporter=json --outputFile.json="$report" >"$data/vitest-$1.txt" 2>&1) || true
-  local t1=$(date +%s.%N)
+  t1=$(date +%s.%N)
   if [ ! -s "$report" ]; then
     echo "conformance: vitest produced no report:" >&2; tail -30 "$data/vitest-$1.txt" >&2; return 1
   fi
-  node - "$report" "$t0" "$t1" "$1" <<'JS'
+  CONFORMANCE_TEST_URL="$base" node - "$report" "$t0" "$t1" "$1" <<'JS'
 const fs = require("fs")
 const [file, t0, t1, label] = process.argv.slice(2)
 const r = JSON.parse(fs.readFileSync(file, "utf8"))
 for (const f of r.testResults) for (const t of f.assertionResults)
   if (t.status === "failed")
     console.log(`  FAIL ${t.ancestorTitles.join(" > ")} :: ${t.title}\n       ${(t.failureMessages[0] || "").split("\n")[0].slice(0, 240)}`)
-console.log(`conformance (${label}): ${(t1 - t0).toFixed(1)}s, ${r.numPendingTests} skipped`)
+console.log(`conformance (${label}, ${process.env.CONFORMANCE_TEST_URL}): ${(t1 - t0).toFixed(1)}s, ${r.numPendingTests} skipped`)
 console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed`)
 process.exit(r.numFailedTests === 0 && r.numPassedTests > 0 && r.success !== false ? 0 : 1)
 JS

@@ -4,8 +4,10 @@
 # a release build twice (across a restart on the same data), the official
 # TypeScript client on both surfaces (/v1/stream and /ds; without access
 # control, then with a bearer token) and the Python client on both, a short
-# loadgen smoke run (report, plot), the deploy files' checks, and a short
-# run of each fuzz target (fuzz/, cargo-fuzz).
+# loadgen smoke run (report, plot), the deploy files' checks, three nodes
+# behind the HAProxy configuration of docs/deploy/ (the conformance suite
+# and the TypeScript client through it, a node killed and restarted), and a
+# short run of each fuzz target (fuzz/, cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace
@@ -17,3 +19,4 @@ scripts/ts-client-demo.sh
 scripts/python-client.sh
 scripts/loadgen-smoke.sh
 scripts/check-deploy.sh
+scripts/multinode.sh
