@@ -6,8 +6,10 @@
 # control, then with a bearer token) and the Python client on both, a short
 # loadgen smoke run (report, plot), the deploy files' checks, three nodes
 # behind the HAProxy configuration of docs/deploy/ (the conformance suite
-# and the TypeScript client through it, a node killed and restarted), and a
-# short run of each fuzz target (fuzz/, cargo-fuzz).
+# and the TypeScript client through it, a node killed and restarted), tiered
+# storage against a real SeaweedFS (scripts/tiering.sh: budget, kill -9
+# during uploads, the store stopped and started, deletes), and a short run
+# of each fuzz target (fuzz/, cargo-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace
@@ -20,3 +22,4 @@ scripts/python-client.sh
 scripts/loadgen-smoke.sh
 scripts/check-deploy.sh
 scripts/multinode.sh
+scripts/tiering.sh

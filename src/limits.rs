@@ -147,6 +147,9 @@ pub const TIER_BLOCK_BYTES: u64 = 1024 * 1024;
 /// Tiered storage: fetched blocks kept in memory per shard (least recently
 /// used go first).
 pub const TIER_CACHE_BYTES: u64 = 32 * 1024 * 1024;
+/// Tiered storage: segment moves a shard runs at once (each waits mostly
+/// on the object store), oldest first.
+pub const TIER_MOVES_MAX: usize = 4;
 /// Tiered storage: the first wait after a failed upload; it doubles per
 /// failure up to [`TIER_RETRY_MAX_MS`].
 pub const TIER_RETRY_MIN_MS: u64 = 500;

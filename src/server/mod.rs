@@ -95,10 +95,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     log_start(&cfg, &cpus);
     let auth = access::Auth::load(&cfg)?;
     let host = host::claim(&cfg)?;
-    let tier = host::tier_client(&cfg)?;
     // Before any thread starts, so every thread inherits the mask and only
     // the signal thread receives SIGTERM/SIGINT.
     let stop_signals = signals::block_stop_signals()?;
+    // Starts the tier thread: after the mask is in place.
+    let tier = host::tier_client(&cfg)?;
     let n = cfg.shards;
     let process = Arc::new(Process {
         state: AtomicU8::new(BOOTING),

@@ -3,7 +3,7 @@
 //! keeps of each record, and reads that fetch cold blocks before answering.
 
 use super::*;
-use crate::limits::{TIER_RETRY_MAX_MS, TIER_RETRY_MIN_MS};
+use crate::limits::{TIER_MOVES_MAX, TIER_RETRY_MAX_MS, TIER_RETRY_MIN_MS};
 use crate::storage::error::ColdNeed;
 
 /// Most block fetches one read may need before it gives up (503): a read
@@ -73,18 +73,22 @@ impl<S: SegmentStore> Shard<S> {
         let mut backoff = TIER_RETRY_MIN_MS;
         let mut failing = false;
         while !self.stopping.get() && !self.log.is_stopped() {
-            let due = self.log.oldest_local_sealed().filter(|_| self.log.local_bytes() > budget);
-            let result = match (self.log.sweep_due(), due) {
+            let due = self.log.due_for_tiering(budget, TIER_MOVES_MAX);
+            let result = match (self.log.sweep_due(), due.is_empty()) {
                 (true, _) => self.log.sweep_remote().await.map(|n| {
                     if n > 0 {
                         tracing::info!("shard {}: deleted {n} orphaned objects from the object store", self.id);
                     }
                 }),
-                (false, Some(no)) => self.log.tier_segment(no, recovery_prefix).await.map(|_| {
-                    // Its metadata may now be all that pins it: let reclaim look.
+                (false, false) => {
+                    // Concurrent moves: each waits mostly on the store.
+                    let moves = due.iter().map(|&no| self.log.tier_segment(no, recovery_prefix));
+                    let results = futures_util::future::join_all(moves).await;
+                    // Their metadata may now be all that pins them: let reclaim look.
                     self.reclaim_due.set(true);
-                }),
-                (false, None) => {
+                    results.into_iter().find(Result::is_err).unwrap_or(Ok(0)).map(|_| ())
+                }
+                (false, true) => {
                     self.log.segment_sealed().await;
                     continue;
                 }

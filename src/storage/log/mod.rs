@@ -29,7 +29,7 @@ use crate::metrics::Histo;
 use crate::notify::Notify;
 use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 
 #[derive(Debug, Clone, Copy)]
@@ -136,8 +136,8 @@ pub struct Log<S: SegmentStore> {
     /// Rung when a segment becomes sealed and durable (for the tiering task).
     sealed: Notify,
     cache: RefCell<tier::BlockCache>,
-    /// The segment `tier_segment` is moving now.
-    moving: Cell<Option<u64>>,
+    /// The segments `tier_segment` is moving now.
+    moving: RefCell<BTreeSet<u64>>,
     sweep_due: Cell<bool>,
 }
 

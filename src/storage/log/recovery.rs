@@ -171,7 +171,7 @@ impl<S: SegmentStore> Log<S> {
             sweep_due: Cell::new(tier.is_some()),
             tier,
             cache: RefCell::default(),
-            moving: Cell::new(None),
+            moving: RefCell::default(),
         };
         // Create the active segment now so the first append does not wait
         // for it; the preparer task makes the next one in the background.

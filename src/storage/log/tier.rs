@@ -270,7 +270,10 @@ impl<S: SegmentStore> Log<S> {
                 SegData::Remote(r) => r.skel_len,
             })
             .sum();
-        files + st.prepared.len() as u64 * self.cfg.segment_bytes
+        // The segment prepared ahead counts even before the preparer made
+        // it: it is always made right after a rollover, and the tiering
+        // task, which wakes on rollovers, must not see room that is not there.
+        files + st.prepared.len().max(1) as u64 * self.cfg.segment_bytes
     }
 
     /// Remote segments and their bytes in the object store.
@@ -282,16 +285,31 @@ impl<S: SegmentStore> Log<S> {
         })
     }
 
-    /// The oldest sealed segment still on the local disk, if any.
-    pub fn oldest_local_sealed(&self) -> Option<u64> {
+    /// The oldest sealed segments on the local disk that are not being
+    /// moved, as many as it takes to bring the local bytes within `budget`
+    /// (at most `max`), oldest first.
+    pub fn due_for_tiering(&self, budget: u64, max: usize) -> Vec<u64> {
+        let mut over = self.local_bytes().saturating_sub(budget);
         let st = self.st.borrow();
-        st.segments.iter().find(|(_, s)| matches!(s, SegData::Mapped(_))).map(|(&no, _)| no)
+        let moving = self.moving.borrow();
+        let mut due = Vec::new();
+        for (&no, s) in &st.segments {
+            let SegData::Mapped(m) = s else { continue };
+            if over == 0 || due.len() == max {
+                break;
+            }
+            if !moving.contains(&no) {
+                due.push(no);
+            }
+            over = over.saturating_sub(m.bytes().len() as u64);
+        }
+        due
     }
 
     /// Whether segment `no` is being moved to the object store now (the
     /// reclaim pass leaves it alone until the move ends).
     pub fn is_moving(&self, no: u64) -> bool {
-        self.moving.get() == Some(no)
+        self.moving.borrow().contains(&no)
     }
 
     /// Moves sealed segment `no` to the object store (the four steps of the
@@ -304,9 +322,11 @@ impl<S: SegmentStore> Log<S> {
             Some(SegData::Mapped(m)) => m.clone(),
             _ => return Err(not_sealed("tier", no)),
         };
-        self.moving.set(Some(no));
+        if !self.moving.borrow_mut().insert(no) {
+            return Err(not_sealed("tier (already moving)", no));
+        }
         let r = self.move_to_store(t, no, map.bytes().len() as u64, keep).await;
-        self.moving.set(None);
+        self.moving.borrow_mut().remove(&no);
         let mut st = self.st.borrow_mut();
         match &r {
             Ok(len) => {

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Tiered storage against a real S3-compatible store: SeaweedFS 4.48
+# (scripts/lib/seaweedfs.sh installs it into a cache) and a release build of
+# ringstream with --tier s3, small segments (1 MiB) and --hot-bytes 8 MiB on
+# 2 shards. The steps are in scripts/tiering-test.py; this script starts,
+# kills and restarts the processes between them:
+#
+#  1. write 6 × --hot-bytes into 40 streams (/v1 and /ds) from 4 connections
+#     at 16 MiB/s;
+#     the data dir never exceeds the budget + one segment per shard; the
+#     shards settle within budget; the store holds exactly one object per
+#     remote segment (and a skeleton each); everything reads back byte-exact
+#     from -1 and from random acknowledged offsets;
+#  2. write more and kill -9 the server while its uploads run; restart on the
+#     same data; everything reads back; after settling no orphan object;
+#  3. stop the store, restart the server (empty block cache): /readyz says
+#     degraded, cold reads answer 503 + Retry-After, appends and hot reads
+#     go on, the disk grows past the budget; start the store: uploads catch
+#     up, everything (the appends made meanwhile too) reads back byte-exact;
+#  4. delete every stream: the remote objects are deleted.
+#
+# Usage: scripts/tiering.sh [--keep]   (--keep: leave the work dir for a look)
+# Environment: RINGSTREAM_BIN (a server binary instead of building one),
+# RINGSTREAM_SEAWEEDFS_CACHE, PYTHON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/seaweedfs.sh
+KEEP=0
+for a in "$@"; do
+  case "$a" in
+    --keep) KEEP=1 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $a" >&2; exit 2 ;;
+  esac
+done
+SHARDS=2
+SEGMENT=$((1024 * 1024))
+HOT=$((8 * 1024 * 1024))
+SLACK=$((SHARDS * SEGMENT + 65536))
+seaweedfs_install
+bin="${RINGSTREAM_BIN:-}"
+if [ -z "$bin" ]; then
+  cargo build --release --quiet --bin ringstream
+  bin=target/release/ringstream
+fi
+work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-tiering.XXXXXX")"
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+  seaweedfs_stop
+  if [ "$KEEP" = 1 ]; then echo "tiering: left $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+py() { "${PYTHON:-python3}" scripts/tiering-test.py "$@"; }
+
+port=""
+start_ringstream() {
+  "$bin" --listen "127.0.0.1:${port:-0}" --data-dir "$work/data" --shards "$SHARDS" --no-pin \
+    --segment-bytes "$SEGMENT" --tier s3 --tier-endpoint "$S3_ENDPOINT" --tier-bucket "$S3_BUCKET" \
+    --hot-bytes "$HOT" >"$work/out" 2>>"$work/err" &
+  pid=$!
+  for _ in $(seq 1 300); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
+  url="http://$(grep -o '127.0.0.1:[0-9]*' "$work/out" | head -1)"
+  [ "$url" != "http://" ] || { echo "tiering: server did not start:" >&2; tail "$work/err" >&2; exit 1; }
+  port="${url##*:}"
+}
+
+echo "== 1. write 6 x --hot-bytes, check the budget, the store, every byte" >&2
+seaweedfs_start "$work/s3"
+start_ringstream
+# Paced below what the uploads sustain here (2 vCPUs shared with weed and
+# the writer): the budget holds while writes do not outrun the uploads.
+py write "$work/state" "$url" $((6 * HOT)) "$work/data" "$HOT" "$SLACK" $((16 * 1024 * 1024))
+py settle "$url" 60
+py store "$work/state" "$url" "$work/data" "$S3_ENDPOINT" "$S3_BUCKET"
+py verify "$work/state" "$url"
+
+echo "== 2. kill -9 while uploads run, restart, read everything" >&2
+uploads() { curl -s "$url/metrics" | awk '/^ringstream_tier_uploads_total.*ok/ {n += $2} END {print n + 0}'; }
+over() { curl -s "$url/metrics" | awk '/^ringstream_tier_local_bytes/ {l += $2} /^ringstream_tier_hot_budget_bytes/ {b += $2} END {print (l > b)}'; }
+before="$(uploads)"
+# An unpaced burst outruns the uploads; kill once some went through and more wait.
+py write "$work/state" "$url" $((12 * HOT)) "$work/data" "$HOT" &
+writer=$!
+for _ in $(seq 1 400); do
+  [ "$(uploads)" -ge $((before + 4)) ] && [ "$(over)" = 1 ] && break
+  sleep 0.025
+done
+[ "$(over)" = 1 ] || { echo "tiering: no upload backlog to kill the server in" >&2; exit 1; }
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+echo "killed with -9 after $(( $(ls "$work"/data/shard-*/*.skel | wc -l) )) skeletons, uploads in flight" >&2
+wait "$writer"
+start_ringstream
+py reconcile "$work/state" "$url"
+py verify "$work/state" "$url"
+py settle "$url" 60
+py store "$work/state" "$url" "$work/data" "$S3_ENDPOINT" "$S3_BUCKET"
+
+echo "== 3. the object store stops for a while" >&2
+seaweedfs_stop
+kill "$pid"; wait "$pid" || true; pid=""
+start_ringstream
+py down "$work/state" "$url"
+seaweedfs_restart
+py settle "$url" 120
+py verify "$work/state" "$url"
+py store "$work/state" "$url" "$work/data" "$S3_ENDPOINT" "$S3_BUCKET"
+
+echo "== 4. deletes reach the object store" >&2
+py delete "$work/state" "$url" "$S3_ENDPOINT" "$S3_BUCKET" "$work/data"
+kill "$pid"; wait "$pid" || { echo "tiering: the server did not exit 0" >&2; exit 1; }
+pid=""
+echo "tiering: all checks passed" >&2
