@@ -8,7 +8,7 @@
 #   S3 identity, waits until S3 answers a signed request, creates the bucket,
 #   and sets $S3_ENDPOINT, $S3_BUCKET, $S3_PID and exports AWS_ACCESS_KEY_ID /
 #   AWS_SECRET_ACCESS_KEY. Logs go to DIR.log.
-# seaweedfs_stop: SIGTERM, then waits (the data stays in DIR).
+# seaweedfs_stop: SIGTERM, then waits (SIGKILL after 10 s; the data stays in DIR).
 # seaweedfs_restart: starts it again on the same DIR and ports.
 # s3_curl ARGS...: curl with the identity's SigV4 signature.
 #
@@ -101,6 +101,10 @@ _seaweedfs_writable() {
 seaweedfs_stop() {
   [ -n "${S3_PID:-}" ] || return 0
   kill "$S3_PID" 2>/dev/null || true
+  # weed can hang in its shutdown (seen with its directory removed): 10 s, then KILL.
+  local i
+  for i in $(seq 1 100); do kill -0 "$S3_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$S3_PID" 2>/dev/null || true
   wait "$S3_PID" 2>/dev/null || true
   S3_PID=""
 }
