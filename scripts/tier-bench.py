@@ -199,7 +199,7 @@ def backlog_drain(url):
     moves = m["ringstream_tier_uploads_total:ok"] - first["ringstream_tier_uploads_total:ok"]
     print(f"Upload throughput with nothing else running (a backlog left by a store outage): "
           f"{up / 1e6:.1f} MB in {moves} segment moves in {dt:.2f} s = **{up / dt / 1e6:.1f} MB/s** "
-          f"({dt / max(moves, 1) * 1e3:.0f} ms per 4 MiB segment, up to 4 moves at once per shard).")
+          f"({dt / max(moves, 1) * 1e3:.0f} ms per 4 MiB segment; with 4 MiB segments a shard runs 4 moves at once).")
 
 
 if __name__ == "__main__":

@@ -148,8 +148,11 @@ pub const TIER_BLOCK_BYTES: u64 = 1024 * 1024;
 /// used go first).
 pub const TIER_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 /// Tiered storage: segment moves a shard runs at once (each waits mostly
-/// on the object store), oldest first.
+/// on the object store), oldest first, as far as [`TIER_UPLOAD_BYTES_MAX`] allows.
 pub const TIER_MOVES_MAX: usize = 4;
+/// Tiered storage: bytes of segments a shard holds in memory for uploads at
+/// once (an upload reads its segment whole); at least one segment always.
+pub const TIER_UPLOAD_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Tiered storage: the first wait after a failed upload; it doubles per
 /// failure up to [`TIER_RETRY_MAX_MS`].
 pub const TIER_RETRY_MIN_MS: u64 = 500;

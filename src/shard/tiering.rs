@@ -3,7 +3,7 @@
 //! keeps of each record, and reads that fetch cold blocks before answering.
 
 use super::*;
-use crate::limits::{TIER_MOVES_MAX, TIER_RETRY_MAX_MS, TIER_RETRY_MIN_MS};
+use crate::limits::{TIER_MOVES_MAX, TIER_RETRY_MAX_MS, TIER_RETRY_MIN_MS, TIER_UPLOAD_BYTES_MAX};
 use crate::storage::error::ColdNeed;
 
 /// Most block fetches one read may need before it gives up (503): a read
@@ -72,8 +72,9 @@ impl<S: SegmentStore> Shard<S> {
         self.hot_budget.set(budget);
         let mut backoff = TIER_RETRY_MIN_MS;
         let mut failing = false;
+        let moves_max = (TIER_UPLOAD_BYTES_MAX / self.log.segment_bytes()).clamp(1, TIER_MOVES_MAX as u64) as usize;
         while !self.stopping.get() && !self.log.is_stopped() {
-            let due = self.log.due_for_tiering(budget, TIER_MOVES_MAX);
+            let due = self.log.due_for_tiering(budget, moves_max);
             let result = match (self.log.sweep_due(), due.is_empty()) {
                 (true, _) => self.log.sweep_remote().await.map(|n| {
                     if n > 0 {

@@ -162,6 +162,10 @@ impl<S: SegmentStore> Log<S> {
         &self.store
     }
 
+    pub fn segment_bytes(&self) -> u64 {
+        self.cfg.segment_bytes
+    }
+
     /// Frames a record into the active segment. Returns where it lives and
     /// the lsn to wait for with [`Log::durable`].
     pub fn append(&self, mut h: RecordHeader, body: &[u8]) -> Result<(RecordLoc, u64)> {
