@@ -163,8 +163,8 @@ pub struct Cli {
     #[arg(long, value_enum, default_value = "none", env = "RINGSTREAM_TIER")]
     pub tier: TierKind,
 
-    /// Tiered storage: the object store's URL, e.g. https://s3.eu-west-1.amazonaws.com
-    /// or http://127.0.0.1:8333 (path-style requests). Default: none.
+    /// Tiered storage: the object store's URL, e.g. `https://s3.eu-west-1.amazonaws.com`
+    /// or `http://127.0.0.1:8333` (path-style requests). Default: none.
     #[arg(long, env = "RINGSTREAM_TIER_ENDPOINT", value_name = "URL")]
     pub tier_endpoint: Option<String>,
 
