@@ -33,8 +33,28 @@ pub fn check(cfg: &Config) -> anyhow::Result<String> {
         None => writeln!(out, "locked memory    enough for {} bytes of registered buffers", memlock.need),
     };
     data_dir(cfg, &mut out)?;
+    tier(cfg, &mut out)?;
     let _ = writeln!(out, "configuration ok");
     Ok(out)
+}
+
+/// Tiered storage: the settings, and whether the store answers a listing
+/// (a store that does not answer is reported, not an error: a start serves
+/// without it, with cold reads answering 503).
+fn tier(cfg: &Config, out: &mut String) -> anyhow::Result<()> {
+    let Some(t) = &cfg.tier else { return Ok(()) };
+    let client = crate::tier::TierClient::s3(&t.s3, &t.prefix, "check").map_err(config_error)?;
+    let per_shard = t.hot_bytes / cfg.shards as u64;
+    let _ = writeln!(
+        out,
+        "tiered storage   s3 {} bucket {} prefix {}, {} bytes local ({per_shard} per shard)",
+        t.s3.endpoint, t.s3.bucket, t.prefix, t.hot_bytes
+    );
+    let _ = match futures_lite::future::block_on(client.list(format!("{}/", t.prefix))) {
+        Ok(keys) => writeln!(out, "object store     answers ({} objects under {}/)", keys.len(), t.prefix),
+        Err(e) => writeln!(out, "object store     WARNING: does not answer: {e} (a start serves; cold reads 503)"),
+    };
+    Ok(())
 }
 
 /// The data directory's part of the report.
