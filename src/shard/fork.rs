@@ -27,20 +27,40 @@ impl<S: SegmentStore> Shard<S> {
             self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
         }
         self.expire_if_due(&source).await;
-        self.with_cold(|| self.fork_copy(&source, offset, sub_offset, content_type.as_deref())).await
+        let (uid, pieces) =
+            self.with_cold(|| self.fork_plan(&source, offset, sub_offset, content_type.as_deref())).await?;
+        // Record by record, each with at most one fetch of cold blocks: a
+        // fork of cold data interleaved with other streams' spans many
+        // blocks, more than the cache holds at once.
+        let mut data = Vec::new();
+        for (loc, range) in pieces {
+            let piece = self
+                .with_cold(|| {
+                    let mut piece = Vec::new();
+                    self.log.read_body(loc, range.clone(), &mut piece).map_err(|e| self.storage_err(e))?;
+                    Ok(piece)
+                })
+                .await?;
+            data.extend_from_slice(&piece);
+        }
+        let mut streams = self.streams.borrow_mut();
+        // Fetches may have awaited: the source must still be the same stream.
+        let s = streams.get_mut(&source).filter(|s| s.uid == uid && !s.soft_deleted).ok_or(Error::NotFound)?;
+        s.fork_refs += 1;
+        Ok(ForkData { data, content_type: s.content_type.clone(), lifetime: s.lifetime.clone(), source_uid: s.uid })
     }
 
-    /// The synchronous part of [`Shard::fork_snapshot`]: validate, copy out,
-    /// and count the reference (only once the copy succeeded).
-    fn fork_copy(
+    /// The synchronous part of [`Shard::fork_snapshot`]: validate the fork
+    /// point and list the record ranges the fork inherits, with the source's uid.
+    fn fork_plan(
         &self,
         source: &StreamKey,
         offset: Option<Offset>,
         sub_offset: u64,
         content_type: Option<&str>,
-    ) -> Result<ForkData, Error> {
-        let mut streams = self.streams.borrow_mut();
-        let s = streams.get_mut(source).ok_or(Error::NotFound)?;
+    ) -> Result<(u64, Vec<(RecordLoc, std::ops::Range<usize>)>), Error> {
+        let streams = self.streams.borrow();
+        let s = streams.get(source).ok_or(Error::NotFound)?;
         let v = s.visible(self.log.durable_lsn());
         let src = rules::ForkSource {
             soft_deleted: s.soft_deleted,
@@ -74,13 +94,14 @@ impl<S: SegmentStore> Shard<S> {
             // Forks copy what they inherit into one record.
             return Err(Error::TooLarge);
         }
-        let mut data = Vec::with_capacity(point as usize);
-        for c in chunks.iter().take_while(|c| c.start < point) {
-            let take = (point - c.start).min(c.len as u64) as usize;
-            let off = c.data_off as usize;
-            self.log.read_body(c.loc, off..off + take, &mut data).map_err(|e| self.storage_err(e))?;
-        }
-        s.fork_refs += 1;
-        Ok(ForkData { data, content_type: s.content_type.clone(), lifetime: s.lifetime.clone(), source_uid: s.uid })
+        let pieces = chunks
+            .iter()
+            .take_while(|c| c.start < point)
+            .map(|c| {
+                let take = (point - c.start).min(c.len as u64) as usize;
+                (c.loc, c.data_off as usize..c.data_off as usize + take)
+            })
+            .collect();
+        Ok((s.uid, pieces))
     }
 }

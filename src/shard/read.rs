@@ -121,7 +121,13 @@ impl<S: SegmentStore> Shard<S> {
                 (c.len as usize - from).min(room)
             };
             let off = c.data_off as usize + from;
-            self.log.read_body(c.loc, off..off + take, &mut body).map_err(|e| self.storage_err(e))?;
+            match self.log.read_body(c.loc, off..off + take, &mut body) {
+                // Cold blocks after some data: answer with what is here (the
+                // client reads on from the next offset), so one answer costs
+                // at most one fetch, whatever the cache holds.
+                Err(storage::Error::Cold(_)) if !body.is_empty() => break,
+                r => r.map_err(|e| self.storage_err(e))?,
+            }
             pos += take as u64;
             if from + take < c.len as usize {
                 break;

@@ -162,7 +162,11 @@ impl<S: SegmentStore> Shard<S> {
             }
             let mut data = Vec::with_capacity(c.len as usize);
             let off = c.data_off as usize;
-            self.log.read_body(c.loc, off..off + c.len as usize, &mut data).map_err(|e| self.storage_err(e))?;
+            match self.log.read_body(c.loc, off..off + c.len as usize, &mut data) {
+                // As in `read`: cold blocks after some messages end this answer.
+                Err(storage::Error::Cold(_)) if !messages.is_empty() => break,
+                r => r.map_err(|e| self.storage_err(e))?,
+            }
             if s.json {
                 messages.extend(json::split_messages(&data).map(<[u8]>::to_vec));
             } else {
