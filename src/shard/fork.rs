@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// A byte range of one record's body that a fork inherits.
+type Piece = (RecordLoc, std::ops::Range<usize>);
+
 impl<S: SegmentStore> Shard<S> {
     /// At boot: the (source, uid) of every fork this shard holds.
     pub fn fork_sources(&self) -> Vec<(StreamKey, u64)> {
@@ -58,7 +61,7 @@ impl<S: SegmentStore> Shard<S> {
         offset: Option<Offset>,
         sub_offset: u64,
         content_type: Option<&str>,
-    ) -> Result<(u64, Vec<(RecordLoc, std::ops::Range<usize>)>), Error> {
+    ) -> Result<(u64, Vec<Piece>), Error> {
         let streams = self.streams.borrow();
         let s = streams.get(source).ok_or(Error::NotFound)?;
         let v = s.visible(self.log.durable_lsn());
