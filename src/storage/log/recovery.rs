@@ -36,7 +36,7 @@ impl<S: SegmentStore> Log<S> {
             let source = std::io::Error::other("segments are in an object store: start with --tier");
             return Err(Error::io("open", *skeletons.keys().next().expect("not empty"), source));
         }
-        let local: Vec<u64> = list.iter().map(|l| l.0).collect();
+        let local: HashSet<u64> = list.iter().map(|l| l.0).collect();
         let mut recovered = Vec::new();
         // Segments the log's tier records say are remote.
         let mut tiered: HashSet<u64> = skeletons.values().flat_map(|(sk, _, _)| sk.tiered()).collect();
@@ -145,7 +145,9 @@ impl<S: SegmentStore> Log<S> {
             segments.insert(no, SegData::Remote(tier::RemoteSeg { len, skel_len, skeleton: Some(Rc::new(sk)) }));
         }
         report.segments = segments.len();
-        let active = segments.keys().next_back().map(|l| l + 1).unwrap_or(0);
+        // After every segment there was, local (even one removed above) or remote.
+        let last = list.last().map(|l| l.0).into_iter().chain(segments.keys().next_back().copied()).max();
+        let active = last.map(|l| l + 1).unwrap_or(0);
         report.active_segment = active;
         segments
             .insert(active, SegData::Mirror { buf: Vec::new(), records: 0, durable_len: 0, sealed: false, file: None });
