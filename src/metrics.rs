@@ -272,7 +272,7 @@ impl Family {
                 Gauge,
                 "1 when segments are written with O_DIRECT|O_DSYNC, 0 for buffered writes + fdatasync.",
             ),
-            Family::Segments => ("ringstream_segments", Gauge, "Segment files of this shard's log (sealed + active)."),
+            Family::Segments => ("ringstream_segments", Gauge, "Segments of this shard's log: sealed ones (local, or remote with tiered storage) plus the active one."),
             Family::SegmentsReclaimed => (
                 "ringstream_segments_reclaimed_total",
                 Counter,
