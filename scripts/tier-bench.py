@@ -49,6 +49,15 @@ def tier_totals(c):
     return out
 
 
+def within_budget(c, poll_s):
+    """Waits until every shard's local bytes are within its budget; returns the totals then."""
+    while True:
+        m = tier_totals(c)
+        if m["ringstream_tier_local_bytes"] <= m["ringstream_tier_hot_budget_bytes"]:
+            return m
+        time.sleep(poll_s)
+
+
 def appends_by_shard(c):
     _, _, body = req(c, "GET", "/metrics")
     out = {}
@@ -114,11 +123,7 @@ def run(url, data_dir):
         for _ in range(FILLER_PER_PROBE):
             req(c, "POST", filler_path, filler, {"Content-Type": "application/octet-stream"})
     written_at = time.time() - t0
-    while True:
-        m = tier_totals(c)
-        if m["ringstream_tier_local_bytes"] <= m["ringstream_tier_hot_budget_bytes"]:
-            break
-        time.sleep(0.1)
+    m = within_budget(c, 0.1)
     settled_at = time.time() - t0
     time.sleep(0.5)
     stop.set()
@@ -186,17 +191,16 @@ def backlog_drain(url):
     until every shard is within budget; nothing else runs."""
     c = client(url)
     m0 = tier_totals(c)
+    # From the last poll that saw no upload done (the moves may all finish
+    # between two polls), over every byte of the backlog.
+    t0 = time.time()
     while tier_totals(c)["ringstream_tier_uploads_total:ok"] == m0["ringstream_tier_uploads_total:ok"]:
+        t0 = time.time()
         time.sleep(0.01)
-    t0, first = time.time(), tier_totals(c)
-    while True:
-        m = tier_totals(c)
-        if m["ringstream_tier_local_bytes"] <= m["ringstream_tier_hot_budget_bytes"]:
-            break
-        time.sleep(0.02)
+    m = within_budget(c, 0.02)
     dt = time.time() - t0
-    up = m["ringstream_tier_uploaded_bytes_total"] - first["ringstream_tier_uploaded_bytes_total"]
-    moves = m["ringstream_tier_uploads_total:ok"] - first["ringstream_tier_uploads_total:ok"]
+    up = m["ringstream_tier_uploaded_bytes_total"] - m0["ringstream_tier_uploaded_bytes_total"]
+    moves = m["ringstream_tier_uploads_total:ok"] - m0["ringstream_tier_uploads_total:ok"]
     print(f"Upload throughput with nothing else running (a backlog left by a store outage): "
           f"{up / 1e6:.1f} MB in {moves} segment moves in {dt:.2f} s = **{up / dt / 1e6:.1f} MB/s** "
           f"({dt / max(moves, 1) * 1e3:.0f} ms per 4 MiB segment; with 4 MiB segments a shard runs 4 moves at once).")
