@@ -56,10 +56,13 @@ ring_servers() { ring | grep '^ *server '; }
 rule() { # rule DESCRIPTION COMMAND...: counts a rule that holds, fails on one that does not
   if "${@:2}"; then passed=$((passed + 1)); else echo "check-deploy: $cfg: $1" >&2; exit 1; fi
 }
-ring_has() { ring | grep -q -- "$1"; }
-ring_unchecked() { ! ring_servers | grep -Eq ' (check|track)( |$)'; }
-ring_ids() { [ "$(ring_servers | wc -l)" -gt 0 ] && ! ring_servers | grep -Evq ' id [0-9]+( |$)'; }
-default_is() { sections | grep -Eq "^defaults .* :: +$1 *\$"; }
+# No `grep -q` after a pipe: it stops reading at the first match, the writer
+# before it can die of SIGPIPE, and with pipefail the rule's result would
+# depend on the timing. grep >/dev/null reads everything.
+ring_has() { ring | grep -- "$1" >/dev/null; }
+ring_unchecked() { ! ring_servers | grep -E ' (check|track)( |$)' >/dev/null; }
+ring_ids() { [ "$(ring_servers | wc -l)" -gt 0 ] && ! ring_servers | grep -Ev ' id [0-9]+( |$)' >/dev/null; }
+default_is() { sections | grep -E "^defaults .* :: +$1 *\$" >/dev/null; }
 nodes_check_readyz() {
   local checked with_readyz
   checked="$(sections | grep -Ec '^listen node[0-9]+ :: +server .* check ')"
