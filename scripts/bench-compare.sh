@@ -13,6 +13,10 @@
 #      stream in turn (loadgen --spread rotate); and
 #      pinned-c32 and pinned-c128: closed loop, one writer per stream
 #      (connection k writes stream k mod 100, --spread pinned);
+#      and `floor` (loadgen/src/bin/http-floor.rs: an epoll server that
+#      stores nothing and answers every request at once, so what it costs
+#      per request is what HTTP over loopback TCP costs on this machine; no
+#      server answering the same requests can go below it);
 #   3. medians, and the median per-pair ratios of ringstream to each peer
 #      (throughput, p99, server CPU per append);
 #   4. one chart per workload (`loadgen plot`: latency percentile curve,
@@ -33,7 +37,7 @@ cd "$(dirname "$0")/.."
 DURATION=10
 PAIRS=3
 SHARDS=0
-SERVERS=ringstream,electric,reference
+SERVERS=ringstream,electric,reference,floor
 WORKLOADS=closed-c32,closed-c128,closed-c256,open-5k,open-20k,pinned-c32,pinned-c128
 CHARTS=""
 while [ $# -gt 0 ]; do
@@ -45,7 +49,7 @@ while [ $# -gt 0 ]; do
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --skip-ref) SERVERS="${SERVERS//,reference/}"; shift ;;
     --charts) CHARTS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -131,7 +135,7 @@ fi
 echo "servers: $SERVERS; workloads: $WORKLOADS; $PAIRS pairs of ${DURATION} s windows" | tee -a "$OUT/summary.txt"
 python3 scripts/lib/compare.py --servers "$SERVERS" --workloads "$WORKLOADS" --pairs "$PAIRS" \
   --duration "$DURATION" --shards "$SHARDS" --ringstream "$RS" --electric "$ELECTRIC" \
-  --reference "$REF_CACHE/bench-server.mjs" --loadgen "$LG" --out "$OUT/compare.json" | tee -a "$OUT/summary.txt"
+  --reference "$REF_CACHE/bench-server.mjs" --loadgen "$LG" --floor target/release/http-floor --out "$OUT/compare.json" | tee -a "$OUT/summary.txt"
 if [ -n "$CHARTS" ]; then
   mkdir -p "$CHARTS"
   for c in "$OUT"/chart-*.svg; do cp "$c" "$CHARTS/bench-compare-$(basename "$c" .svg | sed 's/^chart-//').svg"; done

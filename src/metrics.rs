@@ -201,7 +201,7 @@ impl Family {
             Family::MeshWakeups => (
                 "ringstream_mesh_wakeups_total",
                 Counter,
-                "Doorbell writes that woke this shard's mesh inbox.",
+                "Times another shard woke this shard's parked mesh task (a message to a running one needs no wake-up).",
             ),
             Family::Connections => ("ringstream_connections", Gauge, "Open client connections."),
             Family::ConnectionsMoved => (

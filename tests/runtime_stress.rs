@@ -1,6 +1,7 @@
 //! The executor runtime under stress: more glommio executors than CPUs, a
 //! short preemption timer, and every kind of wake-up the server relies on
-//! (a cross-executor doorbell over a Unix socket, glommio's shared channel,
+//! (a round trip over a Unix socket, a cross-executor mailbox woken by
+//! glommio's foreign wakers as the server's mesh is, glommio's shared channel,
 //! O_DIRECT writes and fdatasync, timers, `spawn_blocking`, `spawn_local` in
 //! loops), plus a loop of executor boots.
 //!
@@ -21,6 +22,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use futures_util::task::AtomicWaker;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -62,10 +64,20 @@ enum Op {
     Doorbell,
     SharedChannel,
     Boot,
+    Mailbox,
 }
 
-const OPS: [Op; 8] =
-    [Op::Start, Op::SpawnLocal, Op::Timer, Op::Blocking, Op::DirectWrite, Op::Doorbell, Op::SharedChannel, Op::Boot];
+const OPS: [Op; 9] = [
+    Op::Start,
+    Op::SpawnLocal,
+    Op::Timer,
+    Op::Blocking,
+    Op::DirectWrite,
+    Op::Doorbell,
+    Op::SharedChannel,
+    Op::Boot,
+    Op::Mailbox,
+];
 
 /// What one task is doing and since when (nanoseconds after `epoch`, 0 =
 /// nothing). Every slot starts as `Start`, so an executor that never polls a
@@ -85,7 +97,7 @@ struct Watch {
     per_executor: usize,
     completed: AtomicU64,
     /// Per kind of operation (indexed like OPS), the slowest one completed.
-    slowest_ns: [AtomicU64; 8],
+    slowest_ns: [AtomicU64; 9],
 }
 
 impl Watch {
@@ -207,17 +219,18 @@ impl Rng {
 }
 
 /// What one executor of the mixed workload gets: its index, its end of the
-/// doorbell socket and of the shared channels to its partner.
+/// doorbell socket, of the shared channels and of the mailboxes to its partner.
 struct Seat {
     id: usize,
     bell: std::os::unix::net::UnixStream,
     to_partner: shared_channel::SharedSender<u64>,
     from_partner: shared_channel::SharedReceiver<u64>,
+    mail: Mailbox,
 }
 
-/// Per executor, six tasks (one per kind of operation), each looping until
-/// the deadline: slots `id * 6 .. id * 6 + 6`.
-const TASKS_PER_EXECUTOR: usize = 6;
+/// Per executor, seven tasks (one per kind of operation), each looping until
+/// the deadline: slots `id * 7 .. id * 7 + 7`.
+const TASKS_PER_EXECUTOR: usize = 7;
 
 /// A task that is not done at its first poll (glommio runs a new task at
 /// once, inside `spawn_local`), so the spawner really waits for it.
@@ -281,12 +294,80 @@ async fn mixed(seat: Seat, dir: PathBuf, watch: Arc<Watch>, until: Instant) -> R
             n += 1;
         }
     });
+    let w = watch.clone();
+    let mail = glommio::spawn_local(async move { mailbox(seat.mail, seat.id.is_multiple_of(2), &w, base + 6, until).await });
     spawner.await;
     timers.await;
     blocking.await;
     disk.await?;
     bell.await?;
+    mail.await?;
     channel.await
+}
+
+/// One executor's end of a pair of mailboxes: the shape of the server's
+/// cross-shard mesh (src/shard/mesh.rs). A sender pushes into the partner's
+/// crossbeam channel, then takes the partner's parked waker and wakes it: a
+/// wake-up from another thread, which glommio queues for the partner's
+/// executor and signals through its eventfd only when it sleeps.
+struct Mailbox {
+    to_partner: crossbeam_channel::Sender<u8>,
+    inbox: crossbeam_channel::Receiver<u8>,
+    parked: Arc<AtomicWaker>,
+    partner_parked: Arc<AtomicWaker>,
+}
+
+impl Mailbox {
+    fn pair() -> (Mailbox, Mailbox) {
+        let (a_tx, b_rx) = crossbeam_channel::unbounded();
+        let (b_tx, a_rx) = crossbeam_channel::unbounded();
+        let (a_w, b_w) = (Arc::new(AtomicWaker::new()), Arc::new(AtomicWaker::new()));
+        let a = Mailbox { to_partner: a_tx, inbox: a_rx, parked: a_w.clone(), partner_parked: b_w.clone() };
+        (a, Mailbox { to_partner: b_tx, inbox: b_rx, parked: b_w, partner_parked: a_w })
+    }
+
+    fn send(&self, v: u8) -> Result<(), String> {
+        self.to_partner.send(v).map_err(|_| "mailbox closed".to_string())?;
+        if let Some(w) = self.partner_parked.take() {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    async fn recv(&self) -> u8 {
+        std::future::poll_fn(|cx| {
+            if let Ok(v) = self.inbox.try_recv() {
+                return std::task::Poll::Ready(v);
+            }
+            self.parked.register(cx.waker());
+            match self.inbox.try_recv() {
+                Ok(v) => std::task::Poll::Ready(v),
+                Err(_) => std::task::Poll::Pending,
+            }
+        })
+        .await
+    }
+}
+
+/// One message there, one back, through the mailboxes. The leader stops by
+/// sending 0xff.
+async fn mailbox(m: Mailbox, leader: bool, w: &Watch, slot: usize, until: Instant) -> Result<(), String> {
+    loop {
+        let last = leader && Instant::now() >= until;
+        let round = async {
+            if leader {
+                m.send(if last { 0xff } else { 1 })?;
+                Ok::<u8, String>(m.recv().await)
+            } else {
+                let got = m.recv().await;
+                m.send(got)?;
+                Ok(got)
+            }
+        };
+        if w.time(slot, Op::Mailbox, round).await? == 0xff {
+            return Ok(());
+        }
+    }
 }
 
 async fn direct_writes(dir: &Path, id: usize, w: &Watch, slot: usize, until: Instant) -> Result<(), String> {
@@ -313,8 +394,8 @@ async fn direct_writes(dir: &Path, id: usize, w: &Watch, slot: usize, until: Ins
     file.close().await.map_err(|e| e.to_string())
 }
 
-/// One byte there, one byte back, over a Unix socket pair: the shape of the
-/// server's cross-shard doorbell. The leader stops by sending 0xff.
+/// One byte there, one byte back, over a Unix socket pair: socket wake-ups,
+/// as client connections have them. The leader stops by sending 0xff.
 async fn doorbell(
     std_bell: std::os::unix::net::UnixStream,
     leader: bool,
@@ -355,8 +436,9 @@ fn mixed_wakeups_never_stall() {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let (a_tx, b_rx) = shared_channel::new_bounded(4);
         let (b_tx, a_rx) = shared_channel::new_bounded(4);
-        seats.push(Seat { id: 2 * pair, bell: a, to_partner: a_tx, from_partner: a_rx });
-        seats.push(Seat { id: 2 * pair + 1, bell: b, to_partner: b_tx, from_partner: b_rx });
+        let (a_mail, b_mail) = Mailbox::pair();
+        seats.push(Seat { id: 2 * pair, bell: a, to_partner: a_tx, from_partner: a_rx, mail: a_mail });
+        seats.push(Seat { id: 2 * pair + 1, bell: b, to_partner: b_tx, from_partner: b_rx, mail: b_mail });
     }
     let w = watch.clone();
     let d = dir.clone();
@@ -448,4 +530,63 @@ fn spawn_local_loop_with_tiny_preempt_timer() {
             .map_err(|e| e.to_string())?;
         h.join().map_err(|e| e.to_string())
     });
+}
+
+/// The main ring's completions run as task work without an interrupt
+/// (vendor/glommio PATCHES.md, patch 4: COOP_TASKRUN): they must still reach
+/// an executor whose only other task computes without a system call, at the
+/// next entry into the kernel (its preemption timer, on the latency ring,
+/// still interrupts it). Each round: another thread writes a byte to a
+/// socket a task reads; the read must complete within 100 ms of the write
+/// while the busy task keeps the executor from parking.
+#[test]
+fn socket_completion_reaches_a_busy_executor() {
+    use futures_lite::AsyncReadExt;
+    const ROUNDS: u32 = 20;
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (sent_tx, sent_rx) = mpsc::channel::<Instant>();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        for _ in 0..ROUNDS {
+            std::thread::sleep(Duration::from_millis(20));
+            sent_tx.send(Instant::now()).unwrap();
+            (&theirs).write_all(&[1]).unwrap();
+        }
+    });
+    let worst = LocalExecutorBuilder::new(Placement::Unbound)
+        .preempt_timer(Duration::from_millis(10))
+        .io_memory(IO_MEMORY)
+        .spawn(move || async move {
+            let done = std::rc::Rc::new(std::cell::Cell::new(false));
+            let d = done.clone();
+            let busy = glommio::spawn_local(async move {
+                let mut x = 0u64;
+                while !d.get() {
+                    for i in 0..10_000u64 {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                    }
+                    glommio::yield_if_needed().await;
+                }
+                x
+            });
+            // Safety: the fd comes from a socket this test owns and hands over.
+            let mut sock = unsafe { UnixStream::from_raw_fd(ours.into_raw_fd()) };
+            let mut worst = Duration::ZERO;
+            for _ in 0..ROUNDS {
+                let mut byte = [0u8; 1];
+                sock.read_exact(&mut byte).await.unwrap();
+                let got = Instant::now();
+                let sent = sent_rx.recv().unwrap();
+                worst = worst.max(got.saturating_duration_since(sent));
+            }
+            done.set(true);
+            busy.await;
+            worst
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    writer.join().unwrap();
+    assert!(worst < Duration::from_millis(100), "a socket read completed {worst:?} after its byte was sent");
+    eprintln!("slowest socket completion beside a busy task: {worst:?}");
 }

@@ -55,6 +55,8 @@ def command(name, port, data, a):
         return [a.ringstream, "--listen", f"127.0.0.1:{port}", "--data-dir", data, *extra], None
     if name == "electric":
         return [a.electric, "--host", "127.0.0.1", "--port", str(port), "--data-dir", data], None
+    if name == "floor":  # no storage at all: what HTTP over these sockets costs (loadgen/src/bin/http-floor.rs)
+        return [a.floor, "--listen", f"127.0.0.1:{port}"], None
     if name == "reference":
         env = dict(os.environ, DATA_DIR=data, PORT=str(port))
         return ["node", a.reference], env
@@ -126,9 +128,10 @@ def main():
     ap.add_argument("--electric", default="")
     ap.add_argument("--reference", default="")
     ap.add_argument("--loadgen", default="target/release/loadgen")
+    ap.add_argument("--floor", default="target/release/http-floor")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    for k in ("ringstream", "electric", "reference", "loadgen"):
+    for k in ("ringstream", "electric", "reference", "loadgen", "floor"):
         if getattr(a, k):
             setattr(a, k, os.path.abspath(getattr(a, k)))
     servers = a.servers.split(",")

@@ -1,31 +1,33 @@
 //! Cross-core hand-off: typed requests to the owning shard and replies back.
 //!
-//! Each shard has one inbox (a lock-free `crossbeam_channel`) and one
-//! doorbell (a Unix socket pair). A sender pushes its message into the
-//! target's inbox and rings the doorbell only if the target said it is about
-//! to sleep (`armed`), so a busy shard drains many messages per wake-up. The
-//! receiving shard waits for its doorbell with an io_uring read like any
-//! socket, so an idle shard costs nothing and is woken at once.
+//! Each shard has one inbox (a lock-free `crossbeam_channel`) drained by one
+//! task, its mesh task. A sender pushes its message into the target's inbox
+//! and wakes that task only if it is parked waiting for mail (its waker sits
+//! in the door's `AtomicWaker`), so a busy shard drains many messages per
+//! wake-up. The wake-up is glommio's own from another thread: the waker goes
+//! into the target executor's foreign queue, which it sweeps on every turn
+//! of its loop, and the executor's eventfd is written only when it is about
+//! to sleep or asleep. A message to a shard that is running costs no system
+//! call at all; an idle shard costs nothing and is woken at once.
 //!
-//! The arm / push / re-check protocol below is the classic one and its
-//! ordering is explicit (SeqCst fences on both sides); a doorbell is written
-//! only to a shard that is about to sleep.
+//! `AtomicWaker` orders the register / push / re-check protocol: the mesh
+//! task registers its waker, then looks at the inbox once more; a sender
+//! pushes, then takes the waker. Either the task sees the message or the
+//! sender sees the waker.
 
 use super::message::{Control, MovedConnection, Reply, ShardRequest};
 use crate::protocol::Error;
 use crossbeam_channel::{Receiver, Sender};
 use futures_channel::oneshot;
-use futures_lite::AsyncReadExt;
+use futures_util::task::AtomicWaker;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::Write;
-use std::os::fd::{FromRawFd, IntoRawFd};
-use std::os::unix::net::UnixStream as StdUnixStream;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 
 /// Something that can run a request on another shard and return its reply.
 pub trait Peers {
@@ -66,10 +68,10 @@ pub enum Msg {
 /// The sending side of one shard's inbox, shared by every other shard.
 struct Door {
     inbox: Sender<Msg>,
-    /// Set by the owner just before it waits for the bell.
-    armed: AtomicBool,
-    bell: StdUnixStream,
-    rings: AtomicU64,
+    /// The owner's mesh task while it is parked waiting for mail.
+    parked: AtomicWaker,
+    /// Times a sender woke the parked mesh task.
+    wakeups: AtomicU64,
 }
 
 impl Door {
@@ -81,13 +83,11 @@ impl Door {
     /// Queues a message for the owner, or gives it back if its inbox is gone.
     fn try_deliver(&self, msg: Msg) -> Result<(), Box<Msg>> {
         self.inbox.send(msg).map_err(|e| Box::new(e.into_inner()))?;
-        // Pairs with the fence in `Inbox::wait`: either the owner sees the
-        // message when it re-checks after arming, or we see `armed` and ring.
-        fence(Ordering::SeqCst);
-        if self.armed.swap(false, Ordering::SeqCst) {
-            self.rings.fetch_add(1, Ordering::Relaxed);
-            // A full socket buffer means a wake-up is already pending.
-            let _ = (&self.bell).write(&[1]);
+        // After the push: either the owner's re-check after registering
+        // sees the message, or this finds its waker.
+        if let Some(w) = self.parked.take() {
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+            w.wake();
         }
         Ok(())
     }
@@ -96,7 +96,7 @@ impl Door {
 /// Built once at boot; each shard takes its own [`Link`].
 pub struct Plan {
     doors: Arc<Vec<Door>>,
-    links: Vec<Option<(Receiver<Msg>, StdUnixStream)>>,
+    links: Vec<Option<Receiver<Msg>>>,
 }
 
 impl Plan {
@@ -109,19 +109,16 @@ impl Plan {
             // connection, SHARD_CONNECTIONS_MAX connections) plus boot-time
             // bookkeeping, and a reply only for a request it received.
             let (tx, rx) = crossbeam_channel::unbounded();
-            let (ring, listen) = StdUnixStream::pair()?;
-            ring.set_nonblocking(true)?;
-            listen.set_nonblocking(true)?;
-            doors.push(Door { inbox: tx, armed: AtomicBool::new(false), bell: ring, rings: AtomicU64::new(0) });
-            links.push(Some((rx, listen)));
+            doors.push(Door { inbox: tx, parked: AtomicWaker::new(), wakeups: AtomicU64::new(0) });
+            links.push(Some(rx));
         }
         Ok(Plan { doors: Arc::new(doors), links })
     }
 
     /// The link for shard `id`, to move into its executor.
     pub fn link(&mut self, id: usize) -> Link {
-        let (inbox, bell) = self.links[id].take().expect("each shard takes its link once");
-        Link { id, doors: self.doors.clone(), inbox, bell }
+        let inbox = self.links[id].take().expect("each shard takes its link once");
+        Link { id, doors: self.doors.clone(), inbox }
     }
 }
 
@@ -130,7 +127,6 @@ pub struct Link {
     id: usize,
     doors: Arc<Vec<Door>>,
     inbox: Receiver<Msg>,
-    bell: StdUnixStream,
 }
 
 pub struct Mesh {
@@ -144,15 +140,11 @@ pub struct Mesh {
 /// The receiving side, driven by [`Mesh::serve`].
 pub struct Inbox {
     inbox: Receiver<Msg>,
-    bell: glommio::net::UnixStream,
 }
 
 impl Link {
-    /// Must run on the shard's own executor (the bell becomes an io_uring socket there).
+    /// Must run on the shard's own executor (its mesh task is woken there).
     pub fn join(self) -> (Rc<Mesh>, Inbox) {
-        // Safety: the fd comes from a socket we own and hand over here; no
-        // other owner keeps it.
-        let bell = unsafe { glommio::net::UnixStream::from_raw_fd(self.bell.into_raw_fd()) };
         let mesh = Rc::new(Mesh {
             me: self.id,
             doors: self.doors,
@@ -160,7 +152,7 @@ impl Link {
             waiting: RefCell::default(),
             hops_out: Cell::new(0),
         });
-        (mesh, Inbox { inbox: self.inbox, bell })
+        (mesh, Inbox { inbox: self.inbox })
     }
 }
 
@@ -169,31 +161,30 @@ impl Mesh {
         self.me
     }
 
-    /// Doorbell writes this shard has received (wake-ups, not messages).
+    /// Times other shards woke this shard's parked mesh task (wake-ups,
+    /// not messages).
     pub fn wakeups(&self) -> u64 {
-        self.doors[self.me].rings.load(Ordering::Relaxed)
+        self.doors[self.me].wakeups.load(Ordering::Relaxed)
     }
 
     /// Drains the inbox forever: requests run as their own tasks (a slow
     /// request never holds up the others), replies complete their waiters.
-    pub async fn serve(self: Rc<Self>, mut inbox: Inbox, handler: Rc<dyn Served>) {
+    pub async fn serve(self: Rc<Self>, inbox: Inbox, handler: Rc<dyn Served>) {
         let door = &self.doors[self.me];
-        let mut scratch = [0u8; 64];
         loop {
             while let Ok(msg) = inbox.inbox.try_recv() {
                 self.dispatch(msg, &handler);
             }
-            door.armed.store(true, Ordering::SeqCst);
-            // Pairs with the fence in `Door::deliver`.
-            fence(Ordering::SeqCst);
-            if !inbox.inbox.is_empty() {
-                door.armed.store(false, Ordering::SeqCst);
-                continue;
-            }
-            match inbox.bell.read(&mut scratch).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
+            std::future::poll_fn(|cx| {
+                door.parked.register(cx.waker());
+                // Pairs with the push-then-take in `Door::try_deliver`.
+                if inbox.inbox.is_empty() {
+                    Poll::Pending
+                } else {
+                    Poll::Ready(())
+                }
+            })
+            .await;
         }
     }
 

@@ -92,6 +92,11 @@ bitflags::bitflags! {
         const CQSIZE    = 1 << 3;
         const CLAMP     = 1 << 4;
         const ATTACH_WQ = 1 << 5;
+        /// (Linux 5.19; ringstream patch 4) Do not interrupt the task with an
+        /// IPI when a completion's task work is queued for it: the work runs
+        /// at its next entry into the kernel (any system call, interrupt or
+        /// `io_uring_enter`).
+        const COOP_TASKRUN = 1 << 8;
     }
 }
 

@@ -895,6 +895,23 @@ struct SleepableRing {
     in_kernel: usize,
 }
 
+/// The main ring's completions need no inter-processor interrupt: the
+/// executor enters the kernel often (every system call, every submission,
+/// and `io_uring_enter` before it sleeps), and task work queued for it runs
+/// at the next entry. The latency ring keeps the default, because its
+/// preemption timer must reach a task that is running user code and makes
+/// no system call (ringstream patch 4, see PATCHES.md). Kernels before 5.19
+/// refuse the flag; the ring is then created without it.
+fn sleepable_ring(size: usize, name: &str) -> io::Result<iou::IoUring> {
+    if name == "main" {
+        match iou::IoUring::new_with_flags(size as _, iou::SetupFlags::COOP_TASKRUN, iou::SetupFeatures::empty()) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            other => return other,
+        }
+    }
+    iou::IoUring::new(size as _)
+}
+
 impl SleepableRing {
     fn new(
         size: usize,
@@ -904,7 +921,7 @@ impl SleepableRing {
     ) -> io::Result<Self> {
         assert!(*IO_URING_RECENT_ENOUGH);
         Ok(SleepableRing {
-            ring: iou::IoUring::new(size as _)?,
+            ring: sleepable_ring(size, name)?,
             size,
             submission_queue: UringQueueState::with_capacity(size * 4),
             name,
