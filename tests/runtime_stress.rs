@@ -15,6 +15,7 @@
 //! runs, `RINGSTREAM_STRESS_BOOTS` (default 300) how many boots the boot loop
 //! makes.
 
+use futures_util::task::AtomicWaker;
 use glommio::channels::shared_channel;
 use glommio::io::DmaFile;
 use glommio::net::UnixStream;
@@ -22,7 +23,6 @@ use glommio::{LocalExecutorBuilder, Placement};
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use futures_util::task::AtomicWaker;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -295,7 +295,8 @@ async fn mixed(seat: Seat, dir: PathBuf, watch: Arc<Watch>, until: Instant) -> R
         }
     });
     let w = watch.clone();
-    let mail = glommio::spawn_local(async move { mailbox(seat.mail, seat.id.is_multiple_of(2), &w, base + 6, until).await });
+    let mail =
+        glommio::spawn_local(async move { mailbox(seat.mail, seat.id.is_multiple_of(2), &w, base + 6, until).await });
     spawner.await;
     timers.await;
     blocking.await;

@@ -56,6 +56,24 @@ impl SegmentFile for GFile {
             GFile::Buffered(_) => GBuf::Buffered(vec![0; len]),
         }
     }
+    fn filled_buf(&self, len: usize, data: &[u8]) -> GBuf {
+        match self {
+            GFile::Direct(f) => {
+                // Each byte written once: the data, then zeros to the end.
+                let mut b = f.alloc_dma_buffer(len);
+                let bytes = b.as_bytes_mut();
+                bytes[..data.len()].copy_from_slice(data);
+                bytes[data.len()..].fill(0);
+                GBuf::Direct(b)
+            }
+            GFile::Buffered(_) => {
+                let mut v = Vec::with_capacity(len);
+                v.extend_from_slice(data);
+                v.resize(len, 0);
+                GBuf::Buffered(v)
+            }
+        }
+    }
     async fn write_at(&self, buf: GBuf, pos: u64) -> io::Result<()> {
         let len = buf.as_ref().len();
         let n = match (self, buf) {

@@ -17,6 +17,13 @@ pub trait SegmentFile {
     type Buf: AsMut<[u8]> + AsRef<[u8]>;
     /// A zeroed buffer of exactly `len` bytes; `len` is a multiple of the alignment.
     fn alloc_buf(&self, len: usize) -> Self::Buf;
+    /// A buffer of exactly `len` bytes that starts with `data` and is zero
+    /// after it (`data.len() <= len`): what a flush writes, filled once.
+    fn filled_buf(&self, len: usize, data: &[u8]) -> Self::Buf {
+        let mut b = self.alloc_buf(len);
+        b.as_mut()[..data.len()].copy_from_slice(data);
+        b
+    }
     /// Writes all of `buf` at `pos` (both aligned). Durable only after `sync`.
     async fn write_at(&self, buf: Self::Buf, pos: u64) -> io::Result<()>;
     /// fdatasync: everything written before it is on stable storage when it returns Ok.

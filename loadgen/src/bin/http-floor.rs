@@ -24,8 +24,7 @@ const PENDING_MAX: usize = 16 << 20;
 
 const CREATED: &[u8] = b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\ncontent-type: application/octet-stream\r\n\
 stream-next-offset: 0000000000000000_0000000000000000\r\nlocation: http://127.0.0.1/v1/stream/x\r\n\r\n";
-const APPENDED: &[u8] =
-    b"HTTP/1.1 204 No Content\r\nstream-next-offset: 0000000000000000_0000000000001024\r\n\r\n";
+const APPENDED: &[u8] = b"HTTP/1.1 204 No Content\r\nstream-next-offset: 0000000000000000_0000000000001024\r\n\r\n";
 const OTHER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
 
 struct Conn {

@@ -90,10 +90,11 @@ impl<S: SegmentStore> Log<S> {
                 let file = file.as_ref().expect("checked above");
                 let start = align_down(*durable_len);
                 let end = buf.len();
-                let mut data = file.alloc_buf(if end > *durable_len { align_up(end) - start } else { 0 });
-                if end > *durable_len {
-                    data.as_mut()[..end - start].copy_from_slice(&buf[start..end]);
-                }
+                let data = if end > *durable_len {
+                    file.filled_buf(align_up(end) - start, &buf[start..end])
+                } else {
+                    file.alloc_buf(0)
+                };
                 jobs.push(FlushJob { segment: no, pos: start as u64, end, sealed: *sealed });
                 bufs.push(data);
             }
