@@ -39,15 +39,13 @@ impl Dispatch for Ctx {
         req.owner(self.shards)
     }
 
-    fn dispatch_to(&self, owner: usize, req: ShardRequest) -> Pin<Box<dyn Future<Output = Reply> + '_>> {
-        Box::pin(async move {
-            if owner != self.me {
-                self.edge.handoffs.set(self.edge.handoffs.get() + 1);
-            } else {
-                self.shard.stats.borrow_mut().requests_local += 1;
-            }
-            self.shard.call(owner, req).await
-        })
+    async fn dispatch_to(&self, owner: usize, req: ShardRequest) -> Reply {
+        if owner != self.me {
+            self.edge.handoffs.set(self.edge.handoffs.get() + 1);
+        } else {
+            self.shard.stats.borrow_mut().requests_local += 1;
+        }
+        self.shard.call(owner, req).await
     }
 }
 
