@@ -164,7 +164,8 @@ def main():
             for k in ("rate", "p99_us", "cpu_us_per_append"):
                 pairs = [(x[k], y[k]) for x in runs for y in runs if x["pair"] == y["pair"] and x["workload"] == w
                          and y["workload"] == w and x["server"] == base and y["server"] == s]
-                ratio[k] = med([x / y for x, y in pairs if y > 0]) if pairs else None
+                vals = [x / y for x, y in pairs if y > 0]  # a peer that achieved nothing has no ratio
+                ratio[k] = med(vals) if vals else None
             summary[w][f"{base}/{s}"] = ratio
             fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
             print(f"{w:11} {base}/{s}: throughput {fmt(ratio['rate'])}x, p99 {fmt(ratio['p99_us'])}x, "
