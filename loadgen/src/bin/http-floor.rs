@@ -146,19 +146,20 @@ fn turn(c: &mut Conn, scratch: &mut [u8]) -> bool {
             Err(_) => return false,
         }
     }
-    if !answer_complete(c) {
+    if !answer_complete(&mut c.inbuf, &mut c.out) {
         return false;
     }
     flush(c)
 }
 
-/// Moves every complete request out of `inbuf`, queueing its answer.
-fn answer_complete(c: &mut Conn) -> bool {
+/// Moves every complete request out of `inbuf`, queueing its answer in
+/// `out`. False on bad input or when an incomplete request grows too large.
+fn answer_complete(inbuf: &mut Vec<u8>, out: &mut Vec<u8>) -> bool {
     let mut used = 0;
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut req = httparse::Request::new(&mut headers);
-        let head_len = match req.parse(&c.inbuf[used..]) {
+        let head_len = match req.parse(&inbuf[used..]) {
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) => break,
             Err(_) => return false,
@@ -169,18 +170,18 @@ fn answer_complete(c: &mut Conn) -> bool {
             .find(|h| h.name.eq_ignore_ascii_case("content-length"))
             .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok())
             .unwrap_or(0);
-        if c.inbuf.len() - used < head_len + body {
+        if inbuf.len() - used < head_len + body {
             break;
         }
-        c.out.extend_from_slice(match req.method {
+        out.extend_from_slice(match req.method {
             Some("PUT") => CREATED,
             Some("POST") => APPENDED,
             _ => OTHER,
         });
         used += head_len + body;
     }
-    c.inbuf.drain(..used);
-    c.inbuf.len() <= PENDING_MAX
+    inbuf.drain(..used);
+    inbuf.len() <= PENDING_MAX
 }
 
 fn flush(c: &mut Conn) -> bool {
@@ -196,4 +197,27 @@ fn flush(c: &mut Conn) -> bool {
     }
     c.out.drain(..sent);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_pipelined_requests_and_waits_for_a_whole_body() {
+        let mut inbuf = b"PUT /v1/stream/a HTTP/1.1\r\nHost: x\r\n\r\n\
+POST /v1/stream/a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhel"
+            .to_vec();
+        let mut out = Vec::new();
+        assert!(answer_complete(&mut inbuf, &mut out));
+        assert_eq!(out, CREATED, "the PUT is answered, the POST waits for its body");
+        inbuf.extend_from_slice(b"loGET / HTTP/1.1\r\n\r\n");
+        assert!(answer_complete(&mut inbuf, &mut out));
+        assert_eq!(out, [CREATED, APPENDED, OTHER].concat());
+        assert!(inbuf.is_empty());
+        assert!(
+            !answer_complete(&mut b"\x00\x01 nonsense\r\n\r\n".to_vec(), &mut out),
+            "bad input ends the connection"
+        );
+    }
 }
