@@ -25,7 +25,7 @@
 mod common;
 
 use common::{read_from, Conn, Server};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -33,8 +33,14 @@ use std::time::{Duration, Instant};
 const THREADS: usize = 8;
 const STREAMS_PER_THREAD: usize = 3;
 const CYCLES: usize = 4;
-/// Each cycle kills the server after a random time in this range (ms).
+/// Each cycle kills the server a random time in this range (ms) after the
+/// cycle's first acknowledged append. Counted from the first ack, not from
+/// the restart: on a shared disk the first group commit after a restart
+/// (which waits for a fresh, zero-filled segment file) has taken over 300 ms,
+/// and a cycle killed before any ack would test nothing.
 const WRITE_TIME_MS: std::ops::Range<u64> = 300..1800;
+/// The longest a restarted server may take to acknowledge its first append.
+const FIRST_ACK_LIMIT: Duration = Duration::from_secs(30);
 const BUCKET: &str = "crash-bucket";
 const CT: &str = "application/octet-stream";
 
@@ -81,6 +87,7 @@ fn writer(
     cycle: usize,
     mut models: Vec<Model>,
     stop: Arc<AtomicBool>,
+    acked: Arc<AtomicUsize>,
 ) -> (Vec<Model>, Vec<String>) {
     let mut errors = Vec::new();
     let mut c = match Conn::try_connect(port) {
@@ -129,6 +136,7 @@ fn writer(
                 m.expected.extend_from_slice(&body);
                 m.acks.push((sno, m.expected.len()));
                 m.acked_this_cycle += 1;
+                acked.fetch_add(1, Ordering::SeqCst);
             }
             Ok(r) if r.status == 503 => {
                 // Backpressure: nothing was written; retry the same request.
@@ -297,14 +305,24 @@ fn acknowledged_appends_survive_kill9() {
                 thread::spawn(move || lifecycle(port, t, cycle, seed, stop))
             })
             .collect();
+        let acked_now = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = models
             .drain(..)
             .enumerate()
             .map(|(t, ms)| {
-                let stop = stop.clone();
-                thread::spawn(move || writer(port, t, cycle, ms, stop))
+                let (stop, acked_now) = (stop.clone(), acked_now.clone());
+                thread::spawn(move || writer(port, t, cycle, ms, stop, acked_now))
             })
             .collect();
+        let started = Instant::now();
+        while acked_now.load(Ordering::SeqCst) == 0 {
+            assert!(
+                started.elapsed() < FIRST_ACK_LIMIT,
+                "cycle {cycle}: no append acknowledged within {FIRST_ACK_LIMIT:?}"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        let first_ack = started.elapsed();
         let write_time =
             Duration::from_millis(WRITE_TIME_MS.start + rng.below(WRITE_TIME_MS.end - WRITE_TIME_MS.start));
         thread::sleep(write_time);
@@ -340,7 +358,7 @@ fn acknowledged_appends_survive_kill9() {
         appends_verified += acked;
         let inflight = models.iter().flatten().filter(|m| m.inflight.is_some()).count();
         eprintln!(
-            "cycle {cycle}: killed after {write_time:?}: {acked} appends acknowledged, {inflight} in flight; lifecycle ops in flight: {life_inflight:?}"
+            "cycle {cycle}: first ack after {first_ack:?}, killed {write_time:?} later: {acked} appends acknowledged, {inflight} in flight; lifecycle ops in flight: {life_inflight:?}"
         );
         assert!(acked > 0, "cycle {cycle}: no append was acknowledged");
         for m in models.iter_mut().flatten() {
