@@ -123,8 +123,7 @@ fn accept_all(listener: &TcpListener, poll: &Poll, conns: &mut HashMap<usize, Co
                     conns.insert(id, Conn { stream, inbuf: Vec::new(), out: Vec::new() });
                 }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-            Err(_) => return,
+            Err(_) => return, // WouldBlock: none left; anything else: try again at the next event
         }
     }
 }
