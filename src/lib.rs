@@ -43,6 +43,7 @@
 //! `shard::mesh`, `http::conn` and `storage::dma_file` (checked by
 //! tests/tidy.rs).
 
+pub mod alloc;
 pub mod auth;
 pub mod bell;
 pub mod build_info;

@@ -7,7 +7,11 @@
 use ringstream::config::{Config, LogFormat};
 use ringstream::server::{ConfigError, EXIT_CONFIG};
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
+    ringstream::alloc::configure();
     let inv = match ringstream::cli::load() {
         Ok(inv) => inv,
         Err(e) => exit(EXIT_CONFIG, &format!("configuration error: {e}")),

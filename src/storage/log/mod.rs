@@ -198,8 +198,8 @@ impl<S: SegmentStore> Log<S> {
             st.lsn_tail += SEAL_FRAMED_BYTES as u64;
             st.active = old + 1;
             let file = st.prepared.remove(&(old + 1));
-            st.segments
-                .insert(old + 1, SegData::Mirror { buf: Vec::new(), records: 0, durable_len: 0, sealed: false, file });
+            let buf = self.new_mirror();
+            st.segments.insert(old + 1, SegData::Mirror { buf, records: 0, durable_len: 0, sealed: false, file });
             self.wake_preparer.notify();
         }
         let no = st.active;
@@ -213,6 +213,14 @@ impl<S: SegmentStore> Log<S> {
         drop(st);
         self.wake_writer.notify();
         Ok((RecordLoc { segment: no, pos, body_len: h.body_len }, lsn))
+    }
+
+    /// The memory image of a new segment: its whole length reserved at once
+    /// (address space; pages are touched as records land), so appends never
+    /// grow it by copying what is there into a bigger buffer, which cost a
+    /// copy of the segment and twice its page faults.
+    fn new_mirror(&self) -> Vec<u8> {
+        Vec::with_capacity(self.cfg.segment_bytes as usize)
     }
 
     /// Resolves when everything up to `lsn` is on stable storage.

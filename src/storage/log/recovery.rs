@@ -149,8 +149,8 @@ impl<S: SegmentStore> Log<S> {
         let last = list.last().map(|l| l.0).into_iter().chain(segments.keys().next_back().copied()).max();
         let active = last.map(|l| l + 1).unwrap_or(0);
         report.active_segment = active;
-        segments
-            .insert(active, SegData::Mirror { buf: Vec::new(), records: 0, durable_len: 0, sealed: false, file: None });
+        let buf = Vec::with_capacity(cfg.segment_bytes as usize);
+        segments.insert(active, SegData::Mirror { buf, records: 0, durable_len: 0, sealed: false, file: None });
         let log = Log {
             store,
             cfg,
