@@ -141,6 +141,14 @@ pub struct Log<S: SegmentStore> {
     sweep_due: Cell<bool>,
 }
 
+/// The memory image of a new segment: its whole length reserved at once
+/// (address space; pages are touched as records land), so appends never
+/// grow it by copying what is there into a bigger buffer, which cost a
+/// copy of the segment and twice its page faults.
+fn new_mirror(cfg: &LogConfig) -> Vec<u8> {
+    Vec::with_capacity(cfg.segment_bytes as usize)
+}
+
 fn align_down(v: usize) -> usize {
     v / DIRECT_IO_ALIGNMENT_BYTES as usize * DIRECT_IO_ALIGNMENT_BYTES as usize
 }
@@ -198,7 +206,7 @@ impl<S: SegmentStore> Log<S> {
             st.lsn_tail += SEAL_FRAMED_BYTES as u64;
             st.active = old + 1;
             let file = st.prepared.remove(&(old + 1));
-            let buf = self.new_mirror();
+            let buf = new_mirror(&self.cfg);
             st.segments.insert(old + 1, SegData::Mirror { buf, records: 0, durable_len: 0, sealed: false, file });
             self.wake_preparer.notify();
         }
@@ -213,14 +221,6 @@ impl<S: SegmentStore> Log<S> {
         drop(st);
         self.wake_writer.notify();
         Ok((RecordLoc { segment: no, pos, body_len: h.body_len }, lsn))
-    }
-
-    /// The memory image of a new segment: its whole length reserved at once
-    /// (address space; pages are touched as records land), so appends never
-    /// grow it by copying what is there into a bigger buffer, which cost a
-    /// copy of the segment and twice its page faults.
-    fn new_mirror(&self) -> Vec<u8> {
-        Vec::with_capacity(self.cfg.segment_bytes as usize)
     }
 
     /// Resolves when everything up to `lsn` is on stable storage.

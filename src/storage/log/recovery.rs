@@ -149,7 +149,7 @@ impl<S: SegmentStore> Log<S> {
         let last = list.last().map(|l| l.0).into_iter().chain(segments.keys().next_back().copied()).max();
         let active = last.map(|l| l + 1).unwrap_or(0);
         report.active_segment = active;
-        let buf = Vec::with_capacity(cfg.segment_bytes as usize);
+        let buf = new_mirror(&cfg);
         segments.insert(active, SegData::Mirror { buf, records: 0, durable_len: 0, sealed: false, file: None });
         let log = Log {
             store,
