@@ -158,6 +158,7 @@ impl<S: SegmentStore> Log<S> {
                 segments,
                 active,
                 prepared: BTreeMap::new(),
+                spare_mirror: None,
                 lsn_tail: 0,
                 lsn_durable: 0,
                 records_pending: 0,

@@ -125,7 +125,9 @@ impl<S: SegmentStore> Log<S> {
         for job in &jobs {
             if job.sealed {
                 let map = self.store.map(job.segment).map_err(|source| Error::io("map", job.segment, source))?;
-                st.segments.insert(job.segment, SegData::Mapped(map));
+                if let Some(SegData::Mirror { buf, .. }) = st.segments.insert(job.segment, SegData::Mapped(map)) {
+                    st.spare_mirror = Some(buf);
+                }
                 self.sealed.notify();
             } else if let Some(SegData::Mirror { durable_len, .. }) = st.segments.get_mut(&job.segment) {
                 *durable_len = job.end;
