@@ -2,7 +2,7 @@
 //! codes, and where the /ds and /v1 dialects differ (snakream.md's table).
 
 use crate::limits::RETRY_AFTER_UNAVAILABLE_SECS;
-use crate::protocol::{Bootstrap, Error, Listing, Outcome, QuotaKind, StreamInfo, Surface};
+use crate::protocol::{digits, Bootstrap, Error, Listing, Outcome, QuotaKind, StreamInfo, Surface};
 use std::fmt::Write;
 
 /// A response before serialisation.
@@ -60,7 +60,11 @@ fn reason(status: u16) -> &'static str {
 }
 
 fn encode_head(r: &Response, out: &mut Vec<u8>) {
-    let _ = write!(out_str(out), "HTTP/1.1 {} {}\r\n", r.status, reason(r.status));
+    out.extend_from_slice(b"HTTP/1.1 ");
+    digits::push_decimal(out, u64::from(r.status));
+    out.push(b' ');
+    out.extend_from_slice(reason(r.status).as_bytes());
+    out.extend_from_slice(b"\r\n");
     super::date::write_header(out);
     for (k, v) in &r.headers {
         out.extend_from_slice(k.as_bytes());
@@ -89,7 +93,9 @@ pub fn sse_head(base64: bool, out: &mut Vec<u8>) {
 pub fn encode(r: &Response, head_only: bool, keep_alive: bool, out: &mut Vec<u8>) {
     encode_head(r, out);
     if r.status != 204 && r.status != 304 && r.status >= 200 {
-        let _ = write!(out_str(out), "Content-Length: {}\r\n", r.body.len());
+        out.extend_from_slice(b"Content-Length: ");
+        digits::push_decimal(out, r.body.len() as u64);
+        out.extend_from_slice(b"\r\n");
     }
     if !keep_alive || r.close {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -112,8 +118,9 @@ fn out_str(out: &mut Vec<u8>) -> impl std::fmt::Write + '_ {
     W(out)
 }
 
-fn stream_headers(mut r: Response, info: &StreamInfo) -> Response {
-    r = r.header("Stream-Next-Offset", info.next_offset.to_string()).header("ETag", info.etag.clone());
+/// The headers every answer about a stream carries (moves the ETag out of `info`).
+fn stream_headers(mut r: Response, info: &mut StreamInfo) -> Response {
+    r = r.header("Stream-Next-Offset", info.next_offset.to_string()).header("ETag", std::mem::take(&mut info.etag));
     if info.closed {
         r = r.header("Stream-Closed", "true");
     }
@@ -124,21 +131,21 @@ fn stream_headers(mut r: Response, info: &StreamInfo) -> Response {
 /// request path, for 201.
 pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Response {
     match o {
-        Outcome::Created { info, new } => {
+        Outcome::Created { mut info, new } => {
             let mut r = Response::new(if new { 201 } else { 200 }).header("Content-Type", info.content_type.clone());
             if new {
                 r = r.header("Location", location());
             }
-            stream_headers(r, &info)
+            stream_headers(r, &mut info)
         }
-        Outcome::Appended { info, producer, duplicate, close_only } => {
+        Outcome::Appended { mut info, producer, duplicate, close_only } => {
             let status = match (surface, &producer) {
                 (Surface::Ds, _) => 200,
                 (Surface::V1, None) => 204,
                 (Surface::V1, Some(_)) if duplicate || close_only => 204,
                 (Surface::V1, Some(_)) => 200,
             };
-            let mut r = stream_headers(Response::new(status), &info);
+            let mut r = stream_headers(Response::new(status), &mut info);
             if let Some(p) = producer {
                 r = r.header("Producer-Epoch", p.epoch.to_string()).header("Producer-Seq", p.seq.to_string());
             }
@@ -200,8 +207,8 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             r
         }
         Outcome::Head { info, not_modified: true } => Response::new(304).header("ETag", info.etag),
-        Outcome::Head { info, .. } => {
-            let mut r = stream_headers(Response::new(200), &info)
+        Outcome::Head { mut info, .. } => {
+            let mut r = stream_headers(Response::new(200), &mut info)
                 .header("Content-Type", info.content_type.clone())
                 .header("Cache-Control", "no-store");
             if let Some(t) = info.ttl_secs {

@@ -93,8 +93,15 @@ pub fn media_type(ct: &str) -> String {
     essence.chars().filter(|c| !c.is_ascii_whitespace()).collect::<String>().to_ascii_lowercase()
 }
 
+/// The bytes of `ct`'s media type as [`media_type`] would give them, without
+/// building a string (checked on every append).
+fn media_type_bytes(ct: &str) -> impl Iterator<Item = u8> + '_ {
+    let essence = ct.split(';').next().unwrap_or("");
+    essence.bytes().filter(|b| !b.is_ascii_whitespace()).map(|b| b.to_ascii_lowercase())
+}
+
 pub fn content_types_match(a: &str, b: &str) -> bool {
-    media_type(a) == media_type(b)
+    media_type_bytes(a).eq(media_type_bytes(b))
 }
 
 /// RFC 9110 `tchar`: what a media type's type and subtype may consist of.
@@ -125,7 +132,7 @@ pub fn stream_content_type(v: Option<&str>) -> String {
 
 /// Media type application/json (any case, any parameters).
 pub fn is_json(ct: &str) -> bool {
-    media_type(ct) == "application/json"
+    media_type_bytes(ct).eq(*b"application/json")
 }
 
 /// SSE encoding rule (F65): text/* and application/json are text; everything else base64.
@@ -312,6 +319,11 @@ mod tests {
         assert!(content_types_match("text/plain", "text/plain; charset=utf-8"));
         assert!(!content_types_match("text/plain", "application/json"));
         assert!(!content_types_match("text/plain", "text/html"));
+        assert!(!content_types_match("text/plain", "text/plainx"));
+        assert!(!content_types_match("text/plai", "text/plain"));
+        assert!(content_types_match(" Text / Plain ;a=b", "text/plain"));
+        assert!(is_json("Application/Json; charset=utf-8"));
+        assert!(!is_json("application/json-seq"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! storage says the change is durable.
 
 pub mod cursor;
+pub mod digits;
 pub mod error;
 pub mod headers;
 pub mod json;

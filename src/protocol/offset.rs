@@ -30,7 +30,17 @@ impl fmt::Display for Offset {
     // Values past 16 digits would widen the token and break string ordering;
     // storage never gets near 10^16 bytes, so this is not guarded here.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016}_{:016}", self.seq, self.pos)
+        // By hand: every append answer carries one, and `{:016}` through
+        // the formatting machinery cost more than the rest of the header.
+        const WIDEST: u64 = 10u64.pow(FIELD_DIGITS as u32) - 1;
+        if self.seq > WIDEST || self.pos > WIDEST {
+            return write!(f, "{:016}_{:016}", self.seq, self.pos);
+        }
+        let mut buf = [b'0'; 2 * FIELD_DIGITS + 1];
+        super::digits::write_right_aligned(&mut buf[..FIELD_DIGITS], self.seq);
+        buf[FIELD_DIGITS] = b'_';
+        super::digits::write_right_aligned(&mut buf[FIELD_DIGITS + 1..], self.pos);
+        f.write_str(std::str::from_utf8(&buf).expect("ASCII digits"))
     }
 }
 
@@ -84,6 +94,8 @@ mod tests {
         assert_eq!(Offset::ZERO.to_string(), "0000000000000000_0000000000000000");
         assert_eq!(Offset::new(0, 1024).to_string(), "0000000000000000_0000000000001024");
         assert_eq!(Offset::new(12, 34).to_string(), "0000000000000012_0000000000000034");
+        assert_eq!(Offset::new(9_999_999_999_999_999, 10).to_string(), "9999999999999999_0000000000000010");
+        assert_eq!(Offset::new(0, 10u64.pow(16)).to_string(), "0000000000000000_10000000000000000");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Reads: where a read starts (and when it is gone, 410), and the ETags of
 //! streams and read ranges (F86).
 
+use crate::protocol::digits;
 use crate::protocol::error::Error;
 use crate::protocol::offset::{Offset, ReadFrom};
 
@@ -25,7 +26,20 @@ pub fn read_start(from: ReadFrom, trim: u64, tail: u64) -> Result<u64, Error> {
 
 /// Stream-level ETag: identity of the incarnation, the tail, and closure.
 pub fn stream_etag(uid: u64, incarnation: u32, tail: Offset, closed: bool) -> String {
-    format!("\"{uid:x}.{incarnation}:{}{}\"", tail.pos, if closed { ":c" } else { "" })
+    // One exactly-sized allocation, no formatting machinery: every append
+    // answer carries one.
+    let mut e = Vec::with_capacity(1 + 16 + 1 + 10 + 1 + 20 + 3);
+    e.push(b'"');
+    digits::push_hex(&mut e, uid);
+    e.push(b'.');
+    digits::push_decimal(&mut e, u64::from(incarnation));
+    e.push(b':');
+    digits::push_decimal(&mut e, tail.pos);
+    if closed {
+        e.extend_from_slice(b":c");
+    }
+    e.push(b'"');
+    String::from_utf8(e).expect("ASCII")
 }
 
 /// ETag of one read response covering `[start, end)` (F86).
@@ -36,6 +50,16 @@ pub fn range_etag(uid: u64, incarnation: u32, start: Offset, end: Offset, closed
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_etag_is_hex_uid_incarnation_and_tail() {
+        for (uid, inc, pos, closed) in [(0, 0, 0, false), (0xabc, 3, 1024, true), (u64::MAX, u32::MAX, u64::MAX, false)]
+        {
+            let want = format!("\"{uid:x}.{inc}:{pos}{}\"", if closed { ":c" } else { "" });
+            assert_eq!(stream_etag(uid, inc, Offset::new(0, pos), closed), want);
+        }
+        assert_eq!(stream_etag(16, 1, Offset::new(0, 7), false), "\"10.1:7\"");
+    }
 
     #[test]
     fn read_starts_trims_and_tails() {
