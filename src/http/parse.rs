@@ -91,7 +91,9 @@ impl Headers {
 
     /// Adds a field; `name` is lower-cased on the way in.
     fn push(&mut self, name: &str, value: &str) {
-        self.text.extend(name.chars().map(|c| c.to_ascii_lowercase()));
+        let start = self.text.len();
+        self.text.push_str(name);
+        self.text[start..].make_ascii_lowercase();
         let name_end = self.text.len() as u32;
         self.text.push_str(value);
         self.ends.push((name_end, self.text.len() as u32));

@@ -119,8 +119,9 @@ struct State<F> {
     /// The mirror of the last segment that was sealed and mapped, kept for
     /// the next new segment: its pages are already faulted in, so a new
     /// segment costs no page faults and no zeroing by the kernel (under
-    /// load that zeroing was a tenth of the shard's time on a VM). At most
-    /// two mirrors per log exist: the active one and this.
+    /// load that zeroing was a tenth of the shard's time on a VM). So a log
+    /// holds its active mirror, the sealed ones not yet durable (one, unless
+    /// segments fill faster than a flush), and this one.
     spare_mirror: Option<Vec<u8>>,
     lsn_tail: u64,
     lsn_durable: u64,
