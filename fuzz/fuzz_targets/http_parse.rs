@@ -116,7 +116,7 @@ fn check_head(head: &ringstream::http::parse::RequestHead, limits: &ParseLimits)
     assert!(!head.path.contains('\0'));
     assert!(head.raw_path.starts_with('/'), "path not rooted");
     assert!(head.headers.len() <= limits.header_count_max);
-    for (name, _) in &head.headers {
+    for (name, _) in head.headers.iter() {
         assert!(!name.bytes().any(|b| b.is_ascii_uppercase()), "header name not lower-cased");
     }
     if head.expect_continue {
