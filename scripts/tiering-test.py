@@ -389,9 +389,18 @@ def cmd_store(state_path, url, data_dir, endpoint, bucket):
 def cmd_down(state_path, url):
     state = load(state_path)
     c = Client(url)
-    st, _, d = c.req("GET", "/readyz")
+    # The server learns the store is down from its first request to it (the
+    # boot-time sweep, retried twice with backoff), which runs beside the
+    # serving: /readyz says degraded from then on, within the request
+    # timeout (TIER_REQUEST_TIMEOUT_MS, 5 s) at the latest.
+    deadline = time.time() + 20
+    while True:
+        st, _, d = c.req("GET", "/readyz")
+        if st == 200 and d.startswith(b"degraded") or time.time() > deadline:
+            break
+        time.sleep(0.1)
     if st != 200 or not d.startswith(b"degraded"):
-        fail(f"/readyz with the store down: {st} {d!r}")
+        fail(f"/readyz with the store down, 20 s after the restart: {st} {d!r}")
     # Cold: the oldest data of a stream, not cached after a restart.
     cold = 0
     for s in STREAMS:
