@@ -89,12 +89,12 @@ pub fn parse_lifetime(ttl: Option<&str>, expires_at: Option<&str>) -> Result<Lif
 
 /// Media type for comparisons: "Application/JSON; charset=utf-8" -> "application/json" (lower-cased, params and whitespace stripped).
 pub fn media_type(ct: &str) -> String {
-    let essence = ct.split(';').next().unwrap_or("");
-    essence.chars().filter(|c| !c.is_ascii_whitespace()).collect::<String>().to_ascii_lowercase()
+    // Dropping and lower-casing ASCII bytes keeps UTF-8 valid.
+    String::from_utf8(media_type_bytes(ct).collect()).expect("ASCII edits of UTF-8")
 }
 
-/// The bytes of `ct`'s media type as [`media_type`] would give them, without
-/// building a string (checked on every append).
+/// The bytes of [`media_type`], without building a string (checked on
+/// every append).
 fn media_type_bytes(ct: &str) -> impl Iterator<Item = u8> + '_ {
     let essence = ct.split(';').next().unwrap_or("");
     essence.bytes().filter(|b| !b.is_ascii_whitespace()).map(|b| b.to_ascii_lowercase())
