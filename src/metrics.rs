@@ -49,6 +49,7 @@ pub enum Family {
     Flushes,
     FlushedRecords,
     FlushedBytes,
+    PaddedBytes,
     FlushBatchRecords,
     FlushSeconds,
     WriteSeconds,
@@ -93,7 +94,7 @@ const LATENCY_BOUNDS_US: &[u64] = &[
 const BATCH_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384];
 
 impl Family {
-    pub const ALL: [Family; 50] = [
+    pub const ALL: [Family; 51] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -111,6 +112,7 @@ impl Family {
         Family::Flushes,
         Family::FlushedRecords,
         Family::FlushedBytes,
+        Family::PaddedBytes,
         Family::FlushBatchRecords,
         Family::FlushSeconds,
         Family::WriteSeconds,
@@ -245,6 +247,11 @@ impl Family {
             Family::FlushedBytes => {
                 ("ringstream_flushed_bytes_total", Counter, "Bytes written by flushes (aligned blocks, rewrites included).")
             }
+            Family::PaddedBytes => (
+                "ringstream_padded_bytes_total",
+                Counter,
+                "Bytes of pad records: busy flushes end on a block boundary so the next can go out while they are in flight.",
+            ),
             Family::FlushBatchRecords => {
                 ("ringstream_flush_batch_records", Histogram, "Records per group-commit flush (the batch size).")
             }

@@ -137,11 +137,42 @@ struct TestStore {
     fail_sync: u64,
     syncs: Rc<Cell<u64>>,
     writes: Rc<Cell<u64>>,
+    /// When set, every write waits until the test releases it.
+    gate: Option<Rc<Gate>>,
 }
 
 impl TestStore {
     fn new(sim: SimStore) -> Self {
-        TestStore { sim, fail_sync: 0, syncs: Rc::default(), writes: Rc::default() }
+        TestStore { sim, fail_sync: 0, syncs: Rc::default(), writes: Rc::default(), gate: None }
+    }
+}
+
+/// Holds each write (numbered from 1 as they start) until the test releases
+/// it, in any order: flushes in flight together, completing out of order.
+#[derive(Default)]
+struct Gate {
+    started: Cell<u64>,
+    released: RefCell<std::collections::BTreeSet<u64>>,
+    wakers: RefCell<Vec<std::task::Waker>>,
+}
+
+impl Gate {
+    async fn pass(&self) {
+        let id = self.started.get() + 1;
+        self.started.set(id);
+        std::future::poll_fn(|cx| {
+            if self.released.borrow().contains(&id) {
+                return Poll::Ready(());
+            }
+            self.wakers.borrow_mut().push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    fn release(&self, id: u64) {
+        self.released.borrow_mut().insert(id);
+        self.wakers.borrow_mut().drain(..).for_each(|w| w.wake());
     }
 }
 
@@ -172,6 +203,9 @@ impl SegmentFile for TestFile {
     }
     async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
         YieldOnce(false).await;
+        if let Some(gate) = &self.store.gate {
+            gate.pass().await;
+        }
         self.store.writes.set(self.store.writes.get() + 1);
         self.sim.write_at(buf, pos).await
     }
@@ -919,6 +953,57 @@ fn group_commit_batches_concurrent_appends_body() {
     let (log, recovered, _) = open(store.crash_image(None), config());
     assert_eq!(recovered.len(), all.len());
     check_prefix(&log, &recovered, &all, all.len(), "after group commit");
+}
+
+// ---------------------------------------------------------------------------
+// Two flushes in flight
+
+/// A flush of two records is padded to a block, so the next flush goes out
+/// before it completes; when the second completes first, nothing is
+/// acknowledged until the first completes too, and a crash in between
+/// recovers neither (a hole before valid records is the end of the log).
+#[test]
+fn a_second_flush_in_flight_is_acknowledged_only_after_the_first() {
+    watchdog(a_second_flush_in_flight_is_acknowledged_only_after_the_first_body);
+}
+
+fn a_second_flush_in_flight_is_acknowledged_only_after_the_first_body() {
+    let sim = SimStore::new();
+    let gate = Rc::new(Gate::default());
+    let (log, _, _) = open(TestStore { gate: Some(gate.clone()), ..TestStore::new(sim.clone()) }, config());
+    let mut pool = LocalPool::new();
+    spawn_background(&pool.spawner(), &log);
+    pool.run_until_stalled();
+    let mut all = Vec::new();
+    let mut append = |all: &mut Vec<Appended>| {
+        let offset = all.len() as u64 * 100;
+        let (header, body) = (header(1, offset, 100), body_bytes(1, offset, 100));
+        let (loc, lsn) = log.append(header, &body).expect("append");
+        all.push(Appended { header, loc, body });
+        lsn
+    };
+    append(&mut all);
+    let first = append(&mut all);
+    pool.run_until_stalled();
+    assert_eq!(gate.started.get(), 1, "the first flush is out");
+    let second = append(&mut all);
+    pool.run_until_stalled();
+    assert_eq!(gate.started.get(), 2, "the second flush went out while the first was in flight");
+    assert_eq!(all[2].loc.pos % DIRECT_IO_ALIGNMENT_BYTES, 0, "the first flush was padded to a block");
+    assert!(log.stats().bytes_padded > 0);
+
+    gate.release(2);
+    pool.run_until_stalled();
+    assert_eq!(log.durable_lsn(), 0, "the second flush completed, the first has not: nothing is durable");
+    let (_, recovered, _) = open(sim.crash_image(None), config());
+    assert!(recovered.is_empty(), "a crash now recovers neither flush: {recovered:?}");
+
+    gate.release(1);
+    pool.run_until_stalled();
+    assert_eq!(log.durable_lsn(), log.tail_lsn());
+    assert!(log.durable_lsn() >= second && second > first);
+    let (reopened, recovered, _) = open(sim.crash_image(None), config());
+    check_prefix(&reopened, &recovered, &all, all.len(), "after two flushes in flight");
 }
 
 // ---------------------------------------------------------------------------

@@ -203,6 +203,7 @@ impl<S: SegmentStore> Shard<S> {
         out.sample(Family::Flushes, id, "", l.flushes);
         out.sample(Family::FlushedRecords, id, "", l.records_flushed);
         out.sample(Family::FlushedBytes, id, "", l.bytes_flushed);
+        out.sample(Family::PaddedBytes, id, "", l.bytes_padded);
         out.histogram(Family::FlushBatchRecords, id, &l.batch_records);
         out.histogram(Family::FlushSeconds, id, &l.flush_io_us);
         out.histogram(Family::WriteSeconds, id, &l.write_us);

@@ -16,7 +16,7 @@
 //! record left over from an earlier use of the same file (or copied from
 //! another segment) never verifies in the wrong place.
 
-use crate::limits::{RECORD_BODY_BYTES_MAX, RECORD_HEADER_BYTES};
+use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_BODY_BYTES_MAX, RECORD_HEADER_BYTES};
 
 /// "RS" in little-endian byte order; never all-zero so a zeroed tail stops a scan.
 pub const MAGIC: u16 = 0x5352;
@@ -31,6 +31,12 @@ pub const KIND_SEAL: u8 = 0xFF;
 /// N (body: its number and length, two u64) is in the object store from now
 /// on. Recovery consumes it; the layer above never sees it.
 pub const KIND_TIER: u8 = 0xFE;
+/// The log's filler: a flush that many records share is padded with one to
+/// the next block boundary, so the flush after it starts on a fresh block
+/// and may be written while this one is still in flight (see
+/// `log/writer.rs`). Its body is zeros; recovery skips it, the layer above
+/// never sees it.
+pub const KIND_PAD: u8 = 0xFD;
 /// Bytes a seal occupies (header + 8-byte body), reserved in every segment.
 pub const SEAL_FRAMED_BYTES: usize = RECORD_HEADER_BYTES + 8;
 
@@ -104,6 +110,18 @@ pub fn seal(segment_no: u64, pos: u64, records: u64, out: &mut Vec<u8>) {
         RecordHeader { kind: KIND_SEAL, stream_id: 0, incarnation: 0, stream_offset: pos, body_len: body.len() as u32 };
     let n = encode(segment_no, &h, &body, out);
     debug_assert_eq!(n, SEAL_FRAMED_BYTES);
+}
+
+/// Appends to `out` a pad record of exactly `framed` bytes (at least a
+/// header, a multiple of [`RECORD_ALIGN`]).
+pub fn pad(segment_no: u64, framed: usize, out: &mut Vec<u8>) {
+    // A pad is shorter than a block plus a header.
+    const ZEROS: [u8; DIRECT_IO_ALIGNMENT_BYTES as usize] = [0; DIRECT_IO_ALIGNMENT_BYTES as usize];
+    let body = &ZEROS[..framed - RECORD_HEADER_BYTES];
+    let h =
+        RecordHeader { kind: KIND_PAD, stream_id: 0, incarnation: 0, stream_offset: 0, body_len: body.len() as u32 };
+    let n = encode(segment_no, &h, body, out);
+    debug_assert_eq!(n, framed);
 }
 
 /// Whether a decoded record is a seal that belongs where it was found: at
@@ -209,6 +227,19 @@ mod tests {
         assert!(!is_seal_of(&h, &out[64..][body.clone()], 72, 2), "another position");
         assert!(!is_seal_of(&h, &out[64..][body], 64, 3), "another record count");
         assert_eq!(decode(4, &out[64..]).unwrap_err(), DecodeError::Invalid, "another segment");
+    }
+
+    #[test]
+    fn a_pad_fills_exactly_and_verifies() {
+        for framed in (RECORD_HEADER_BYTES..=DIRECT_IO_ALIGNMENT_BYTES as usize + 24).step_by(RECORD_ALIGN) {
+            let mut out = vec![7u8; 40];
+            pad(9, framed, &mut out);
+            assert_eq!(out.len(), 40 + framed);
+            let (h, body, n) = decode(9, &out[40..]).unwrap();
+            assert_eq!((h.kind, n), (KIND_PAD, framed));
+            assert!(out[40..][body].iter().all(|&b| b == 0));
+            assert_eq!(decode(10, &out[40..]).unwrap_err(), DecodeError::Invalid, "another segment");
+        }
     }
 
     #[test]

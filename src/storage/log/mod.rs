@@ -6,9 +6,13 @@
 //! everything appended so far with one aligned write per dirty segment and
 //! one fdatasync, then releases every waiter whose lsn it covered. While that
 //! flush is in flight, new appends gather for the next one: the group commit.
+//! Up to two flushes are in flight at once, released in lsn order (see
+//! `writer.rs`).
 //!
 //! The partial last block of the active segment stays in the mirror and is
-//! rewritten by the next flush, because O_DIRECT writes whole aligned blocks.
+//! rewritten by the next flush, because O_DIRECT writes whole aligned blocks;
+//! a flush many records share is instead padded to the block's end, so the
+//! next one need not wait for it.
 //! A segment that filled up gets a seal record (see [`record::seal`]) and is
 //! flushed and synced before any byte of its successor, so after a crash only
 //! the newest segment can have a torn tail, and every older one must end in
@@ -74,6 +78,8 @@ pub struct LogStats {
     pub flushes: u64,
     pub records_flushed: u64,
     pub bytes_flushed: u64,
+    /// Bytes of pad records (flushes padded to a block, see `writer.rs`).
+    pub bytes_padded: u64,
     pub max_records_per_flush: u64,
     /// Records per flush.
     pub batch_records: Histo,
@@ -92,6 +98,7 @@ impl Default for LogStats {
             flushes: 0,
             records_flushed: 0,
             bytes_flushed: 0,
+            bytes_padded: 0,
             max_records_per_flush: 0,
             batch_records: Histo::batch_records(),
             flush_io_us: Histo::latency_us(),
@@ -104,7 +111,9 @@ impl Default for LogStats {
 
 enum SegData<F> {
     /// Written by this process and not yet sealed-and-durable: served from memory.
-    Mirror { buf: Vec<u8>, records: u64, durable_len: usize, sealed: bool, file: Option<Rc<F>> },
+    /// `cut_len` of `buf` is handed to flushes (in flight or done),
+    /// `durable_len` of it is durable.
+    Mirror { buf: Vec<u8>, records: u64, cut_len: usize, durable_len: usize, sealed: bool, file: Option<Rc<F>> },
     /// Sealed and durable: served from the mapped file.
     Mapped(Rc<dyn SealedBytes>),
     /// In the object store (tiered storage): served from fetched blocks.
@@ -124,8 +133,14 @@ struct State<F> {
     /// segments fill faster than a flush), and this one.
     spare_mirror: Option<Vec<u8>>,
     lsn_tail: u64,
+    /// The lsn the flushes cut so far cover (in flight or done).
+    lsn_cut: u64,
     lsn_durable: u64,
+    /// Records appended since the last cut.
     records_pending: u64,
+    /// Flushes in flight, and what the newest of them ends with.
+    flights: usize,
+    last_cut: writer::CutEnd,
     waiters: VecDeque<(u64, oneshot::Sender<Result<()>>)>,
     poisoned: Option<Error>,
     stats: LogStats,
@@ -220,7 +235,8 @@ impl<S: SegmentStore> Log<S> {
             st.active = old + 1;
             let file = st.prepared.remove(&(old + 1));
             let buf = st.spare_mirror.take().map_or_else(|| new_mirror(&self.cfg), reuse_mirror);
-            st.segments.insert(old + 1, SegData::Mirror { buf, records: 0, durable_len: 0, sealed: false, file });
+            st.segments
+                .insert(old + 1, SegData::Mirror { buf, records: 0, cut_len: 0, durable_len: 0, sealed: false, file });
             self.wake_preparer.notify();
         }
         let no = st.active;

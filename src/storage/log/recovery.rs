@@ -73,6 +73,10 @@ impl<S: SegmentStore> Log<S> {
                         sealed = record::is_seal_of(&h, &bytes[pos..][body], pos as u64, count as u64);
                         break sealed;
                     }
+                    Ok((h, _, framed)) if h.kind == record::KIND_PAD => {
+                        pos += framed;
+                        count += 1;
+                    }
                     Ok((h, body, framed)) if h.kind == record::KIND_TIER => {
                         tiered.extend(tier::decode_tier_body(&bytes[pos..][body]).map(|(no, _)| no));
                         pos += framed;
@@ -150,7 +154,8 @@ impl<S: SegmentStore> Log<S> {
         let active = last.map(|l| l + 1).unwrap_or(0);
         report.active_segment = active;
         let buf = new_mirror(&cfg);
-        segments.insert(active, SegData::Mirror { buf, records: 0, durable_len: 0, sealed: false, file: None });
+        segments
+            .insert(active, SegData::Mirror { buf, records: 0, cut_len: 0, durable_len: 0, sealed: false, file: None });
         let log = Log {
             store,
             cfg,
@@ -160,8 +165,11 @@ impl<S: SegmentStore> Log<S> {
                 prepared: BTreeMap::new(),
                 spare_mirror: None,
                 lsn_tail: 0,
+                lsn_cut: 0,
                 lsn_durable: 0,
                 records_pending: 0,
+                flights: 0,
+                last_cut: Default::default(),
                 waiters: VecDeque::new(),
                 poisoned: None,
                 stats: LogStats::default(),

@@ -152,7 +152,8 @@ impl Skeleton {
         out.extend_from_slice(&no.to_le_bytes());
         out.extend_from_slice(&(seg.len() as u64).to_le_bytes());
         out.extend_from_slice(&0u64.to_le_bytes());
-        let (mut pos, mut count) = (0usize, 0u64);
+        // Records before the seal (pads too), and entries (pads are left out).
+        let (mut pos, mut count, mut entries) = (0usize, 0u64, 0u64);
         loop {
             let (h, body, framed) =
                 record::decode(no, seg.get(pos..).ok_or_else(|| corrupt(pos))?).map_err(|_| corrupt(pos))?;
@@ -162,6 +163,10 @@ impl Skeleton {
                     return Err(corrupt(pos));
                 }
                 break;
+            }
+            if h.kind == record::KIND_PAD {
+                (pos, count) = (pos + framed, count + 1);
+                continue;
             }
             let meta = if h.kind == record::KIND_TIER { body } else { &body[..keep(&h, body).min(body.len())] };
             out.extend_from_slice(&(pos as u64).to_le_bytes());
@@ -175,8 +180,9 @@ impl Skeleton {
             out.extend_from_slice(meta);
             pos += framed;
             count += 1;
+            entries += 1;
         }
-        out[24..32].copy_from_slice(&count.to_le_bytes());
+        out[24..32].copy_from_slice(&entries.to_le_bytes());
         let crc = skel_crc(no, &out);
         out.extend_from_slice(&crc.to_le_bytes());
         Ok(out)
