@@ -975,7 +975,7 @@ fn a_second_flush_in_flight_is_acknowledged_only_after_the_first_body() {
     spawn_background(&pool.spawner(), &log);
     pool.run_until_stalled();
     let mut all = Vec::new();
-    let mut append = |all: &mut Vec<Appended>| {
+    let append = |all: &mut Vec<Appended>| {
         let offset = all.len() as u64 * 100;
         let (header, body) = (header(1, offset, 100), body_bytes(1, offset, 100));
         let (loc, lsn) = log.append(header, &body).expect("append");
