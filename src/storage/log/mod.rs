@@ -111,9 +111,9 @@ impl Default for LogStats {
 
 enum SegData<F> {
     /// Written by this process and not yet sealed-and-durable: served from memory.
-    /// `cut_len` of `buf` is handed to flushes (in flight or done),
-    /// `durable_len` of it is durable.
-    Mirror { buf: Vec<u8>, records: u64, cut_len: usize, durable_len: usize, sealed: bool, file: Option<Rc<F>> },
+    /// `cut_len` of `buf` is handed to flushes (in flight or done); what
+    /// is durable is the log's `lsn_durable`.
+    Mirror { buf: Vec<u8>, records: u64, cut_len: usize, sealed: bool, file: Option<Rc<F>> },
     /// Sealed and durable: served from the mapped file.
     Mapped(Rc<dyn SealedBytes>),
     /// In the object store (tiered storage): served from fetched blocks.
@@ -188,8 +188,6 @@ fn align_up(v: usize) -> usize {
 struct FlushJob {
     segment: u64,
     pos: u64,
-    /// Mirror length this job makes durable.
-    end: usize,
     sealed: bool,
 }
 
@@ -235,8 +233,7 @@ impl<S: SegmentStore> Log<S> {
             st.active = old + 1;
             let file = st.prepared.remove(&(old + 1));
             let buf = st.spare_mirror.take().map_or_else(|| new_mirror(&self.cfg), reuse_mirror);
-            st.segments
-                .insert(old + 1, SegData::Mirror { buf, records: 0, cut_len: 0, durable_len: 0, sealed: false, file });
+            st.segments.insert(old + 1, SegData::Mirror { buf, records: 0, cut_len: 0, sealed: false, file });
             self.wake_preparer.notify();
         }
         let no = st.active;

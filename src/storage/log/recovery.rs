@@ -154,8 +154,7 @@ impl<S: SegmentStore> Log<S> {
         let active = last.map(|l| l + 1).unwrap_or(0);
         report.active_segment = active;
         let buf = new_mirror(&cfg);
-        segments
-            .insert(active, SegData::Mirror { buf, records: 0, cut_len: 0, durable_len: 0, sealed: false, file: None });
+        segments.insert(active, SegData::Mirror { buf, records: 0, cut_len: 0, sealed: false, file: None });
         let log = Log {
             store,
             cfg,

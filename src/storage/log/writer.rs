@@ -35,10 +35,10 @@ pub(super) struct CutEnd {
     sealed: bool,
 }
 
-/// One flush: the dirty ranges copied out of the mirrors, and what it
-/// makes durable.
-pub(super) struct Cut<B> {
-    jobs: Vec<(FlushJob, B)>,
+/// One flush: where its ranges go, and what it makes durable. Its data
+/// (the ranges copied out of the mirrors) travels beside it to the write.
+pub(super) struct Cut {
+    jobs: Vec<FlushJob>,
     target_lsn: u64,
     records: u64,
 }
@@ -99,8 +99,8 @@ impl<S: SegmentStore> Log<S> {
                     continue;
                 }
                 Step::Cut => {
-                    let cut = self.cut();
-                    flights.push_back(self.write_cut(cut));
+                    let (cut, data) = self.cut();
+                    flights.push_back(self.write_cut(cut, data));
                     continue;
                 }
                 Step::NeedFile if flights.is_empty() => {
@@ -186,11 +186,11 @@ impl<S: SegmentStore> Log<S> {
 
     /// Copies every range not yet cut out of the mirrors (so appends can go
     /// on meanwhile) into one flush.
-    fn cut(&self) -> Cut<<S::File as SegmentFile>::Buf> {
+    fn cut(&self) -> (Cut, Vec<<S::File as SegmentFile>::Buf>) {
         let mut st = self.st.borrow_mut();
         self.pad_if_busy(&mut st);
         let first = st.flights == 0;
-        let mut jobs = Vec::new();
+        let (mut jobs, mut bufs) = (Vec::new(), Vec::new());
         let mut end_of_cut = CutEnd::default();
         for (&no, seg) in st.segments.iter_mut() {
             let SegData::Mirror { buf, cut_len, sealed, file, .. } = seg else {
@@ -211,35 +211,34 @@ impl<S: SegmentStore> Log<S> {
             };
             *cut_len = end;
             end_of_cut = CutEnd { segment: no, aligned: end == align_up(end), sealed: end_of_cut.sealed || *sealed };
-            jobs.push((FlushJob { segment: no, pos: start as u64, end, sealed: *sealed }, data));
+            jobs.push(FlushJob { segment: no, pos: start as u64, sealed: *sealed });
+            bufs.push(data);
         }
         st.last_cut = end_of_cut;
         st.flights += 1;
         st.lsn_cut = st.lsn_tail;
         let records = std::mem::take(&mut st.records_pending);
-        Cut { jobs, target_lsn: st.lsn_tail, records }
+        (Cut { jobs, target_lsn: st.lsn_tail, records }, bufs)
     }
 
     /// Writes (and syncs) a flush's ranges, one segment after the other: a
     /// sealed segment is durable before its successor's bytes go out.
-    async fn write_cut(&self, cut: Cut<<S::File as SegmentFile>::Buf>) -> (Cut<()>, Result<()>) {
-        let mut jobs = Vec::with_capacity(cut.jobs.len());
+    async fn write_cut(&self, cut: Cut, data: Vec<<S::File as SegmentFile>::Buf>) -> (Cut, Result<()>) {
         let mut result = Ok(());
         let io_started = std::time::Instant::now();
         let mut bytes = 0;
-        for (job, data) in cut.jobs {
+        for (job, data) in cut.jobs.iter().zip(data) {
             if result.is_ok() && !data.as_ref().is_empty() {
                 bytes += data.as_ref().len() as u64;
-                result = self.write_job(&job, data).await;
+                result = self.write_job(job, data).await;
             }
-            jobs.push((job, ()));
         }
         if result.is_ok() && cut.records > 0 {
             let mut st = self.st.borrow_mut();
             st.stats.bytes_flushed += bytes;
             st.stats.flush_io_us.record(io_started.elapsed().as_micros() as u64);
         }
-        (Cut { jobs, target_lsn: cut.target_lsn, records: cut.records }, result)
+        (cut, result)
     }
 
     async fn write_job(&self, job: &FlushJob, data: <S::File as SegmentFile>::Buf) -> Result<()> {
@@ -258,7 +257,7 @@ impl<S: SegmentStore> Log<S> {
 
     /// The oldest flight finished (flights complete in cut order): makes
     /// what it wrote durable in memory and releases the covered waiters.
-    fn complete(&self, cut: Cut<()>, result: Result<()>) {
+    fn complete(&self, cut: Cut, result: Result<()>) {
         self.st.borrow_mut().flights -= 1;
         if let Err(e) = result.and_then(|()| self.swap_sealed(&cut)) {
             self.poison(e);
@@ -268,11 +267,6 @@ impl<S: SegmentStore> Log<S> {
         if st.poisoned.is_some() {
             // An older flight failed: nothing after it may be acknowledged.
             return;
-        }
-        for (job, ()) in &cut.jobs {
-            if let Some(SegData::Mirror { durable_len, .. }) = st.segments.get_mut(&job.segment) {
-                *durable_len = job.end;
-            }
         }
         debug_assert!(cut.target_lsn >= st.lsn_durable);
         st.lsn_durable = cut.target_lsn;
@@ -296,11 +290,11 @@ impl<S: SegmentStore> Log<S> {
 
     /// Sealed segments of a completed flight are served from their files
     /// from now on; their mirrors are kept for reuse.
-    fn swap_sealed(&self, cut: &Cut<()>) -> Result<()> {
+    fn swap_sealed(&self, cut: &Cut) -> Result<()> {
         if self.st.borrow().poisoned.is_some() {
             return Ok(());
         }
-        for (job, ()) in cut.jobs.iter().filter(|(job, ())| job.sealed) {
+        for job in cut.jobs.iter().filter(|job| job.sealed) {
             let map = self.store.map(job.segment).map_err(|source| Error::io("map", job.segment, source))?;
             let mut st = self.st.borrow_mut();
             if let Some(SegData::Mirror { buf, .. }) = st.segments.insert(job.segment, SegData::Mapped(map)) {
