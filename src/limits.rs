@@ -20,6 +20,14 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 pub const SEGMENT_BYTES_MIN: u64 = 64 * 1024;
 /// Largest segment size accepted.
 pub const SEGMENT_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+/// Bytes of zeros per write when a new segment file is zero-filled. Small,
+/// so that a paced fill (made ahead of use) adds little to any one of the
+/// log's cache flushes, which must also flush what the fill wrote.
+pub const ZERO_CHUNK_BYTES: u64 = 256 * 1024;
+/// A segment made ahead of use is zero-filled in step with the active one:
+/// by the time the active segment is this fraction full (numerator over
+/// denominator), its successor is ready.
+pub const ZERO_AHEAD_DONE_AT: (u64, u64) = (3, 4);
 
 /// Size of a record header on disk.
 pub const RECORD_HEADER_BYTES: usize = 32;

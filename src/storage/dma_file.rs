@@ -6,8 +6,8 @@
 //!
 //! This is the only storage file that knows glommio.
 
-use super::io::{SealedBytes, SegmentFile, SegmentStore};
-use crate::limits::DIRECT_IO_ALIGNMENT_BYTES;
+use super::io::{SealedBytes, SegmentFile, SegmentStore, ZeroPace};
+use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, ZERO_CHUNK_BYTES};
 use glommio::io::{BufferedFile, DmaBuffer, DmaFile, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -96,6 +96,12 @@ impl SegmentFile for GFile {
     }
 }
 
+/// A zero-fill nothing waits for (the segment is needed now).
+struct Unpaced;
+impl ZeroPace for Unpaced {
+    async fn allow(&self, _zeroed: u64) {}
+}
+
 struct Mapped(memmap2::Mmap);
 impl SealedBytes for Mapped {
     fn bytes(&self) -> &[u8] {
@@ -156,11 +162,11 @@ impl DiskStore {
     }
 
     /// Creates segment `no` zero-filled under `tmp`, then renames it in place.
-    async fn create_via(&self, tmp: &Path, no: u64, len: u64) -> io::Result<GFile> {
+    async fn create_via(&self, tmp: &Path, no: u64, len: u64, pace: &impl ZeroPace) -> io::Result<GFile> {
         let path = self.path_of(no);
         let mut opts = OpenOptions::new();
         opts.read(true).write(true).create(true).truncate(true);
-        let chunk = 1024 * 1024u64;
+        let chunk = ZERO_CHUNK_BYTES;
         tracing::debug!("creating segment {}", path.display());
         let file = if self.direct {
             let f = opts.dma_open(tmp).await?;
@@ -169,6 +175,7 @@ impl DiskStore {
             tracing::debug!("creating segment {}: allocated", path.display());
             let mut pos = 0;
             while pos < len {
+                pace.allow(pos).await;
                 let n = chunk.min(len - pos) as usize;
                 let mut b = f.alloc_dma_buffer(n);
                 b.as_bytes_mut().fill(0);
@@ -190,6 +197,7 @@ impl DiskStore {
             f.pre_allocate(len, false).await?;
             let mut pos = 0;
             while pos < len {
+                pace.allow(pos).await;
                 let n = chunk.min(len - pos) as usize;
                 f.write_at(vec![0; n], pos).await?;
                 pos += n as u64;
@@ -232,10 +240,14 @@ impl SegmentStore for DiskStore {
     }
 
     async fn create(&self, no: u64, len: u64) -> io::Result<GFile> {
+        self.create_paced(no, len, &Unpaced).await
+    }
+
+    async fn create_paced(&self, no: u64, len: u64, pace: &impl ZeroPace) -> io::Result<GFile> {
         // Zero-fill through a temporary name so a half-made file is never
         // mistaken for a segment after a crash.
         let tmp = self.dir.join(format!("{no:016}.seg.tmp"));
-        let r = self.create_via(&tmp, no, len).await;
+        let r = self.create_via(&tmp, no, len, pace).await;
         if r.is_err() {
             // Give back the space of a half-made file (ENOSPC while zero-filling).
             let _ = std::fs::remove_file(&tmp);

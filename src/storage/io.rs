@@ -30,6 +30,13 @@ pub trait SegmentFile {
     async fn sync(&self) -> io::Result<()>;
 }
 
+/// When the next chunk of a segment's zero-fill may be written.
+#[allow(async_fn_in_trait)]
+pub trait ZeroPace {
+    /// Resolves once the chunk after the first `zeroed` bytes may go out.
+    async fn allow(&self, zeroed: u64);
+}
+
 /// The directory of one shard's segments.
 #[allow(async_fn_in_trait)]
 pub trait SegmentStore {
@@ -40,6 +47,14 @@ pub trait SegmentStore {
     /// (file and directory entry), so later writes overwrite written blocks
     /// instead of converting unwritten extents.
     async fn create(&self, no: u64, len: u64) -> io::Result<Self::File>;
+    /// [`SegmentStore::create`] for a segment made ahead of use: before each
+    /// chunk of zeros the backend awaits `pace.allow(zeroed)`, so the
+    /// zero-fill keeps in step with the log instead of flooding the disk
+    /// (see `storage/log/preparer.rs`). Backends without a disk ignore it.
+    async fn create_paced(&self, no: u64, len: u64, pace: &impl ZeroPace) -> io::Result<Self::File> {
+        let _ = pace;
+        self.create(no, len).await
+    }
     /// Maps a segment for reading. Only called for segments that are no
     /// longer written (recovery, and after rollover is durable).
     fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>>;

@@ -153,6 +153,11 @@ pub struct Log<S: SegmentStore> {
     wake_writer: Notify,
     wake_preparer: Notify,
     segment_ready: Notify,
+    /// Rung for the preparer's paced zero-fill when the active segment's
+    /// fill reaches `zero_gate` (u64::MAX: nothing waits), at a rollover
+    /// and at stop.
+    zero_pace: Notify,
+    zero_gate: Cell<u64>,
     stopped: Cell<bool>,
     tier: Option<Tiering>,
     /// Rung when a segment becomes sealed and durable (for the tiering task).
@@ -235,11 +240,16 @@ impl<S: SegmentStore> Log<S> {
             let buf = st.spare_mirror.take().map_or_else(|| new_mirror(&self.cfg), reuse_mirror);
             st.segments.insert(old + 1, SegData::Mirror { buf, records: 0, cut_len: 0, sealed: false, file });
             self.wake_preparer.notify();
+            self.zero_pace.notify();
         }
         let no = st.active;
         let Some(SegData::Mirror { buf, records, .. }) = st.segments.get_mut(&no) else { unreachable!() };
         let pos = buf.len() as u64;
         record::encode(no, &h, body, buf);
+        if buf.len() as u64 >= self.zero_gate.get() {
+            self.zero_gate.set(u64::MAX);
+            self.zero_pace.notify();
+        }
         *records += 1;
         st.lsn_tail += framed as u64;
         st.records_pending += 1;
@@ -277,6 +287,13 @@ impl<S: SegmentStore> Log<S> {
     pub fn pending_bytes(&self) -> u64 {
         let st = self.st.borrow();
         st.lsn_tail - st.lsn_durable
+    }
+
+    /// Whether the segment after the active one is zero-filled and waiting
+    /// (the preparer fills it in step with the active one).
+    pub fn next_segment_ready(&self) -> bool {
+        let st = self.st.borrow();
+        st.prepared.contains_key(&(st.active + 1))
     }
 
     pub fn is_poisoned(&self) -> bool {
@@ -337,6 +354,7 @@ impl<S: SegmentStore> Log<S> {
         self.stopped.set(true);
         self.wake_writer.notify();
         self.wake_preparer.notify();
+        self.zero_pace.notify();
         self.sealed.notify();
     }
 

@@ -176,6 +176,8 @@ impl<S: SegmentStore> Log<S> {
             wake_writer: Notify::default(),
             wake_preparer: Notify::default(),
             segment_ready: Notify::default(),
+            zero_pace: Notify::default(),
+            zero_gate: Cell::new(u64::MAX),
             stopped: Cell::new(false),
             sealed: Notify::default(),
             sweep_due: Cell::new(tier.is_some()),
