@@ -278,7 +278,15 @@ const F_PRODUCER: u8 = 4;
 
 impl AppendRecord {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.data.len());
+        let mut out = self.encode_meta();
+        out.extend_from_slice(&self.data);
+        out
+    }
+
+    /// The body without its data: a record's body is this, then the data
+    /// (which the log copies straight from the request).
+    pub fn encode_meta(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32);
         let mut w = W(&mut out);
         let flags = (self.close as u8 * F_CLOSE)
             | (self.stream_seq.is_some() as u8 * F_SEQ)
@@ -295,7 +303,6 @@ impl AppendRecord {
         }
         // The data goes last and unprefixed, so a reader can find it as a
         // suffix of the body without copying (see `data_start`).
-        out.extend_from_slice(&self.data);
         out
     }
 

@@ -45,7 +45,7 @@ impl<S: SegmentStore> Shard<S> {
             written_at_ms: now,
             data,
         };
-        let body = rec.encode();
+        let meta = rec.encode_meta();
         let data_len = rec.data.len();
         let h = RecordHeader {
             kind: persist::KIND_APPEND,
@@ -54,7 +54,7 @@ impl<S: SegmentStore> Shard<S> {
             stream_offset: tail,
             body_len: 0,
         };
-        let (loc, lsn) = match self.log.append(h, &body) {
+        let (loc, lsn) = match self.log.append_parts(h, &[&meta, &rec.data]) {
             Ok(x) => x,
             Err(e) => {
                 if matches!(e, storage::Error::Full) {
@@ -66,7 +66,7 @@ impl<S: SegmentStore> Shard<S> {
         if let Some(h) = held {
             h.keep();
         }
-        let info = self.note_appended(&key, &rec, loc, body.len() - data_len, lsn, now);
+        let info = self.note_appended(&key, &rec, loc, meta.len(), lsn, now);
         {
             let mut st = self.stats.borrow_mut();
             st.appends += 1;

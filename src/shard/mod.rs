@@ -58,6 +58,11 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Poll;
+
+/// A shard's maps keyed by stream: every request looks its stream up a few
+/// times, so the hasher is aHash (randomly keyed per process) rather than
+/// std's SipHash.
+type StreamMap<V> = HashMap<StreamKey, V, ahash::RandomState>;
 use std::time::{Duration, Instant};
 use stream::*;
 
@@ -83,11 +88,11 @@ pub struct Shard<S: SegmentStore> {
     pub id: usize,
     pub shards: usize,
     log: Rc<Log<S>>,
-    streams: RefCell<HashMap<StreamKey, Stream>>,
-    by_uid: RefCell<HashMap<u64, StreamKey>>,
+    streams: RefCell<StreamMap<Stream>>,
+    by_uid: RefCell<HashMap<u64, StreamKey, ahash::RandomState>>,
     next_uid: Cell<u64>,
     /// Incarnation of the last deleted stream of each name seen since boot.
-    tombstones: RefCell<HashMap<StreamKey, u32>>,
+    tombstones: RefCell<StreamMap<u32>>,
     /// Buckets whose durable record is in this shard's log.
     buckets_owned: RefCell<BTreeSet<String>>,
     /// Every bucket that exists, replicated from the owners.

@@ -68,17 +68,25 @@ pub fn framed_len(body_len: usize) -> usize {
     (RECORD_HEADER_BYTES + body_len).div_ceil(RECORD_ALIGN) * RECORD_ALIGN
 }
 
-fn crc(segment_no: u64, header: &[u8], body: &[u8]) -> u32 {
+fn crc(segment_no: u64, header: &[u8], body: &[&[u8]]) -> u32 {
     let c = crc32c::crc32c(&segment_no.to_le_bytes());
     let c = crc32c::crc32c_append(c, &header[0..20]);
     let c = crc32c::crc32c_append(c, &header[24..32]);
-    crc32c::crc32c_append(c, body)
+    body.iter().fold(c, |c, part| crc32c::crc32c_append(c, part))
 }
 
 /// Appends the framed record to `out` and returns the framed length.
 pub fn encode(segment_no: u64, h: &RecordHeader, body: &[u8], out: &mut Vec<u8>) -> usize {
-    assert!(body.len() <= RECORD_BODY_BYTES_MAX);
-    assert_eq!(h.body_len as usize, body.len());
+    encode_parts(segment_no, h, &[body], out)
+}
+
+/// [`encode`] of a body given in parts, laid end to end (an append's meta
+/// and its data go straight into the segment, without first being copied
+/// into one buffer).
+pub fn encode_parts(segment_no: u64, h: &RecordHeader, body: &[&[u8]], out: &mut Vec<u8>) -> usize {
+    let body_len: usize = body.iter().map(|p| p.len()).sum();
+    assert!(body_len <= RECORD_BODY_BYTES_MAX);
+    assert_eq!(h.body_len as usize, body_len);
     let start = out.len();
     let mut head = [0u8; RECORD_HEADER_BYTES];
     head[0..2].copy_from_slice(&MAGIC.to_le_bytes());
@@ -91,8 +99,10 @@ pub fn encode(segment_no: u64, h: &RecordHeader, body: &[u8], out: &mut Vec<u8>)
     let sum = crc(segment_no, &head, body);
     head[20..24].copy_from_slice(&sum.to_le_bytes());
     out.extend_from_slice(&head);
-    out.extend_from_slice(body);
-    let framed = framed_len(body.len());
+    for part in body {
+        out.extend_from_slice(part);
+    }
+    let framed = framed_len(body_len);
     out.resize(start + framed, 0);
     // Pair assertion with `decode`: what we just wrote must verify.
     debug_assert!(decode(segment_no, &out[start..]).is_ok());
@@ -157,7 +167,7 @@ pub fn decode(segment_no: u64, buf: &[u8]) -> Result<(RecordHeader, std::ops::Ra
         return Err(DecodeError::Truncated);
     }
     let body = RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + body_len;
-    if crc(segment_no, head, &buf[body.clone()]) != u32_at(20) {
+    if crc(segment_no, head, &[&buf[body.clone()]]) != u32_at(20) {
         return Err(DecodeError::Invalid);
     }
     let h = RecordHeader {

@@ -31,10 +31,10 @@ use super::record::{self, DecodeError, RecordHeader, SEAL_FRAMED_BYTES};
 use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES};
 use crate::metrics::Histo;
 use crate::notify::Notify;
-use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 
 #[derive(Debug, Clone, Copy)]
 pub struct LogConfig {
@@ -141,7 +141,9 @@ struct State<F> {
     /// Flushes in flight, and what the newest of them ends with.
     flights: usize,
     last_cut: writer::CutEnd,
-    waiters: VecDeque<(u64, oneshot::Sender<Result<()>>)>,
+    /// Tasks waiting for an lsn to become durable (woken, and dropped from
+    /// here, when it does or when the log is poisoned).
+    waiters: VecDeque<(u64, Waker)>,
     poisoned: Option<Error>,
     stats: LogStats,
 }
@@ -207,13 +209,20 @@ impl<S: SegmentStore> Log<S> {
 
     /// Frames a record into the active segment. Returns where it lives and
     /// the lsn to wait for with [`Log::durable`].
-    pub fn append(&self, mut h: RecordHeader, body: &[u8]) -> Result<(RecordLoc, u64)> {
+    pub fn append(&self, h: RecordHeader, body: &[u8]) -> Result<(RecordLoc, u64)> {
+        self.append_parts(h, &[body])
+    }
+
+    /// [`Log::append`] of a body given in parts laid end to end: each part
+    /// is copied once, into the segment.
+    pub fn append_parts(&self, mut h: RecordHeader, body: &[&[u8]]) -> Result<(RecordLoc, u64)> {
         assert_ne!(h.kind, record::KIND_SEAL, "seals are the log's own records");
-        h.body_len = body.len() as u32;
-        let framed = record::framed_len(body.len());
+        let body_len: usize = body.iter().map(|p| p.len()).sum();
+        h.body_len = body_len as u32;
+        let framed = record::framed_len(body_len);
         // Every segment keeps room for its seal.
         if (framed + SEAL_FRAMED_BYTES) as u64 > self.cfg.segment_bytes {
-            return Err(Error::TooLarge(body.len()));
+            return Err(Error::TooLarge(body_len));
         }
         let mut st = self.st.borrow_mut();
         if let Some(e) = &st.poisoned {
@@ -245,7 +254,7 @@ impl<S: SegmentStore> Log<S> {
         let no = st.active;
         let Some(SegData::Mirror { buf, records, .. }) = st.segments.get_mut(&no) else { unreachable!() };
         let pos = buf.len() as u64;
-        record::encode(no, &h, body, buf);
+        record::encode_parts(no, &h, body, buf);
         if buf.len() as u64 >= self.zero_gate.get() {
             self.zero_gate.set(u64::MAX);
             self.zero_pace.notify();
@@ -261,19 +270,24 @@ impl<S: SegmentStore> Log<S> {
 
     /// Resolves when everything up to `lsn` is on stable storage.
     pub async fn durable(&self, lsn: u64) -> Result<()> {
-        let rx = {
+        let mut registered = false;
+        std::future::poll_fn(|cx| {
             let mut st = self.st.borrow_mut();
             if st.lsn_durable >= lsn {
-                return Ok(());
+                return Poll::Ready(Ok(()));
             }
             if let Some(e) = &st.poisoned {
-                return Err(e.clone());
+                return Poll::Ready(Err(e.clone()));
             }
-            let (tx, rx) = oneshot::channel();
-            st.waiters.push_back((lsn, tx));
-            rx
-        };
-        rx.await.unwrap_or(Err(Error::Poisoned))
+            // Woken by anything else (a select around this wait), the
+            // entry is still there: one per wait.
+            if !registered {
+                st.waiters.push_back((lsn, cx.waker().clone()));
+                registered = true;
+            }
+            Poll::Pending
+        })
+        .await
     }
 
     pub fn durable_lsn(&self) -> u64 {

@@ -65,7 +65,7 @@ impl<S: SegmentStore> Log<S> {
     /// recovers from what the disk holds.
     pub(super) fn poison(&self, e: Error) {
         let mut st = self.st.borrow_mut();
-        let first = st.poisoned.get_or_insert_with(|| {
+        st.poisoned.get_or_insert_with(|| {
             tracing::error!(
                 "STORAGE FAILURE in {}: {e}; this shard now refuses every write until the server is restarted \
                  (reads of durable data continue; recovery at restart keeps every acknowledged record)",
@@ -73,9 +73,9 @@ impl<S: SegmentStore> Log<S> {
             );
             e
         });
-        let first = first.clone();
-        for (_, tx) in st.waiters.drain(..) {
-            let _ = tx.send(Err(first.clone()));
+        // Each wakes to find the log poisoned and fails with its first error.
+        for (_, waker) in st.waiters.drain(..) {
+            waker.wake();
         }
         drop(st);
         // A writer waiting for a segment file must see the failure too.
@@ -278,14 +278,13 @@ impl<S: SegmentStore> Log<S> {
         }
         // Waiters are mostly in lsn order, but a reader may wait for an
         // older lsn after a newer waiter: release every covered one.
-        let waiters = std::mem::take(&mut st.waiters);
-        for (lsn, tx) in waiters {
-            if lsn <= cut.target_lsn {
-                let _ = tx.send(Ok(()));
-            } else {
-                st.waiters.push_back((lsn, tx));
+        st.waiters.retain(|(lsn, waker)| {
+            let covered = *lsn <= cut.target_lsn;
+            if covered {
+                waker.wake_by_ref();
             }
-        }
+            !covered
+        });
     }
 
     /// Sealed segments of a completed flight are served from their files

@@ -224,6 +224,13 @@ impl Source {
         })
     }
 
+    /// True while the operation has not completed (its completion has not
+    /// been reaped): no side effects, unlike [`Source::result`] (ringstream
+    /// patch 5).
+    pub(crate) fn is_pending(&self) -> bool {
+        self.inner.borrow().wakers.result.is_none()
+    }
+
     pub(crate) fn result(&self) -> Option<io::Result<usize>> {
         let mut inner = self.inner.borrow_mut();
         let ret = inner

@@ -1239,6 +1239,11 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
+    /// When the timer in `latency_preemption_timeout_src` (a preemption
+    /// timer, or the user timer of a sleep) fires; it is kept across turns
+    /// of the loop while it still fits (ringstream patch 5,
+    /// `latency_timer_fits`).
+    latency_timer_deadline: Cell<Option<Instant>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1370,6 +1375,7 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
+            latency_timer_deadline: Cell::new(None),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1831,22 +1837,34 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Cancel the old timer regardless of whether we can sleep:
-        // if we won't sleep, we will register the new timer with its new
-        // value.
-        //
-        // But if we will sleep, there might be a timer registered that needs
-        // to be removed otherwise we'll wake up when it expires.
-        drop(self.latency_preemption_timeout_src.take());
+        // Keep the armed latency-ring timer while it fits what this turn
+        // needs, else cancel it: if we won't sleep, we will register the new
+        // timer with its new value, and if we will sleep, a timer left
+        // registered would wake us up when it expires. (Upstream cancels it
+        // and arms a new one on every turn, and again around every sleep:
+        // two timeouts and two cancellations per sleep, each a submission,
+        // thousands of times a second; ringstream patch 5.)
+        if !self.latency_timer_fits(Instant::now(), preempt_timer(), user_timer) {
+            drop(self.latency_preemption_timeout_src.take());
+            self.latency_timer_deadline.set(None);
+        }
 
-        // Schedule the throughput-based timeout immediately: it won't matter if we end
-        // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
-            main_ring.prepare_throughput_preemption_timer(
-                self.ring_depth() as u32,
-                self.eventfd_src.raw(),
-            ),
-        ));
+        // The throughput-based timeout stays armed until it fires (upstream
+        // replaces it on every turn; ringstream patch 5): it then fires after
+        // `ring_depth` completions counted from when it was armed rather than
+        // from this turn, which only makes it fire sooner. Left armed while
+        // we sleep, as upstream does.
+        let throughput = self.throughput_preemption_timeout_src.take();
+        let throughput_armed = throughput.as_ref().is_some_and(Source::is_pending);
+        self.throughput_preemption_timeout_src.set(throughput);
+        if !throughput_armed {
+            self.throughput_preemption_timeout_src.replace(Some(
+                main_ring.prepare_throughput_preemption_timer(
+                    self.ring_depth() as u32,
+                    self.eventfd_src.raw(),
+                ),
+            ));
+        }
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1868,9 +1886,11 @@ impl Reactor {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
             if let Some(dur) = user_timer {
-                self.latency_preemption_timeout_src
-                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
-                assert!(flush_rings!(lat_ring)? > 0);
+                // A timer kept above fires no later than this one would.
+                if self.latency_timer_armed().is_none() {
+                    self.arm_latency_timer(&mut lat_ring, dur);
+                    assert!(flush_rings!(lat_ring)? > 0);
+                }
             }
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
@@ -1899,8 +1919,12 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            self.latency_preemption_timeout_src
-                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+            // A kept timer must fire no later than a new preemption timer
+            // (one kept for a sleep may be a user timer far away).
+            let due = Instant::now() + preempt;
+            if !self.latency_timer_armed().is_some_and(|d| d <= due) {
+                self.arm_latency_timer(&mut lat_ring, preempt);
+            }
             flush_rings!(lat_ring, main_ring)?;
         }
 
@@ -1912,6 +1936,41 @@ impl Reactor {
         // need_preempt() should be false at this point. As soon as the next event
         // in the preempt ring completes, though, then it will be true.
         Ok(should_sleep)
+    }
+
+    /// Whether the armed latency-ring timer can stand for the one this turn
+    /// needs (ringstream patch 5). With a task queue to run (`preempt`): it
+    /// fires no later than a new preemption timer would, and not within half
+    /// a period. Asleep: no later than the next user timer (firing early
+    /// only wakes us to look again), or at any time when there is none (one
+    /// wake-up, then we sleep without it).
+    fn latency_timer_fits(&self, now: Instant, preempt: Option<Duration>, user: Option<Duration>) -> bool {
+        let Some(deadline) = self.latency_timer_armed() else {
+            return false;
+        };
+        match (preempt, user) {
+            (Some(p), _) => deadline <= now + p && deadline >= now + p / 2,
+            (None, Some(u)) => deadline <= now + u,
+            (None, None) => true,
+        }
+    }
+
+    /// The deadline of the latency-ring timer, while one is registered and
+    /// has not fired.
+    fn latency_timer_armed(&self) -> Option<Instant> {
+        let deadline = self.latency_timer_deadline.get()?;
+        let src = self.latency_preemption_timeout_src.take();
+        let armed = src.as_ref().is_some_and(Source::is_pending);
+        self.latency_preemption_timeout_src.set(src);
+        armed.then_some(deadline)
+    }
+
+    /// Registers a latency-ring timer that fires after `d`, in place of the
+    /// one registered before (cancelled when dropped here).
+    fn arm_latency_timer(&self, lat_ring: &mut SleepableRing, d: Duration) {
+        self.latency_preemption_timeout_src
+            .set(Some(lat_ring.prepare_latency_preemption_timer(d)));
+        self.latency_timer_deadline.set(Some(Instant::now() + d));
     }
 
     pub(crate) fn flush_syscall_thread(&self) -> usize {
@@ -2066,6 +2125,36 @@ mod tests {
         let went_to_sleep_path = reactor.wait(|| None, None, 0, || 1).unwrap();
         assert!(went_to_sleep_path, "nothing pending: wait should have tried to sleep");
         assert!(!notifier.should_notify.load(std::sync::atomic::Ordering::Relaxed));
+    }
+
+    // ringstream patch 5: the latency-ring timer is kept across turns while
+    // it fits, armed anew when a turn needs it sooner, and still fires.
+    #[test]
+    fn preemption_timer_is_kept_across_turns_and_still_fires() {
+        let notifier = sys::new_sleep_notifier().unwrap();
+        let pool = BlockingThreadPool::new(PoolPlacement::Unbound(1), notifier.clone()).unwrap();
+        let reactor = Reactor::new(notifier, 0, 128, pool).unwrap();
+        let (head, tail) = reactor.preempt_pointers();
+        let need_preempt = || unsafe { std::ptr::read_volatile(head) != std::ptr::read_volatile(tail) };
+
+        let period = Duration::from_millis(200);
+        reactor.wait(|| Some(period), None, 1, || 0).unwrap();
+        let first = reactor.latency_timer_armed().expect("a preemption timer is armed");
+        for _ in 0..3 {
+            reactor.wait(|| Some(period), None, 1, || 0).unwrap();
+            assert_eq!(reactor.latency_timer_armed(), Some(first), "kept, not armed anew");
+        }
+        let short = Duration::from_millis(5);
+        reactor.wait(|| Some(short), None, 1, || 0).unwrap();
+        let second = reactor.latency_timer_armed().expect("armed anew");
+        assert!(second < first, "a shorter period needs a timer that fires sooner");
+        assert!(!need_preempt());
+        let start = Instant::now();
+        while !need_preempt() {
+            assert!(start.elapsed() < Duration::from_secs(2), "the kept timer never fired");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(start.elapsed() >= Duration::from_millis(2), "fired too early");
     }
 
     #[test]
