@@ -182,11 +182,12 @@ pub const GLOMMIO_MEMLOCK_FLOOR_BYTES: u64 = 512 * 1024;
 /// it goes back to polling its rings when they never run out (each task
 /// still runs to its next await; completions are reaped whenever the run
 /// queue empties, which under load is every few tasks). A shard has one
-/// task queue, so the timer only bounds that batch. glommio arms it anew on
-/// every turn of its loop; at 500 µs that cost about 16 % more CPU per
-/// append than at 10 ms (paired runs in docs/benchmarks.md; likely because a
-/// deadline before the kernel's next tick reprograms the timer device, a
-/// VM exit here).
+/// task queue, so the timer only bounds that batch. Unpatched glommio armed
+/// it anew on every turn of its loop, and at 500 µs that cost about 16 %
+/// more CPU per append than at 10 ms (paired runs in docs/benchmarks.md;
+/// likely because a deadline before the kernel's next tick reprograms the
+/// timer device, a VM exit here); patched, it keeps a timer due between
+/// half and all of the period away (vendor/glommio/PATCHES.md, 5).
 pub const EXECUTOR_PREEMPT_TIMER_US: u64 = 10_000;
 
 /// Bucket IDs (snakream.md): `[a-z0-9_-]{4,64}`.
