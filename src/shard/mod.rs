@@ -58,13 +58,13 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::{Duration, Instant};
+use stream::*;
 
 /// A shard's maps keyed by stream: every request looks its stream up a few
 /// times, so the hasher is aHash (randomly keyed per process) rather than
 /// std's SipHash.
 type StreamMap<V> = HashMap<StreamKey, V, ahash::RandomState>;
-use std::time::{Duration, Instant};
-use stream::*;
 
 /// Counters for /metrics and the benchmarks.
 #[derive(Debug, Default, Clone, Copy)]

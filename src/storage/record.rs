@@ -189,6 +189,22 @@ mod tests {
     }
 
     #[test]
+    fn a_body_in_parts_frames_as_the_whole() {
+        let body: Vec<u8> = (0..1500).map(|i| (i * 7 % 251) as u8).collect();
+        let mut whole = vec![];
+        encode(5, &hdr(&body), &body, &mut whole);
+        for split in [0, 1, 17, 750, 1499, 1500] {
+            let (a, b) = body.split_at(split);
+            let mut parts = vec![];
+            encode_parts(5, &hdr(&body), &[a, b, &[]], &mut parts);
+            assert_eq!(parts, whole, "split at {split}");
+            let (h, range, _) = decode(5, &parts).unwrap();
+            assert_eq!(h.body_len as usize, body.len());
+            assert_eq!(&parts[range], &body[..]);
+        }
+    }
+
+    #[test]
     fn round_trip_and_padding() {
         for len in [0usize, 1, 7, 8, 9, 1000, 4096] {
             let body: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
