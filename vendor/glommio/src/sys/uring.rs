@@ -1280,6 +1280,15 @@ macro_rules! consume_rings {
         consumed
     }}
 }
+/// Whether `cell` holds a source whose completion has not been reaped yet
+/// (ringstream patch 5: the reactor's timers are kept while pending).
+fn pending_in(cell: &Cell<Option<Source>>) -> bool {
+    let src = cell.take();
+    let pending = src.as_ref().is_some_and(Source::is_pending);
+    cell.set(src);
+    pending
+}
+
 macro_rules! flush_cancellations {
     (into $output:expr; $( $ring:expr ),+ ) => {{
         $(
@@ -1854,10 +1863,7 @@ impl Reactor {
         // `ring_depth` completions counted from when it was armed rather than
         // from this turn, which only makes it fire sooner. Left armed while
         // we sleep, as upstream does.
-        let throughput = self.throughput_preemption_timeout_src.take();
-        let throughput_armed = throughput.as_ref().is_some_and(Source::is_pending);
-        self.throughput_preemption_timeout_src.set(throughput);
-        if !throughput_armed {
+        if !pending_in(&self.throughput_preemption_timeout_src) {
             self.throughput_preemption_timeout_src.replace(Some(
                 main_ring.prepare_throughput_preemption_timer(
                     self.ring_depth() as u32,
@@ -1959,10 +1965,7 @@ impl Reactor {
     /// has not fired.
     fn latency_timer_armed(&self) -> Option<Instant> {
         let deadline = self.latency_timer_deadline.get()?;
-        let src = self.latency_preemption_timeout_src.take();
-        let armed = src.as_ref().is_some_and(Source::is_pending);
-        self.latency_preemption_timeout_src.set(src);
-        armed.then_some(deadline)
+        pending_in(&self.latency_preemption_timeout_src).then_some(deadline)
     }
 
     /// Registers a latency-ring timer that fires after `d`, in place of the
