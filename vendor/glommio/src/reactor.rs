@@ -526,6 +526,21 @@ impl Reactor {
         Ok(source)
     }
 
+    /// A receive of at most `size` bytes into `buf` (at least that long),
+    /// which the completed source hands back.
+    pub(crate) fn recv_into(
+        &self,
+        fd: RawFd,
+        buf: DmaBuffer,
+        size: usize,
+        flags: MsgFlags,
+    ) -> Source {
+        debug_assert!(size <= buf.len());
+        let source = self.new_source(fd, SourceType::SockRecv(Some(buf)), None);
+        self.sys.recv(&source, size, flags);
+        source
+    }
+
     pub(crate) fn recv(&self, fd: RawFd, size: usize, flags: MsgFlags) -> Source {
         let source = self.new_source(fd, SourceType::SockRecv(None), None);
         self.sys.recv(&source, size, flags);

@@ -5,7 +5,7 @@
 //
 use crate::{
     reactor::Reactor,
-    sys::{self, Source, SourceType},
+    sys::{self, DmaBuffer, Source, SourceType},
 };
 use futures_lite::ready;
 use nix::sys::socket::MsgFlags;
@@ -215,28 +215,89 @@ impl Timeout {
     }
 }
 
+/// Bytes a completed receive brought beyond what the read that took it
+/// had room for; the next reads (and peeks) are served from them first.
+#[derive(Debug)]
+struct HeldRx {
+    data: DmaBuffer,
+    pos: usize,
+    end: usize,
+}
+
+impl HeldRx {
+    fn bytes(&self) -> &[u8] {
+        &self.data.as_bytes()[self.pos..self.end]
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct NonBufferedStream<S> {
     reactor: Weak<Reactor>,
     stream: S,
     source_tx: Option<Source>,
+    /// An io_uring receive in flight (or completed and not yet taken).
     source_rx: Option<Source>,
+    held_rx: Option<HeldRx>,
+    /// The receive buffer, between receives (one per stream, reused).
+    spare_rx: Option<DmaBuffer>,
+    /// Whether a direct `recv` likely answers at once (a fresh connection,
+    /// the last receive filled its buffer, or it found the end of the
+    /// stream or an error): then a read tries one first instead of
+    /// submitting a receive.
+    rx_maybe_ready: bool,
+    /// How many bytes the receive in flight may take.
+    rx_size: usize,
     write_timeout: Timeout,
     read_timeout: Timeout,
 }
 
+/// The most bytes one io_uring receive takes. A request or message that
+/// fits is received whole; a receive that fills the buffer makes the next
+/// read a direct `recv` into the caller's buffer, so large transfers do not
+/// go through it. Each stream holds one such buffer.
+const RECV_BYTES_MAX: usize = 4096;
+
+/// Copies what fits of `src` into `buf`; how many bytes that was.
+fn copy_prefix(src: &[u8], buf: &mut [u8]) -> usize {
+    let n = src.len().min(buf.len());
+    buf[..n].copy_from_slice(&src[..n]);
+    n
+}
+
 impl<S: AsRawFd> NonBufferedStream<S> {
     fn init(&mut self) {
-        let reactor = self.reactor.upgrade().unwrap();
-        let stream_fd = self.stream.as_raw_fd();
-        self.source_rx = Some(reactor.poll_read_ready(stream_fd));
+        self.rx_maybe_ready = true;
+    }
+
+    /// The bytes of a receive that completed and was not taken yet, if any.
+    fn peek_completed(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        let source = self.source_rx.as_ref()?;
+        let n = match source.result()? {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        match &*source.source_type_mut() {
+            SourceType::SockRecv(Some(data)) => Some(Ok(copy_prefix(&data.as_bytes()[..n], buf))),
+            _ => unreachable!("a stream's receive source is a SockRecv with its buffer"),
+        }
     }
 
     pub(crate) fn try_peek(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        if let Some(held) = &self.held_rx {
+            return Some(Ok(copy_prefix(held.bytes(), buf)));
+        }
+        if self.source_rx.is_some() {
+            // The socket's next bytes are the receive's, once it completes.
+            return self.peek_completed(buf);
+        }
         super::yolo_peek(self.stream.as_raw_fd(), buf)
     }
 
     pub(crate) async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(source) = self.source_rx.as_ref() {
+            source.collect_rw().await?;
+            return self.peek_completed(buf).expect("the receive completed");
+        }
         let source = self.reactor.upgrade().unwrap().recv(
             self.stream.as_raw_fd(),
             buf.len(),
@@ -253,45 +314,80 @@ impl<S: AsRawFd> NonBufferedStream<S> {
         Ok(sz)
     }
 
+    /// Takes a completed receive's bytes: what fits into `buf`, the rest
+    /// held for the next reads.
+    fn take_completed(&mut self, source: Source, n: usize, buf: &mut [u8]) -> usize {
+        let SourceType::SockRecv(Some(data)) = source.extract_source_type() else {
+            unreachable!("a stream's receive source is a SockRecv with its buffer")
+        };
+        self.rx_maybe_ready = n == 0 || n == self.rx_size;
+        let copied = copy_prefix(&data.as_bytes()[..n], buf);
+        if copied < n {
+            self.held_rx = Some(HeldRx { data, pos: copied, end: n });
+        } else {
+            self.spare_rx = Some(data);
+        }
+        copied
+    }
+
+    fn read_held(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let held = self.held_rx.as_mut()?;
+        let n = copy_prefix(held.bytes(), buf);
+        held.pos += n;
+        if held.pos == held.end {
+            self.spare_rx = self.held_rx.take().map(|h| h.data);
+        }
+        Some(n)
+    }
+
+    /// Reads from the socket. Bytes are received by an io_uring receive
+    /// (`IORING_OP_RECV`) submitted when the socket has none yet: the kernel
+    /// copies them in as they arrive, so a read that waits costs one
+    /// submission and one completion, where polling for readiness and then
+    /// calling `recv` cost a submission, a completion and a system call. A
+    /// direct `recv` comes first only when bytes are likely waiting already.
+    /// A receive stays armed across a timed-out or abandoned read, so no
+    /// byte it takes is lost: the next read returns them.
     pub(crate) fn poll_read(
         &mut self,
         cx: &Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        if let Some(n) = self.read_held(buf) {
+            return Poll::Ready(Ok(n));
+        }
         let reactor = self.reactor.upgrade().unwrap();
         let reactor = reactor.as_ref();
-
-        let no_pending_poll = self
-            .source_rx
-            .as_ref()
-            .map(|src| src.result().is_some())
-            .unwrap_or(true);
-
-        if no_pending_poll {
+        if let Some(result) = self.source_rx.as_ref().and_then(Source::result) {
+            let source = self.source_rx.take().unwrap();
+            self.read_timeout.cancel_timer(reactor);
+            self.rx_maybe_ready = true;
+            let n = poll_err!(result);
+            return Poll::Ready(Ok(self.take_completed(source, n, buf)));
+        }
+        if self.source_rx.is_none() && self.rx_maybe_ready {
             if let Some(result) = super::yolo_recv(self.stream.as_raw_fd(), buf) {
-                self.source_rx.take();
                 self.read_timeout.cancel_timer(reactor);
-                let result = poll_err!(result);
-                // Start an early poll if the buffer is not fully filled. So when
-                // the next time `poll_read` is called, it will be known immediately
-                // whether the underlying stream is ready for reading.
-                if result > 0 && result < buf.len() {
-                    self.source_rx = Some(reactor.poll_read_ready(self.stream.as_raw_fd()));
-                    // The `rush_dispatch`s here and after could be removed to
-                    // improve performance if #458 is handled appropriately.
-                    // reactor.rush_dispatch(self.source_rx.as_ref().unwrap());
-                }
-                return Poll::Ready(Ok(result));
+                self.rx_maybe_ready = !matches!(result, Ok(n) if n > 0 && n < buf.len());
+                return Poll::Ready(result);
             }
+            self.rx_maybe_ready = false;
         }
 
         poll_err!(self.read_timeout.check(reactor));
 
-        if no_pending_poll {
-            self.source_rx = Some(reactor.poll_read_ready(self.stream.as_raw_fd()));
-            // reactor.rush_dispatch(self.source_rx.as_ref().unwrap());
+        if self.source_rx.is_none() {
+            let data = match self.spare_rx.take() {
+                Some(data) => data,
+                None => DmaBuffer::new(RECV_BYTES_MAX).expect("failed to allocate buffer"),
+            };
+            self.rx_size = buf.len().min(data.len());
+            let fd = self.stream.as_raw_fd();
+            self.source_rx = Some(reactor.recv_into(fd, data, self.rx_size, MsgFlags::empty()));
         }
-
         let source = self.source_rx.as_ref().unwrap();
         source.add_waiter_single(cx.waker());
         self.read_timeout.maybe_set_timer(reactor, cx.waker());
@@ -366,6 +462,10 @@ where
             stream: socket.into(),
             source_tx: None,
             source_rx: None,
+            held_rx: None,
+            spare_rx: None,
+            rx_maybe_ready: false,
+            rx_size: 0,
             write_timeout: Timeout::new(reactor.register_timer()),
             read_timeout: Timeout::new(reactor.register_timer()),
         };

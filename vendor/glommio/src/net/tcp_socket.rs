@@ -1211,6 +1211,70 @@ mod tests {
         });
     }
 
+    // ringstream patch 6: a read that waits arms an io_uring receive, which
+    // stays armed when the read times out; what it takes is not lost.
+    #[test]
+    fn tcp_read_timeout_keeps_the_armed_receive() {
+        test_executor!(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (sent_tx, sent_rx) = crate::channels::local_channel::new_bounded(1);
+
+            let ltask = crate::spawn_local(async move {
+                let mut stream = listener.accept().await?;
+                stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+                let mut buf = [0u8; 64];
+                let err = stream.read(&mut buf).await.unwrap_err();
+                assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+                sent_rx.recv().await.unwrap();
+                // The receive armed by the timed-out read completes meanwhile.
+                Timer::new(Duration::from_millis(50)).await;
+                let n = stream.read(&mut buf).await?;
+                io::Result::Ok(buf[..n].to_vec())
+            });
+
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            Timer::new(Duration::from_millis(200)).await;
+            s.write_all(b"late").await.unwrap();
+            sent_tx.send(()).await.unwrap();
+            assert_eq!(ltask.await.unwrap(), b"late");
+        });
+    }
+
+    // ringstream patch 6: bytes a receive brought beyond the buffer of the
+    // read that takes them are kept for the next reads and peeks.
+    #[test]
+    fn tcp_small_read_after_larger_receive_keeps_the_rest() {
+        test_executor!(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (sent_tx, sent_rx) = crate::channels::local_channel::new_bounded(1);
+
+            let ltask = crate::spawn_local(async move {
+                let mut stream = listener.accept().await?;
+                let mut big = [0u8; 64];
+                // Arms a 64-byte receive, then abandons the read.
+                assert!(futures_lite::future::poll_once(stream.read(&mut big)).await.is_none());
+                sent_rx.recv().await.unwrap();
+                Timer::new(Duration::from_millis(50)).await;
+                let mut small = [0u8; 4];
+                let n = stream.read(&mut small).await?;
+                assert_eq!(&small[..n], b"0123");
+                let n = stream.peek(&mut big).await?;
+                assert_eq!(&big[..n], b"456789");
+                let n = stream.read(&mut big).await?;
+                assert_eq!(&big[..n], b"456789");
+                io::Result::Ok(())
+            });
+
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            Timer::new(Duration::from_millis(50)).await;
+            s.write_all(b"0123456789").await.unwrap();
+            sent_tx.send(()).await.unwrap();
+            ltask.await.unwrap();
+        });
+    }
+
     #[test]
     fn tcp_force_poll() {
         test_executor!(async move {

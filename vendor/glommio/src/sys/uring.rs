@@ -389,8 +389,17 @@ fn fill_sqe<F>(
             }
 
             UringOpDescriptor::SockRecv(len, flags) => {
-                let mut buf = DmaBuffer::new(len).expect("failed to allocate buffer");
-                sqe.prep_recv(op.fd, buf.as_bytes_mut(), MsgFlags::from_bits_retain(flags));
+                // A buffer the source brings (a stream reuses one) or a new one.
+                let provided = source_map.peek_source_mut(from_user_data(op.user_data), |mut src| {
+                    match &mut src.source_type {
+                        SourceType::SockRecv(slot) => slot.take(),
+                        _ => unreachable!(),
+                    }
+                });
+                let mut buf = provided
+                    .filter(|b| b.len() >= len)
+                    .unwrap_or_else(|| DmaBuffer::new(len).expect("failed to allocate buffer"));
+                sqe.prep_recv(op.fd, &mut buf.as_bytes_mut()[..len], MsgFlags::from_bits_retain(flags));
 
                 source_map.peek_source_mut(from_user_data(op.user_data), |mut src| {
                     match &mut src.source_type {
@@ -2011,18 +2020,21 @@ impl Reactor {
         // Dispatch requests according to the following rules:
         // * Disk reads/writes go to the poll ring if possible, or the main ring
         //   otherwise;
-        // * Network Rx and connect/accept go the latency ring;
+        // * Network Rx by message (`SockRecvMsg`) and connect/accept go the
+        //   latency ring;
         // * Every other request are dispatched to the main ring;
         // We avoid putting requests that come in high numbers on the latency ring
         // because the more request we issue there, the less effective it becomes.
+        // Plain receives (`SockRecv`) come in high numbers since a stream's
+        // every read that waits is one (ringstream patch 6): they go to the
+        // main ring, where the readiness polls they replace went.
 
         match &*source.source_type() {
             SourceType::Read(p, _) | SourceType::Write(p, _) => match p {
                 PollableStatus::Pollable => self.poll_ring.borrow_mut(),
                 PollableStatus::NonPollable(_) => self.main_ring.borrow_mut(),
             },
-            SourceType::SockRecv(_)
-            | SourceType::SockRecvMsg(_, _, _, _)
+            SourceType::SockRecvMsg(_, _, _, _)
             | SourceType::Accept(_)
             | SourceType::Connect(_) => self.latency_ring.borrow_mut(),
             SourceType::Invalid => {
