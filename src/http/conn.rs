@@ -224,7 +224,11 @@ impl Reader {
 /// Moves the connection to shard `to` at a request boundary: the socket (a
 /// duplicate of its descriptor; this end's copy closes when `stream` drops)
 /// and the unread bytes go over the mesh. Gives the stream back when the
-/// move cannot be made, to keep serving here.
+/// move cannot be made, to keep serving here. Called between requests,
+/// after the last read returned: glommio (patch 6) keeps an io_uring
+/// receive armed only while a read waits, or after a read that was given
+/// up (which this loop does only to close), so none can take the moved
+/// socket's next bytes here.
 fn move_connection<C: ConnContext + ?Sized>(
     cx: &C,
     stream: TcpStream,
