@@ -257,6 +257,14 @@ pub(crate) struct NonBufferedStream<S> {
 /// go through it. Each stream holds one such buffer.
 const RECV_BYTES_MAX: usize = 4096;
 
+/// Whether, after a receive of at most `asked` bytes ended with `result`, a
+/// direct `recv` likely answers at once: it filled its buffer (more may be
+/// waiting), or found the end of the stream or an error (which a direct
+/// call reports again at once; `fill_buf` relies on that).
+fn recv_may_be_ready(result: &io::Result<usize>, asked: usize) -> bool {
+    !matches!(result, Ok(n) if *n > 0 && *n < asked)
+}
+
 /// Copies what fits of `src` into `buf`; how many bytes that was.
 fn copy_prefix(src: &[u8], buf: &mut [u8]) -> usize {
     let n = src.len().min(buf.len());
@@ -320,7 +328,6 @@ impl<S: AsRawFd> NonBufferedStream<S> {
         let SourceType::SockRecv(Some(data)) = source.extract_source_type() else {
             unreachable!("a stream's receive source is a SockRecv with its buffer")
         };
-        self.rx_maybe_ready = n == 0 || n == self.rx_size;
         let copied = copy_prefix(&data.as_bytes()[..n], buf);
         if copied < n {
             self.held_rx = Some(HeldRx { data, pos: copied, end: n });
@@ -364,14 +371,14 @@ impl<S: AsRawFd> NonBufferedStream<S> {
         if let Some(result) = self.source_rx.as_ref().and_then(Source::result) {
             let source = self.source_rx.take().unwrap();
             self.read_timeout.cancel_timer(reactor);
-            self.rx_maybe_ready = true;
+            self.rx_maybe_ready = recv_may_be_ready(&result, self.rx_size);
             let n = poll_err!(result);
             return Poll::Ready(Ok(self.take_completed(source, n, buf)));
         }
         if self.source_rx.is_none() && self.rx_maybe_ready {
             if let Some(result) = super::yolo_recv(self.stream.as_raw_fd(), buf) {
                 self.read_timeout.cancel_timer(reactor);
-                self.rx_maybe_ready = !matches!(result, Ok(n) if n > 0 && n < buf.len());
+                self.rx_maybe_ready = recv_may_be_ready(&result, buf.len());
                 return Poll::Ready(result);
             }
             self.rx_maybe_ready = false;

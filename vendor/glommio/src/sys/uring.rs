@@ -389,25 +389,18 @@ fn fill_sqe<F>(
             }
 
             UringOpDescriptor::SockRecv(len, flags) => {
-                // A buffer the source brings (a stream reuses one) or a new one.
-                let provided = source_map.peek_source_mut(from_user_data(op.user_data), |mut src| {
-                    match &mut src.source_type {
-                        SourceType::SockRecv(slot) => slot.take(),
-                        _ => unreachable!(),
-                    }
-                });
-                let mut buf = provided
-                    .filter(|b| b.len() >= len)
-                    .unwrap_or_else(|| DmaBuffer::new(len).expect("failed to allocate buffer"));
-                sqe.prep_recv(op.fd, &mut buf.as_bytes_mut()[..len], MsgFlags::from_bits_retain(flags));
-
                 source_map.peek_source_mut(from_user_data(op.user_data), |mut src| {
-                    match &mut src.source_type {
-                        SourceType::SockRecv(slot) => {
-                            *slot = Some(buf);
-                        }
-                        _ => unreachable!(),
+                    let SourceType::SockRecv(slot) = &mut src.source_type else {
+                        unreachable!()
                     };
+                    // A buffer the source brings (a stream reuses one) or a new one.
+                    let mut buf = slot
+                        .take()
+                        .filter(|b| b.len() >= len)
+                        .unwrap_or_else(|| DmaBuffer::new(len).expect("failed to allocate buffer"));
+                    let flags = MsgFlags::from_bits_retain(flags);
+                    sqe.prep_recv(op.fd, &mut buf.as_bytes_mut()[..len], flags);
+                    *slot = Some(buf);
                 });
             }
 
