@@ -32,7 +32,7 @@ use crate::{
     io::{FileScheduler, IoScheduler, ScheduledSource},
     iou::sqe::SockAddrStorage,
     sys::{
-        self, blocking::BlockingThreadPool, common_flags, read_flags, sysfs, DirectIo, DmaBuffer,
+        self, blocking::BlockingThreadPool, common_flags, sysfs, DirectIo, DmaBuffer,
         DmaSource, IoBuffer, PollableStatus, SleepNotifier, Source, SourceType, StatsCollection,
         Statx,
     },
@@ -424,12 +424,6 @@ impl Reactor {
         let addr = SockAddrStorage::uninit();
         let source = self.new_source(raw, SourceType::Accept(addr), None);
         self.sys.accept(&source);
-        source
-    }
-
-    pub(crate) fn poll_read_ready(&self, fd: RawFd) -> Source {
-        let source = self.new_source(fd, SourceType::PollAdd, None);
-        self.sys.poll_ready(&source, common_flags() | read_flags());
         source
     }
 
