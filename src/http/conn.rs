@@ -378,8 +378,8 @@ async fn serve<C: ConnContext + ?Sized>(
             return;
         }
         // 3. Its body.
-        let deadline = Instant::now() + slot.gate.timeouts.body;
-        let body = match read_body(&mut stream, &mut rd, &head, head_len, deadline).await {
+        let mut deadline = Deadline::after(slot.gate.timeouts.body);
+        let body = match read_body(&mut stream, &mut rd, &head, head_len, &mut deadline).await {
             Ok(x) => x,
             Err(RecvError::Answer(r)) => {
                 cx.edge().count_request(label, r.status);
@@ -445,9 +445,26 @@ fn next(routed: Result<Route, RouteError>) -> Next {
     Next::Sse(key, surface, read)
 }
 
+/// A deadline that starts when first asked for: a body that came with its
+/// head needs no clock read.
+struct Deadline {
+    after: Duration,
+    at: Option<Instant>,
+}
+
+impl Deadline {
+    fn after(after: Duration) -> Deadline {
+        Deadline { after, at: None }
+    }
+
+    fn at(&mut self) -> Instant {
+        *self.at.get_or_insert_with(|| Instant::now() + self.after)
+    }
+}
+
 /// One read of body bytes before `deadline`.
-async fn read_body_more(stream: &mut TcpStream, rd: &mut Reader, deadline: Instant) -> Result<(), RecvError> {
-    let timeout = until(deadline).ok_or(RecvError::Answer(request_timeout()))?;
+async fn read_body_more(stream: &mut TcpStream, rd: &mut Reader, deadline: &mut Deadline) -> Result<(), RecvError> {
+    let timeout = until(deadline.at()).ok_or(RecvError::Answer(request_timeout()))?;
     match read_more(stream, rd, timeout, None, None).await {
         Ok(ReadMore::Got) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(RecvError::Answer(request_timeout())),
@@ -456,14 +473,14 @@ async fn read_body_more(stream: &mut TcpStream, rd: &mut Reader, deadline: Insta
 }
 
 /// Reads the body after a head of `head_len` bytes, all of it before
-/// `deadline`, and removes the request from `rd.buf` (what follows it, a
-/// pipelined request, stays).
+/// `deadline` (counted from the first read the body needs), and removes the
+/// request from `rd.buf` (what follows it, a pipelined request, stays).
 async fn read_body(
     stream: &mut TcpStream,
     rd: &mut Reader,
     head: &RequestHead,
     head_len: usize,
-    deadline: Instant,
+    deadline: &mut Deadline,
 ) -> Result<Vec<u8>, RecvError> {
     match head.body {
         BodyKind::None => {

@@ -124,13 +124,20 @@ impl Timers {
     fn process_timers(&mut self) -> (Option<Duration>, usize) {
         let now = Instant::now();
 
-        // Split timers into ready and pending timers.
-        let pending = self.timers.split_off(&(now, 0));
-        let ready = mem::replace(&mut self.timers, pending);
-        let woke = ready.len();
-        for (_, waker) in ready {
-            wake!(waker);
-        }
+        // Split timers into ready and pending timers, unless none is due
+        // (the usual case: splitting rebuilds the tree's spine).
+        let due = self.timers.first_key_value().is_some_and(|(&(when, _), _)| when < now);
+        let woke = if due {
+            let pending = self.timers.split_off(&(now, 0));
+            let ready = mem::replace(&mut self.timers, pending);
+            let woke = ready.len();
+            for (_, waker) in ready {
+                wake!(waker);
+            }
+            woke
+        } else {
+            0
+        };
 
         // Calculate the duration until the next event.
         let next = self
@@ -816,6 +823,35 @@ impl Reactor {
     pub(crate) fn remove_timer(&self, id: u64) -> Option<Waker> {
         let mut timers = self.timers.borrow_mut();
         timers.remove(id)
+    }
+
+    /// Deregisters a timer unless the timers are being worked on (a stream
+    /// dropped while they are: its timer then fires for nobody).
+    pub(crate) fn try_remove_timer(&self, id: u64) {
+        if let Ok(mut timers) = self.timers.try_borrow_mut() {
+            timers.remove(id);
+        }
+    }
+
+    /// Whether the timer `id` set to fire at `when` is still pending; if so
+    /// it wakes `waker` when it fires.
+    pub(crate) fn rewake_timer(&self, id: u64, when: Instant, waker: &Waker) -> bool {
+        let mut timers = self.timers.borrow_mut();
+        match timers.timers.get_mut(&(when, id)) {
+            Some(w) => {
+                if !w.will_wake(waker) {
+                    *w = waker.clone();
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many timers are registered.
+    #[cfg(test)]
+    pub(crate) fn timer_count(&self) -> usize {
+        self.timers.borrow().timers.len()
     }
 
     pub(crate) fn timer_exists(&self, id: &(Instant, u64)) -> bool {

@@ -154,11 +154,20 @@ impl RxBuf for Preallocated {
     }
 }
 
+/// A stream's read or write timeout. The timer registered with the reactor
+/// outlives the operation it was armed for: the next operation keeps it
+/// while it fires no later than its own deadline (most operations end long
+/// before their timeout, so this saves registering and removing a timer
+/// each time). A timer that fires for an earlier operation is re-armed at
+/// the current one's deadline.
 #[derive(Debug)]
 struct Timeout {
     id: u64,
     timeout: Cell<Option<Duration>>,
-    timer: Cell<Option<Instant>>,
+    /// When the operation now waiting times out.
+    deadline: Cell<Option<Instant>>,
+    /// When the timer registered with the reactor fires.
+    armed: Cell<Option<Instant>>,
 }
 
 impl Timeout {
@@ -166,7 +175,8 @@ impl Timeout {
         Self {
             id,
             timeout: Cell::new(None),
-            timer: Cell::new(None),
+            deadline: Cell::new(None),
+            armed: Cell::new(None),
         }
     }
 
@@ -185,33 +195,59 @@ impl Timeout {
     }
 
     fn maybe_set_timer(&self, reactor: &Reactor, waker: &Waker) {
-        if let Some(timeout) = self.timeout.get() {
-            if self.timer.get().is_none() {
-                let deadline = Instant::now() + timeout;
-                reactor.insert_timer(self.id, deadline, waker.clone());
-                self.timer.set(Some(deadline));
+        let Some(timeout) = self.timeout.get() else {
+            return;
+        };
+        let deadline = match self.deadline.get() {
+            Some(d) => d,
+            None => {
+                let d = Instant::now() + timeout;
+                self.deadline.set(Some(d));
+                d
             }
+        };
+        if let Some(at) = self.armed.take() {
+            if at <= deadline && reactor.rewake_timer(self.id, at, waker) {
+                self.armed.set(Some(at));
+                return;
+            }
+            reactor.remove_timer(self.id);
         }
+        reactor.insert_timer(self.id, deadline, waker.clone());
+        self.armed.set(Some(deadline));
     }
 
-    fn cancel_timer(&self, reactor: &Reactor) {
-        if self.timer.take().is_some() {
-            reactor.remove_timer(self.id);
+    /// The operation ended; its timer stays registered for the next one.
+    fn cancel_timer(&self, _reactor: &Reactor) {
+        self.deadline.set(None);
+    }
+
+    /// Removes the registered timer (the stream goes away).
+    fn remove(&self, reactor: &Reactor) {
+        self.deadline.set(None);
+        if self.armed.take().is_some() {
+            reactor.try_remove_timer(self.id);
         }
     }
 
     fn check(&self, reactor: &Reactor) -> io::Result<()> {
-        if let Some(deadline) = self.timer.get() {
-            if !reactor.timer_exists(&(deadline, self.id)) {
-                reactor.remove_timer(self.id);
-                self.timer.take();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "Operation timed out",
-                ));
-            }
+        let (Some(deadline), Some(at)) = (self.deadline.get(), self.armed.get()) else {
+            return Ok(());
+        };
+        if reactor.timer_exists(&(at, self.id)) {
+            return Ok(());
         }
-        Ok(())
+        reactor.remove_timer(self.id);
+        self.armed.set(None);
+        if at < deadline {
+            // An earlier operation's timer: `maybe_set_timer` arms this one's.
+            return Ok(());
+        }
+        self.deadline.set(None);
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "Operation timed out",
+        ))
     }
 }
 
@@ -270,6 +306,16 @@ fn copy_prefix(src: &[u8], buf: &mut [u8]) -> usize {
     let n = src.len().min(buf.len());
     buf[..n].copy_from_slice(&src[..n]);
     n
+}
+
+impl<S> Drop for NonBufferedStream<S> {
+    fn drop(&mut self) {
+        // The timeouts' timers outlive operations, not the stream.
+        if let Some(reactor) = self.reactor.upgrade() {
+            self.read_timeout.remove(&reactor);
+            self.write_timeout.remove(&reactor);
+        }
+    }
 }
 
 impl<S: AsRawFd> NonBufferedStream<S> {

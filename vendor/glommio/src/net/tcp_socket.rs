@@ -1241,6 +1241,72 @@ mod tests {
         });
     }
 
+    // ringstream patch 7: a read's timer outlives the read; the next read
+    // keeps it while it fires first, and is not timed out by it.
+    #[test]
+    fn tcp_read_timeout_counts_from_each_read() {
+        test_executor!(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+
+            let ltask = crate::spawn_local(async move {
+                let mut stream = listener.accept().await?;
+                stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+                let mut buf = [0u8; 64];
+                // The first read's timer is armed to fire 200 ms from now.
+                let n = stream.read(&mut buf).await?;
+                assert_eq!(&buf[..n], b"first");
+                Timer::new(Duration::from_millis(150)).await;
+                // The second read waits past the first one's deadline for
+                // bytes that come 150 ms after it started.
+                let started = Instant::now();
+                let n = stream.read(&mut buf).await?;
+                assert_eq!(&buf[..n], b"second");
+                assert!(started.elapsed() >= Duration::from_millis(100));
+                // A third read with nothing coming times out no sooner than
+                // its own 200 ms.
+                let started = Instant::now();
+                let err = stream.read(&mut buf).await.unwrap_err();
+                assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+                assert!(started.elapsed() >= Duration::from_millis(200));
+                io::Result::Ok(())
+            });
+
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"first").await.unwrap();
+            Timer::new(Duration::from_millis(300)).await;
+            s.write_all(b"second").await.unwrap();
+            ltask.await.unwrap();
+            drop(s);
+        });
+    }
+
+    // ringstream patch 7: a stream that goes away takes its timers with it.
+    #[test]
+    fn tcp_dropped_stream_removes_its_timer() {
+        test_executor!(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+
+            let ltask = crate::spawn_local(async move {
+                let mut stream = listener.accept().await?;
+                stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                let mut buf = [0u8; 64];
+                let n = stream.read(&mut buf).await?;
+                assert_eq!(&buf[..n], b"x");
+                let reactor = crate::executor().reactor();
+                assert_eq!(reactor.timer_count(), 1, "the read's timer stays for the next read");
+                drop(stream);
+                assert_eq!(reactor.timer_count(), 0);
+                io::Result::Ok(())
+            });
+
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"x").await.unwrap();
+            ltask.await.unwrap();
+        });
+    }
+
     // ringstream patch 6: bytes a receive brought beyond the buffer of the
     // read that takes them are kept for the next reads and peeks.
     #[test]
