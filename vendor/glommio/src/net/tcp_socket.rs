@@ -1254,15 +1254,15 @@ mod tests {
                 stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
                 let mut buf = [0u8; 64];
                 // The first read's timer is armed to fire 200 ms from now.
+                let first_started = Instant::now();
                 let n = stream.read(&mut buf).await?;
                 assert_eq!(&buf[..n], b"first");
                 Timer::new(Duration::from_millis(150)).await;
-                // The second read waits past the first one's deadline for
-                // bytes that come 150 ms after it started.
-                let started = Instant::now();
+                // The second read waits past the first one's deadline (its
+                // bytes come 300 ms after the first read's) and gets them.
                 let n = stream.read(&mut buf).await?;
                 assert_eq!(&buf[..n], b"second");
-                assert!(started.elapsed() >= Duration::from_millis(100));
+                assert!(first_started.elapsed() >= Duration::from_millis(250));
                 // A third read with nothing coming times out no sooner than
                 // its own 200 ms.
                 let started = Instant::now();
