@@ -1257,9 +1257,10 @@ mod tests {
                 let first_started = Instant::now();
                 let n = stream.read(&mut buf).await?;
                 assert_eq!(&buf[..n], b"first");
-                Timer::new(Duration::from_millis(150)).await;
-                // The second read waits past the first one's deadline (its
-                // bytes come 300 ms after the first read's) and gets them.
+                Timer::new(Duration::from_millis(100)).await;
+                // The second read (from about 150 ms, deadline about 350 ms)
+                // keeps the first read's timer, which fires at 200 ms, and
+                // gets its bytes at about 300 ms.
                 let n = stream.read(&mut buf).await?;
                 assert_eq!(&buf[..n], b"second");
                 assert!(first_started.elapsed() >= Duration::from_millis(250));
@@ -1273,8 +1274,10 @@ mod tests {
             });
 
             let mut s = TcpStream::connect(addr).await.unwrap();
+            // Late enough that each read waits and arms its timer.
+            Timer::new(Duration::from_millis(50)).await;
             s.write_all(b"first").await.unwrap();
-            Timer::new(Duration::from_millis(300)).await;
+            Timer::new(Duration::from_millis(250)).await;
             s.write_all(b"second").await.unwrap();
             ltask.await.unwrap();
             drop(s);
@@ -1302,6 +1305,8 @@ mod tests {
             });
 
             let mut s = TcpStream::connect(addr).await.unwrap();
+            // Late enough that the read waits and arms its timer.
+            Timer::new(Duration::from_millis(50)).await;
             s.write_all(b"x").await.unwrap();
             ltask.await.unwrap();
         });
