@@ -310,7 +310,7 @@ async fn read_head(
     stop: &StopSlot,
 ) -> Result<(RequestHead, usize), RecvError> {
     let _waiting = slot.gate.waiting(slot);
-    let mut deadline: Option<Instant> = None;
+    let mut deadline = Deadline::after(slot.gate.timeouts.header);
     loop {
         match parse_head(&rd.buf, &LIMITS) {
             Ok(x) => return Ok(x),
@@ -320,8 +320,7 @@ async fn read_head(
         let timeout = if rd.buf.is_empty() {
             Duration::from_millis(CONN_IDLE_TIMEOUT_MS)
         } else {
-            let d = *deadline.get_or_insert_with(|| Instant::now() + slot.gate.timeouts.header);
-            until(d).ok_or(RecvError::Answer(request_timeout()))?
+            until(deadline.at()).ok_or(RecvError::Answer(request_timeout()))?
         };
         let idle_stop = rd.buf.is_empty().then_some(stop);
         match read_more(stream, rd, timeout, Some(&slot.evict), idle_stop).await {
@@ -445,8 +444,9 @@ fn next(routed: Result<Route, RouteError>) -> Next {
     Next::Sse(key, surface, read)
 }
 
-/// A deadline that starts when first asked for: a body that came with its
-/// head needs no clock read.
+/// A deadline that starts when first asked for: a head's from its first
+/// byte, a body's from the first read it needs (one that came with its head
+/// needs no clock read).
 struct Deadline {
     after: Duration,
     at: Option<Instant>,

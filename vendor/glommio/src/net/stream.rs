@@ -206,19 +206,18 @@ impl Timeout {
                 d
             }
         };
-        if let Some(at) = self.armed.take() {
+        if let Some(at) = self.armed.get() {
             if at <= deadline && reactor.rewake_timer(self.id, at, waker) {
-                self.armed.set(Some(at));
                 return;
             }
-            reactor.remove_timer(self.id);
         }
+        // Replaces the registered timer, if any.
         reactor.insert_timer(self.id, deadline, waker.clone());
         self.armed.set(Some(deadline));
     }
 
     /// The operation ended; its timer stays registered for the next one.
-    fn cancel_timer(&self, _reactor: &Reactor) {
+    fn cancel_timer(&self) {
         self.deadline.set(None);
     }
 
@@ -416,14 +415,14 @@ impl<S: AsRawFd> NonBufferedStream<S> {
         let reactor = reactor.as_ref();
         if let Some(result) = self.source_rx.as_ref().and_then(Source::result) {
             let source = self.source_rx.take().unwrap();
-            self.read_timeout.cancel_timer(reactor);
+            self.read_timeout.cancel_timer();
             self.rx_maybe_ready = recv_may_be_ready(&result, self.rx_size);
             let n = poll_err!(result);
             return Poll::Ready(Ok(self.take_completed(source, n, buf)));
         }
         if self.source_rx.is_none() && self.rx_maybe_ready {
             if let Some(result) = super::yolo_recv(self.stream.as_raw_fd(), buf) {
-                self.read_timeout.cancel_timer(reactor);
+                self.read_timeout.cancel_timer();
                 self.rx_maybe_ready = recv_may_be_ready(&result, buf.len());
                 return Poll::Ready(result);
             }
@@ -453,8 +452,7 @@ impl<S: AsRawFd> NonBufferedStream<S> {
         // out since the last `poll_write`, but it would not cost much more to
         // give it one last chance in this case.
         if let Some(result) = super::yolo_send(self.stream.as_raw_fd(), buf) {
-            let reactor = self.reactor.upgrade().unwrap();
-            self.write_timeout.cancel_timer(reactor.as_ref());
+            self.write_timeout.cancel_timer();
             self.source_tx.take();
             return Poll::Ready(result);
         }
