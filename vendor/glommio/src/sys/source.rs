@@ -52,7 +52,6 @@ pub(crate) enum SourceType {
     Fallocate,
     Truncate,
     Close,
-    LinkRings,
     ForeignNotifier(u64, bool),
     Statx(CString, Box<RefCell<Statx>>),
     Timeout(TimeSpec64, u32),

@@ -903,7 +903,17 @@ struct SleepableRing {
     task_queue_stats: AHashMap<TaskQueueHandle, RingIoStats>,
     source_map: Rc<RefCell<SourceMap>>,
     in_kernel: usize,
+    /// Whether this ring's poll on the other ring's descriptor (the link
+    /// that lets a sleep here wake for the other ring's completions) is
+    /// armed (ringstream patch 8).
+    link_armed: bool,
+    /// How many times the link was armed.
+    link_arms: u64,
 }
+
+/// `user_data` of the poll that links the rings: no source's (those are an
+/// index plus one), so it needs no entry in the source map.
+const LINK_USER_DATA: u64 = u64::MAX;
 
 /// The main ring's completions need no inter-processor interrupt: the
 /// executor enters the kernel often (every system call, every submission,
@@ -940,6 +950,8 @@ impl SleepableRing {
             task_queue_stats: AHashMap::new(),
             source_map,
             in_kernel: 0,
+            link_armed: false,
+            link_arms: 0,
         })
     }
 
@@ -1071,66 +1083,62 @@ impl SleepableRing {
         }
     }
 
-    fn sleep(&mut self, link: &Source) -> io::Result<usize> {
+    /// Sleeps until this ring has a completion. The other ring (`link_fd`)
+    /// wakes it through a poll on its descriptor, armed by a sleep and kept
+    /// until it fires (ringstream patch 8): a sleep that finds it armed is
+    /// one system call that submits nothing. Upstream arms a new poll, a
+    /// submission of its own, on every sleep and leaves it armed on
+    /// waking; those piled up until the other ring's next completion fired
+    /// them all. (A multishot poll would not stay armed either: the kernel
+    /// makes a poll on an io_uring descriptor one-shot when that ring's own
+    /// completions wake it.)
+    fn sleep(&mut self, link_fd: RawFd) -> io::Result<usize> {
         assert_eq!(
             self.waiting_kernel_submission(),
             0,
             "sleeping with pending SQEs"
         );
-        if let Some(mut sqe) = self.ring.sq().prepare_sqe() {
-            let sqe_ptr = unsafe { sqe.raw_mut() as *mut _ };
-            let op = UringDescriptor {
-                fd: link.raw(),
-                flags: SubmissionFlags::empty(),
-                user_data: to_user_data(
-                    self.source_map
-                        .borrow_mut()
-                        .add_source(link, self.submission_queue.clone()),
-                ),
-                args: UringOpDescriptor::PollAdd(common_flags() | read_flags()),
+        if !self.link_armed {
+            let mut sq = self.ring.sq();
+            let Some(mut sqe) = sq.prepare_sqe() else {
+                // Can't link rings because we ran out of `SQE`s. Just can't
+                // sleep. Submit what we have, once we're out of here we'll
+                // consume them and at some point will be able to sleep again.
+                return self
+                    .submit_sqes()
+                    .or_else(Reactor::busy_ok)
+                    .or_else(Reactor::again_ok)
+                    .or_else(Reactor::intr_ok);
             };
-            fill_sqe(
-                &mut sqe,
-                &op,
-                DmaBuffer::new,
-                &mut self.source_map.borrow_mut(),
-            );
-
-            // We have now prepared the SQE that links the two rings. We now need to submit
-            // it successfully to be able to safely sleep.
-
-            if self
+            let sqe_ptr = unsafe {
+                sqe.prep_poll_add(link_fd, common_flags() | read_flags());
+                sqe.set_user_data(LINK_USER_DATA);
+                sqe.raw_mut() as *mut _
+            };
+            let submitted = self
                 .submit_sqes()
                 .or_else(Reactor::busy_ok)
                 .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)?
-                != 1
-            {
-                // We failed to submit the `SQE` that links the rings. Just can't sleep.
-                // Waiting here is unsafe because we could end up waiting much longer than
-                // needed.
-                // We make the SQE a no-op and return
-                unsafe { crate::uring_sys::io_uring_prep_nop(sqe_ptr) };
-                Err(io::Error::from_raw_os_error(libc::EBUSY))
-            } else {
-                // The rings are linked. Goodnight!
-                self.ring
-                    .cq()
-                    .wait(1)
-                    .map(|_| 1)
-                    .or_else(Reactor::busy_ok)
-                    .or_else(Reactor::again_ok)
-                    .or_else(Reactor::intr_ok)
+                .or_else(Reactor::intr_ok)?;
+            if submitted != 1 {
+                // Waiting unlinked is unsafe: we could wait much longer
+                // than needed. Make the SQE a no-op and return.
+                unsafe {
+                    crate::uring_sys::io_uring_prep_nop(sqe_ptr);
+                    (*sqe_ptr).user_data = 0;
+                }
+                return Err(io::Error::from_raw_os_error(libc::EBUSY));
             }
-        } else {
-            // Can't link rings because we ran out of `CQE`s. Just can't sleep.
-            // Submit what we have, once we're out of here we'll consume them
-            // and at some point will be able to sleep again.
-            self.submit_sqes()
-                .or_else(Reactor::busy_ok)
-                .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)
+            self.link_armed = true;
+            self.link_arms += 1;
         }
+        self.ring
+            .cq()
+            .wait(1)
+            .map(|_| 1)
+            .or_else(Reactor::busy_ok)
+            .or_else(Reactor::again_ok)
+            .or_else(Reactor::intr_ok)
     }
 }
 
@@ -1191,12 +1199,18 @@ impl UringCommon for SleepableRing {
 
     fn consume_one_event(&mut self) -> Option<bool> {
         let source_map = self.source_map.clone();
+        let cqe = self.ring.peek_for_cqe();
+        if let Some(link) = cqe.as_ref().filter(|c| c.user_data() == LINK_USER_DATA) {
+            // The other ring has completions (consumed in its turn); the
+            // next sleep arms the link again.
+            debug_assert!(self.link_armed, "{}", link.raw_result());
+            self.link_armed = false;
+            self.in_kernel -= 1;
+            return Some(false);
+        }
         process_one_event(
-            self.ring.peek_for_cqe(),
-            |source| match source.source_type {
-                SourceType::LinkRings => Some(()),
-                _ => None,
-            },
+            cqe,
+            |_| None,
             |mut src, res| {
                 record_stats(self, &mut src, &res);
                 if let SourceType::ForeignNotifier(_, installed) = &mut src.source_type {
@@ -1766,15 +1780,14 @@ impl Reactor {
     ///
     /// We may not be able to register an `SQE` at this point, so we return an
     /// Error and will just not sleep.
+    /// How many times the main ring armed its link to the latency ring.
+    #[cfg(test)]
+    pub(crate) fn ring_link_arms(&self) -> u64 {
+        self.main_ring.borrow().link_arms
+    }
+
     fn link_rings_and_sleep(&self, ring: &mut SleepableRing) -> io::Result<()> {
-        let link_rings = Source::new(
-            IoRequirements::default(),
-            self.link_fd,
-            SourceType::LinkRings,
-            None,
-            None,
-        );
-        ring.sleep(&link_rings).or_else(Self::busy_ok).map(|_| {})
+        ring.sleep(self.link_fd).or_else(Self::busy_ok).map(|_| {})
     }
 
     pub(crate) fn poll_io(&self, woke: &mut usize) -> io::Result<()> {
@@ -2130,6 +2143,99 @@ impl Drop for Reactor {
 mod tests {
     use crate::PoolPlacement;
     use std::time::Instant;
+
+    // ringstream patch 8: an executor that sleeps between timers (each
+    // fires in the latency ring) is woken for every one through the link.
+    #[test]
+    fn sleeps_wake_for_timers_through_the_ring_link() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ex = crate::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let start = Instant::now();
+                for _ in 0..100 {
+                    crate::timer::sleep(Duration::from_millis(1)).await;
+                }
+                tx.send(start.elapsed()).unwrap();
+            })
+            .unwrap();
+        let elapsed = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the executor slept through a timer");
+        ex.join().unwrap();
+        assert!(elapsed >= Duration::from_millis(100), "{elapsed:?}");
+    }
+
+    // ringstream patch 8: two executors that sleep while waiting for each
+    // other (a wake from another executor arrives in the latency ring) pass
+    // a message back and forth.
+    #[test]
+    fn sleeps_wake_for_other_executors_through_the_ring_link() {
+        use crate::channels::shared_channel;
+        let (ping_tx, ping_rx) = shared_channel::new_bounded(1);
+        let (pong_tx, pong_rx) = shared_channel::new_bounded(1);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let echo = crate::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let (rx, tx) = (ping_rx.connect().await, pong_tx.connect().await);
+                while let Some(i) = rx.recv().await {
+                    tx.send(i).await.unwrap();
+                }
+            })
+            .unwrap();
+        let ping = crate::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let (tx, rx) = (ping_tx.connect().await, pong_rx.connect().await);
+                for i in 0..200u32 {
+                    tx.send(i).await.unwrap();
+                    assert_eq!(rx.recv().await, Some(i));
+                }
+                done_tx.send(()).unwrap();
+            })
+            .unwrap();
+        done_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("an executor slept through a wake from the other");
+        ping.join().unwrap();
+        echo.join().unwrap();
+    }
+
+    // ringstream patch 8: sleeps that only main-ring completions end (here
+    // socket reads) keep the link armed instead of arming one each.
+    #[test]
+    fn sleeps_woken_by_the_main_ring_keep_the_ring_link() {
+        use futures_lite::AsyncReadExt;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            use std::io::Write;
+            let (mut peer, _) = listener.accept().unwrap();
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(2));
+                peer.write_all(b"x").unwrap();
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ex = crate::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let mut stream = crate::net::TcpStream::connect(addr).await.unwrap();
+                let arms_before = crate::executor().reactor().sys.ring_link_arms();
+                let mut byte = [0u8; 1];
+                for _ in 0..100 {
+                    stream.read_exact(&mut byte).await.unwrap();
+                }
+                tx.send(crate::executor().reactor().sys.ring_link_arms() - arms_before)
+                    .unwrap();
+            })
+            .unwrap();
+        let arms = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the executor slept through a read");
+        ex.join().unwrap();
+        writer.join().unwrap();
+        // Upstream arms one per sleep (100 or more here); a few are left
+        // for the latency ring's own timers firing meanwhile.
+        assert!(arms <= 10, "the link was armed {arms} times for 100 sleeps");
+    }
 
     use super::*;
 
