@@ -46,9 +46,11 @@ def run(binary):
     c0 = cpu_s(srv.pid)
     time.sleep(duration - 0.6)
     c1 = cpu_s(srv.pid)
-    if lg.wait() != 0:
-        sys.exit(f"loadgen failed against {binary}")
+    failed = lg.wait() != 0
     srv.terminate(); srv.wait()
+    if failed:  # the server is stopped and its directory removed first
+        subprocess.run(["rm", "-rf", work])
+        sys.exit(f"loadgen failed against {binary}")
     r = json.load(open(out))
     subprocess.run(["rm", "-rf", work])
     rate = r["achieved_rate"]
