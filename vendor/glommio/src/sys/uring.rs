@@ -1773,19 +1773,20 @@ impl Reactor {
         }
     }
 
-    /// We want to go to sleep, but we can only go to sleep in one of the rings,
-    /// as we only have one thread. There are more than one sleepable rings, so
-    /// what we do is we take advantage of the fact that the ring's `ring_fd` is
-    /// pollable and register a `POLL_ADD` event into the ring we will wait on.
-    ///
-    /// We may not be able to register an `SQE` at this point, so we return an
-    /// Error and will just not sleep.
     /// How many times the main ring armed its link to the latency ring.
     #[cfg(test)]
     pub(crate) fn ring_link_arms(&self) -> u64 {
         self.main_ring.borrow().link_arms
     }
 
+    /// We want to go to sleep, but we can only go to sleep in one of the rings,
+    /// as we only have one thread. There are more than one sleepable rings, so
+    /// what we do is we take advantage of the fact that the ring's `ring_fd` is
+    /// pollable and register a `POLL_ADD` event into the ring we will wait on
+    /// (kept armed until it fires, ringstream patch 8).
+    ///
+    /// We may not be able to register an `SQE` at this point, so we return an
+    /// Error and will just not sleep.
     fn link_rings_and_sleep(&self, ring: &mut SleepableRing) -> io::Result<()> {
         ring.sleep(self.link_fd).or_else(Self::busy_ok).map(|_| {})
     }
