@@ -1937,7 +1937,11 @@ impl Reactor {
             if events == 0 && self.eventfd_src.is_installed().unwrap() {
                 self.link_rings_and_sleep(&mut main_ring)
                     .expect("some error");
-                // May have new cancellations related to the link ring fd.
+                // Upstream flushed here for the cancellation of the link's
+                // source, which patch 8 removed; what remains is submitting
+                // anything a sleep that could not happen left in the ring (a
+                // link turned into a no-op) and taking the completions that
+                // woke us.
                 flush_cancellations!(into &mut 0; lat_ring, poll_ring, main_ring);
                 flush_rings!(lat_ring, poll_ring, main_ring)?;
                 consume_rings!(into &mut 0; lat_ring, poll_ring, main_ring);
