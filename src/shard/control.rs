@@ -2,17 +2,20 @@
 //! fork snapshots and reference counts. Each answer goes back on the
 //! channel inside the request (a dropped channel means the asker gave up).
 
-use super::*;
+use super::message::Control;
+use super::Shard;
+use crate::storage::io::SegmentStore;
 
 impl<S: SegmentStore> Shard<S> {
     /// Runs one control request from another shard (or from this one).
     pub async fn control(&self, c: Control) {
         match c {
             Control::ReplicateBucket { bucket, present, done } => {
+                let known = &mut self.state.borrow_mut().buckets_known;
                 if present {
-                    self.buckets_known.borrow_mut().insert(bucket);
+                    known.insert(bucket);
                 } else {
-                    self.buckets_known.borrow_mut().remove(&bucket);
+                    known.remove(&bucket);
                 }
                 let _ = done.send(());
             }

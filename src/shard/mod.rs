@@ -13,58 +13,36 @@
 //! `snapshot`, `lifecycle`, `fork`, `bucket`, `reclaim`, `recover`, over the
 //! state model in `stream`; `usage` keeps bucket quotas.
 
-mod append;
-mod bucket;
 mod control;
-mod create;
 mod dispatch;
-mod fork;
-mod lifecycle;
 pub mod mesh;
 pub mod message;
-mod read;
-mod reclaim;
+mod ops;
+mod records;
 mod recover;
 pub mod router;
-mod snapshot;
+mod state;
 mod stream;
 pub mod tiering;
-mod usage;
 
-use crate::limits::READ_CHUNK_BYTES_MAX;
 use crate::metrics::{Family, Histo, Samples};
-use crate::protocol::headers::{is_json, stream_content_type, Lifetime};
-use crate::protocol::offset::ReadFrom;
-use crate::protocol::persist::{
-    self, AppendRecord, CreateRecord, ForkRecord, ProducerRecord, SnapshotMeta, StateRecord,
-};
-use crate::protocol::rules::{self, AppendContext, AppendVerdict, CreateConfig, ProducerState};
-use crate::protocol::{
-    json, AppendReq, Bootstrap, BucketOp, CreateReq, Error, ListReq, ListedStream, Listing, Live, Offset, Outcome,
-    ProducerAck, QuotaKind, ReadOutcome, ReadReq, SnapshotReq, StreamInfo, StreamKey, StreamOp, Surface,
-};
-use crate::quota::{BucketUsage, Quotas, Reservation};
+use crate::protocol::persist::{self, AppendRecord, StateRecord};
+use crate::protocol::{Error, Live, Offset, Outcome, StreamKey, StreamOp, Surface};
+use crate::quota::BucketUsage;
 use crate::storage::io::SegmentStore;
-use crate::storage::{self, Log, RecordHeader, RecordLoc, Recovered};
+use crate::storage::{self, Log, RecordHeader};
 use futures_channel::oneshot;
 use mesh::Peers;
-use message::{Control, ForkData, ListPart};
+use message::Control;
 pub use message::{Reply, ShardRequest};
-use router::shard_for_bucket;
+use state::State;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
-use stream::*;
-
-/// A shard's maps keyed by stream: every request looks its stream up a few
-/// times, so the hasher is aHash (randomly keyed per process) rather than
-/// std's SipHash.
-type StreamMap<V> = HashMap<StreamKey, V, ahash::RandomState>;
 
 /// Counters for /metrics and the benchmarks.
 #[derive(Debug, Default, Clone, Copy)]
@@ -88,15 +66,8 @@ pub struct Shard<S: SegmentStore> {
     pub id: usize,
     pub shards: usize,
     log: Rc<Log<S>>,
-    streams: RefCell<StreamMap<Stream>>,
-    by_uid: RefCell<HashMap<u64, StreamKey, ahash::RandomState>>,
-    next_uid: Cell<u64>,
-    /// Incarnation of the last deleted stream of each name seen since boot.
-    tombstones: RefCell<StreamMap<u32>>,
-    /// Buckets whose durable record is in this shard's log.
-    buckets_owned: RefCell<BTreeSet<String>>,
-    /// Every bucket that exists, replicated from the owners.
-    buckets_known: RefCell<BTreeSet<String>>,
+    /// The tables every operation plans on and applies its records to.
+    state: RefCell<State>,
     peers: RefCell<Option<Rc<dyn Peers>>>,
     pub stats: RefCell<ShardStats>,
     /// Microseconds from an append reaching this shard to its durable ack.
@@ -109,10 +80,6 @@ pub struct Shard<S: SegmentStore> {
     sleep: RefCell<Option<Sleep>>,
     long_poll_timeout: Cell<Duration>,
     rng: Cell<u64>,
-    /// Per segment, what recovery may need from it besides data (see `reclaim`).
-    seg_index: RefCell<BTreeMap<u64, SegIndex>>,
-    /// Segment of each owned bucket's latest create record.
-    bucket_segs: RefCell<HashMap<String, u64>>,
     /// Something may have freed a segment since the last reclaim pass.
     reclaim_due: Cell<bool>,
     /// Sealed segments at the end of the last reclaim pass.
@@ -165,11 +132,11 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     pub fn owned_buckets(&self) -> Vec<String> {
-        self.buckets_owned.borrow().iter().cloned().collect()
+        self.state.borrow().buckets_owned.iter().cloned().collect()
     }
 
     pub fn stream_count(&self) -> usize {
-        self.streams.borrow().len()
+        self.state.borrow().len()
     }
 
     /// Replaces the wall clock (milliseconds since the epoch): for tests of
@@ -183,7 +150,7 @@ impl<S: SegmentStore> Shard<S> {
     pub async fn handle(&self, req: ShardRequest) -> Reply {
         match req {
             ShardRequest::Stream { key, surface, op } => {
-                if surface == Surface::Ds && !self.buckets_known.borrow().contains(&key.bucket) {
+                if surface == Surface::Ds && !self.state.borrow().buckets_known.contains(&key.bucket) {
                     return Err(Error::NotFound);
                 }
                 self.stream_op(key, op).await
@@ -214,7 +181,7 @@ impl<S: SegmentStore> Shard<S> {
         out.histogram(Family::WriteSeconds, id, &l.write_us);
         out.histogram(Family::FdatasyncSeconds, id, &l.sync_us);
         out.sample(Family::PendingBytes, id, "", self.log.pending_bytes());
-        out.sample(Family::Streams, id, "", self.streams.borrow().len() as u64);
+        out.sample(Family::Streams, id, "", self.state.borrow().len() as u64);
         out.sample(Family::DirectIo, id, "", self.log.store().write_is_durable() as u64);
         out.sample(Family::Segments, id, "", self.log.sealed_segments().len() as u64 + 1);
         out.sample(Family::SegmentsReclaimed, id, "", s.segments_reclaimed);
@@ -231,7 +198,7 @@ impl<S: SegmentStore> Shard<S> {
     /// timeout), and new ones answer at once.
     pub fn begin_shutdown(&self) {
         self.stopping.set(true);
-        for s in self.streams.borrow_mut().values_mut() {
+        for (_, s) in self.state.borrow_mut().iter_mut() {
             for w in s.waiters.drain(..) {
                 let _ = w.send(());
             }
@@ -242,21 +209,21 @@ impl<S: SegmentStore> Shard<S> {
         let arrived = Instant::now();
         // Let any in-flight record of this stream land first, so what we
         // check and report is what the disk holds.
-        let pending = self.streams.borrow().get(&key).map(|s| s.last_lsn);
+        let pending = self.state.borrow().get(&key).map(|s| s.last_lsn);
         if let Some(lsn) = pending {
             if let Err(e) = self.log.durable(lsn).await {
                 // A failed write poisoned the log: writes fail from now on,
                 // but reads still serve the durable part of a stream whose
                 // create is durable.
                 let read = matches!(op, StreamOp::Read(_) | StreamOp::Head { .. });
-                let created = self.streams.borrow().get(&key).is_some_and(|s| s.created_lsn <= self.log.durable_lsn());
+                let created = self.state.borrow().get(&key).is_some_and(|s| s.created_lsn <= self.log.durable_lsn());
                 if !(read && created) {
                     return Err(self.storage_err(e));
                 }
             }
         }
         self.expire_if_due(&key).await;
-        if self.streams.borrow().get(&key).is_some_and(|s| s.soft_deleted) {
+        if self.state.borrow().get(&key).is_some_and(|s| s.soft_deleted) {
             return Err(match op {
                 StreamOp::Create(_) => Error::Conflict("a deleted stream with live forks still holds this path".into()),
                 _ => Error::Gone("the stream was deleted; its forks still read its data"),
@@ -279,8 +246,8 @@ impl<S: SegmentStore> Shard<S> {
             }
             StreamOp::Read(r) => self.read_live(&key, r).await,
             StreamOp::Head { if_none_match } => {
-                let streams = self.streams.borrow();
-                let s = streams.get(&key).ok_or(Error::NotFound)?;
+                let state = self.state.borrow();
+                let s = state.get(&key).ok_or(Error::NotFound)?;
                 // HEAD does not refresh a sliding TTL (F46).
                 let info = s.info(&s.visible(self.log.durable_lsn()));
                 let not_modified =
@@ -290,8 +257,8 @@ impl<S: SegmentStore> Shard<S> {
             StreamOp::Delete => self.delete(key).await,
             StreamOp::SnapshotPublish(r) => self.snapshot_publish(key, r).await,
             StreamOp::SnapshotLatest => {
-                let streams = self.streams.borrow();
-                let s = streams.get(&key).ok_or(Error::NotFound)?;
+                let state = self.state.borrow();
+                let s = state.get(&key).ok_or(Error::NotFound)?;
                 let &offset = s.snapshots.keys().next_back().ok_or(Error::NotFound)?;
                 Ok(Outcome::SnapshotAt { offset: Offset::new(0, offset) })
             }

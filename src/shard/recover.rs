@@ -1,7 +1,17 @@
 //! Recovery: rebuilding a shard's streams, buckets and segment index from
 //! the records its log returned at boot.
 
-use super::*;
+use super::records;
+use super::stream::{Snap, Stream};
+use super::{wall_clock_ms, Shard};
+use crate::metrics::Histo;
+use crate::protocol::persist::{self, AppendRecord, CreateRecord, StateRecord};
+use crate::protocol::StreamKey;
+use crate::storage::{io::SegmentStore, Log, Recovered};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
 
 /// What replaying a log keeps between records.
 struct Replay {
@@ -22,12 +32,7 @@ impl<S: SegmentStore> Shard<S> {
             id,
             shards,
             log,
-            streams: RefCell::default(),
-            by_uid: RefCell::default(),
-            next_uid: Cell::new(1),
-            tombstones: RefCell::default(),
-            buckets_owned: RefCell::default(),
-            buckets_known: RefCell::default(),
+            state: RefCell::default(),
             peers: RefCell::new(None),
             stats: RefCell::default(),
             append_us: RefCell::new(Histo::latency_us()),
@@ -36,8 +41,6 @@ impl<S: SegmentStore> Shard<S> {
             sleep: RefCell::new(None),
             long_poll_timeout: Cell::new(Duration::from_millis(crate::limits::LONG_POLL_TIMEOUT_MS_DEFAULT)),
             rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (wall_clock_ms() as u64) ^ ((id as u64) << 32)),
-            seg_index: RefCell::default(),
-            bucket_segs: RefCell::default(),
             reclaim_due: Cell::new(true),
             reclaim_sealed: Cell::new(0),
             counted: RefCell::default(),
@@ -52,10 +55,10 @@ impl<S: SegmentStore> Shard<S> {
                 .log
                 .read_recovered(r.loc, &mut body)
                 .map_err(|e| format!("shard {id}: reading recovered record: {e}"))?;
-            shard.next_uid.set(shard.next_uid.get().max(r.header.stream_id.saturating_add(1)));
+            shard.state.borrow_mut().uid_used(r.header.stream_id);
             shard.replay_record(&mut replay, r, &body)?;
         }
-        for (key, s) in shard.streams.borrow().iter() {
+        for (key, s) in shard.state.borrow().iter() {
             if s.gap_end > 0 {
                 return Err(format!(
                     "shard {id}: stream {key:?}: records before offset {} are missing and nothing trimmed them",
@@ -68,7 +71,7 @@ impl<S: SegmentStore> Shard<S> {
         }
         // Uids must never repeat, even when every record of the newest
         // streams was reclaimed: start above the wall clock (1024 per ms).
-        shard.next_uid.set(shard.next_uid.get().max((wall_clock_ms().max(0) as u64) << 10));
+        shard.state.borrow_mut().uids_from((wall_clock_ms().max(0) as u64) << 10);
         shard.log.recovery_done();
         Ok(shard)
     }
@@ -80,7 +83,8 @@ impl<S: SegmentStore> Shard<S> {
         match r.header.kind {
             persist::KIND_CREATE => {
                 let c = CreateRecord::decode(body).map_err(|_| bad("create"))?;
-                self.replay_create(replay, r, r.header.body_len as usize, c);
+                let key = StreamKey { bucket: c.bucket.clone(), stream: c.stream.clone() };
+                records::apply_create(&mut self.state.borrow_mut(), key, &r.header, c, r.loc, 0, replay.boot_ms);
                 Ok(())
             }
             persist::KIND_APPEND => {
@@ -109,29 +113,16 @@ impl<S: SegmentStore> Shard<S> {
             }
             persist::KIND_BUCKET_CREATE | persist::KIND_BUCKET_DELETE => {
                 let b = persist::decode_bucket(body).map_err(|_| bad("bucket"))?;
-                self.replay_bucket(r.loc.segment, b, r.header.kind == persist::KIND_BUCKET_CREATE);
+                let created = r.header.kind == persist::KIND_BUCKET_CREATE;
+                let mut state = self.state.borrow_mut();
+                records::apply_bucket(&mut state, &b, r.loc.segment, created);
+                if created {
+                    state.buckets_known.insert(b);
+                }
                 Ok(())
             }
             k => Err(format!("shard {}: unknown record kind {k}", self.id)),
         }
-    }
-
-    fn replay_create(&self, replay: &mut Replay, r: &Recovered, body_len: usize, c: CreateRecord) {
-        let h = r.header;
-        let key = StreamKey { bucket: c.bucket, stream: c.stream };
-        // TTL windows restart at boot: reads are not logged, so the last
-        // access before a crash is unknown; the later time errs on keeping data.
-        let mut s =
-            Stream::new(h.stream_id, h.incarnation, c.content_type, c.lifetime, c.created_at_ms, replay.boot_ms);
-        s.closed = c.closed;
-        s.fork = c.fork;
-        if !c.data.is_empty() {
-            let data_off = (body_len - c.data.len()) as u32;
-            s.chunks.push(Chunk { start: 0, len: c.data.len() as u32, loc: r.loc, data_off, lsn: 0 });
-            s.tail = c.data.len() as u64;
-        }
-        self.note_state(&mut s, r.loc.segment);
-        self.insert_recovered(key, s);
     }
 
     /// An append joins its stream, or waits as an orphan for the state
@@ -144,9 +135,9 @@ impl<S: SegmentStore> Shard<S> {
         data_off: usize,
     ) -> Result<(), String> {
         let h = r.header;
-        let key = self.by_uid.borrow().get(&h.stream_id).cloned();
-        let mut streams = self.streams.borrow_mut();
-        let s = match key.as_ref().and_then(|k| streams.get_mut(k)) {
+        let mut state = self.state.borrow_mut();
+        let key = state.key_of(h.stream_id).cloned();
+        let s = match key.as_ref().and_then(|k| state.get_mut(k)) {
             Some(s) => s,
             None => replay
                 .orphans
@@ -167,8 +158,9 @@ impl<S: SegmentStore> Shard<S> {
     fn replay_state(&self, replay: &mut Replay, r: &Recovered, st: &StateRecord) -> Result<(), String> {
         let (h, seg) = (r.header, r.loc.segment);
         let key = StreamKey { bucket: st.bucket.clone(), stream: st.stream.clone() };
-        let known = self.by_uid.borrow().get(&h.stream_id).cloned();
-        let mut s = match known.and_then(|k| self.streams.borrow_mut().remove(&k)) {
+        let mut state = self.state.borrow_mut();
+        let known = state.key_of(h.stream_id).cloned();
+        let mut s = match known.and_then(|k| state.take(&k)) {
             Some(s) => s,
             None => replay
                 .orphans
@@ -204,75 +196,25 @@ impl<S: SegmentStore> Shard<S> {
                 None => s.blob_missing = true,
             }
         }
-        self.note_state(&mut s, seg);
-        self.insert_recovered(key, s);
+        state.note_state(&mut s, seg);
+        state.insert(key, s);
         Ok(())
     }
 
     fn replay_delete(&self, replay: &mut Replay, r: &Recovered, soft: bool) {
         let (uid, seg) = (r.header.stream_id, r.loc.segment);
-        let Some(key) = self.by_uid.borrow().get(&uid).cloned() else {
-            if !soft {
+        let mut state = self.state.borrow_mut();
+        match state.key_of(uid).cloned() {
+            Some(key) => {
+                records::apply_delete(&mut state, &key, soft, seg, 0);
+            }
+            // Its stream's records were reclaimed: it still deletes any
+            // appends that wait for a state record.
+            None if !soft => {
                 replay.orphans.remove(&uid);
-                self.index(seg).deleted_uids.push(uid);
+                state.note_deleted(uid, seg);
             }
-            return;
-        };
-        if soft {
-            if let Some(s) = self.streams.borrow_mut().get_mut(&key) {
-                s.soft_deleted = true;
-                s.note_meta(seg);
-            }
-            return;
-        }
-        self.index(seg).deleted_uids.push(uid);
-        self.by_uid.borrow_mut().remove(&uid);
-        if let Some(old) = self.streams.borrow_mut().remove(&key) {
-            self.tombstones.borrow_mut().insert(key, old.incarnation);
-        }
-    }
-
-    fn replay_bucket(&self, seg: u64, bucket: String, created: bool) {
-        self.note_bucket(&bucket, seg, created);
-        if created {
-            self.buckets_owned.borrow_mut().insert(bucket.clone());
-            self.buckets_known.borrow_mut().insert(bucket);
-        } else {
-            self.buckets_owned.borrow_mut().remove(&bucket);
-            self.buckets_known.borrow_mut().remove(&bucket);
-        }
-    }
-
-    /// Recovery: a create or state record brought this stream (back).
-    pub(super) fn insert_recovered(&self, key: StreamKey, s: Stream) {
-        let mut streams = self.streams.borrow_mut();
-        if let Some(old) = streams.remove(&key) {
-            self.by_uid.borrow_mut().remove(&old.uid);
-        }
-        self.by_uid.borrow_mut().insert(s.uid, key.clone());
-        streams.insert(key, s);
-    }
-
-    pub(super) fn index(&self, segment: u64) -> std::cell::RefMut<'_, SegIndex> {
-        std::cell::RefMut::map(self.seg_index.borrow_mut(), |m| m.entry(segment).or_default())
-    }
-
-    /// A record holding the stream's whole configuration was written in `segment`.
-    pub(super) fn note_state(&self, s: &mut Stream, segment: u64) {
-        s.state_seg = segment;
-        s.meta_segs.clear();
-        self.index(segment).state_uids.insert(s.uid);
-    }
-
-    /// A bucket create (or delete) record was written in `segment`.
-    pub(super) fn note_bucket(&self, bucket: &str, segment: u64, created: bool) {
-        if created {
-            self.index(segment).bucket_creates.insert(bucket.to_string());
-            self.bucket_segs.borrow_mut().insert(bucket.to_string(), segment);
-        } else {
-            self.index(segment).bucket_deletes.push(bucket.to_string());
-            self.bucket_segs.borrow_mut().remove(bucket);
-            self.reclaim_due.set(true);
+            None => {}
         }
     }
 }

@@ -1,7 +1,15 @@
 //! A stream's state on its owning shard: its chunks, producers, snapshots,
 //! lifetime, and how append and state records change it.
 
-use super::*;
+use crate::protocol::headers::{is_json, Lifetime};
+use crate::protocol::persist::{AppendRecord, ForkRecord, ProducerRecord, SnapshotMeta, StateRecord};
+use crate::protocol::rules::{self, CreateConfig, ProducerState};
+use crate::protocol::{Offset, StreamInfo, StreamKey};
+use crate::quota::BucketUsage;
+use crate::storage::RecordLoc;
+use futures_channel::oneshot;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 
 /// One slice of a stream's data: a record's data part.
 #[derive(Debug, Clone, Copy)]
@@ -86,19 +94,6 @@ pub(super) struct Snap {
     pub(super) data_off: u32,
     pub(super) len: u32,
     pub(super) published_at_ms: i64,
-}
-
-/// What one segment holds that recovery may need besides stream data (see
-/// `Shard::reclaim`): a delete record is needed while an older segment still
-/// holds a record that would bring back what it deleted.
-#[derive(Debug, Default)]
-pub(super) struct SegIndex {
-    /// Streams with a create, state or snapshot record here.
-    pub(super) state_uids: HashSet<u64>,
-    /// Streams hard-deleted here.
-    pub(super) deleted_uids: Vec<u64>,
-    pub(super) bucket_creates: HashSet<String>,
-    pub(super) bucket_deletes: Vec<String>,
 }
 
 /// What keeps a segment's metadata needed: re-logging it frees the segment.

@@ -1,7 +1,11 @@
 //! Space reclamation: the per-shard pass that re-logs what old segments
 //! still hold and deletes the segments nothing needs.
 
-use super::*;
+use crate::protocol::StreamKey;
+use crate::shard::stream::MetaPin;
+use crate::shard::Shard;
+use crate::storage::io::SegmentStore;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 impl<S: SegmentStore> Shard<S> {
     /// Background pass (every RECLAIM_INTERVAL_MS): expires streams whose
@@ -25,7 +29,7 @@ impl<S: SegmentStore> Shard<S> {
             return;
         }
         let now = (self.now_ms)();
-        let keys: Vec<StreamKey> = self.streams.borrow().keys().cloned().collect();
+        let keys: Vec<StreamKey> = self.state.borrow().iter().map(|(k, _)| k.clone()).collect();
         let expired: Vec<StreamKey> = keys.into_iter().filter(|k| self.expiry_due(k, now)).collect();
         // Each is checked again: an earlier one's release may have awaited.
         for key in &expired {
@@ -57,7 +61,7 @@ impl<S: SegmentStore> Shard<S> {
                 }
                 let lsn = match pin {
                     MetaPin::Stream(key) if seen.insert(key.clone()) => {
-                        let rec = match self.streams.borrow().get(key) {
+                        let rec = match self.state.borrow().get(key) {
                             Some(s) => s.state_record(key),
                             None => continue,
                         };
@@ -94,7 +98,8 @@ impl<S: SegmentStore> Shard<S> {
         };
         let mut on_disk: BTreeSet<u64> = sealed.iter().copied().collect();
         for &seg in &sealed {
-            if data.contains(&seg) || pins.contains_key(&seg) || self.delete_still_needed(seg, &on_disk) {
+            if data.contains(&seg) || pins.contains_key(&seg) || self.state.borrow().delete_still_needed(seg, &on_disk)
+            {
                 continue;
             }
             if self.log.is_moving(seg) {
@@ -109,20 +114,21 @@ impl<S: SegmentStore> Shard<S> {
                 break;
             }
             on_disk.remove(&seg);
-            self.seg_index.borrow_mut().remove(&seg);
+            self.state.borrow_mut().forget_segment(seg);
             self.stats.borrow_mut().segments_reclaimed += 1;
         }
         self.reclaim_sealed.set(self.log.sealed_segments().len());
     }
 
     /// Which of `sealed` hold needed data, and which hold needed metadata (by whom).
-    pub(super) fn segment_needs(&self, sealed: &[u64]) -> (HashSet<u64>, BTreeMap<u64, Vec<MetaPin>>) {
+    pub(in crate::shard) fn segment_needs(&self, sealed: &[u64]) -> (HashSet<u64>, BTreeMap<u64, Vec<MetaPin>>) {
         let oldest = sealed.first().copied().unwrap_or(0);
         let newest = sealed.last().copied().unwrap_or(0);
         let in_range = |seg: u64| (oldest..=newest).contains(&seg);
         let mut data = HashSet::new();
         let mut pins: BTreeMap<u64, Vec<MetaPin>> = BTreeMap::new();
-        for (key, s) in self.streams.borrow().iter() {
+        let state = self.state.borrow();
+        for (key, s) in state.iter() {
             // A stream's chunks are in log order, so their segments do not
             // decrease: visit each distinct segment once (O(segments × log chunks)).
             let mut i = 0;
@@ -138,23 +144,11 @@ impl<S: SegmentStore> Shard<S> {
                 }
             }
         }
-        for (b, &seg) in self.bucket_segs.borrow().iter() {
+        for (b, seg) in state.bucket_segments() {
             if in_range(seg) {
                 pins.entry(seg).or_default().push(MetaPin::Bucket(b.clone()));
             }
         }
         (data, pins)
-    }
-
-    /// Whether a delete record in `seg` still has something to delete in an
-    /// older segment that is still on disk.
-    pub(super) fn delete_still_needed(&self, seg: u64, on_disk: &BTreeSet<u64>) -> bool {
-        let index = self.seg_index.borrow();
-        let Some(here) = index.get(&seg) else {
-            return false;
-        };
-        let older = || on_disk.range(..seg).filter_map(|o| index.get(o));
-        here.deleted_uids.iter().any(|uid| older().any(|i| i.state_uids.contains(uid)))
-            || here.bucket_deletes.iter().any(|b| older().any(|i| i.bucket_creates.contains(b)))
     }
 }

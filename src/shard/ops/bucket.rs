@@ -1,11 +1,22 @@
 //! Buckets: create, delete, info, counts and listings gathered from every shard.
 
-use super::*;
+use crate::protocol::persist;
+use crate::protocol::rules;
+use crate::protocol::{BucketOp, Error, ListReq, ListedStream, Listing, Offset, Outcome, StreamKey};
+use crate::shard::message::{Control, ListPart};
+use crate::shard::records;
+use crate::shard::router::shard_for_bucket;
+use crate::shard::stream::Stream;
+use crate::shard::{Reply, Shard};
+use crate::storage::io::SegmentStore;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 impl<S: SegmentStore> Shard<S> {
-    pub(super) fn count_in_bucket(&self, bucket: &str) -> u64 {
+    pub(in crate::shard) fn count_in_bucket(&self, bucket: &str) -> u64 {
         let now = (self.now_ms)();
-        self.streams
+        self.state
             .borrow()
             .iter()
             .filter(|(k, s)| {
@@ -17,59 +28,49 @@ impl<S: SegmentStore> Shard<S> {
     /// Writes a bucket's create record: at creation, and again when the
     /// reclaim pass moves it out of an old segment (recovery treats repeats
     /// as one). Returns its lsn.
-    pub(super) fn log_bucket_create(&self, bucket: &str) -> Result<u64, Error> {
-        let h = RecordHeader {
-            kind: persist::KIND_BUCKET_CREATE,
-            stream_id: 0,
-            incarnation: 0,
-            stream_offset: 0,
-            body_len: 0,
-        };
+    pub(in crate::shard) fn log_bucket_create(&self, bucket: &str) -> Result<u64, Error> {
+        self.log_bucket(bucket, true)
+    }
+
+    /// Writes a bucket's create or delete record and applies it.
+    fn log_bucket(&self, bucket: &str, created: bool) -> Result<u64, Error> {
+        let h = records::bucket_header(created);
         let (loc, lsn) = self.log.append(h, &persist::encode_bucket(bucket)).map_err(|e| self.storage_err(e))?;
-        self.note_bucket(bucket, loc.segment, true);
+        records::apply_bucket(&mut self.state.borrow_mut(), bucket, loc.segment, created);
+        if !created {
+            self.reclaim_due.set(true);
+        }
         Ok(lsn)
     }
 
-    pub(super) async fn bucket_op(&self, bucket: String, op: BucketOp) -> Reply {
+    pub(in crate::shard) async fn bucket_op(&self, bucket: String, op: BucketOp) -> Reply {
         debug_assert_eq!(shard_for_bucket(&bucket, self.shards), self.id);
         match op {
             BucketOp::Create => {
-                if self.buckets_owned.borrow().contains(&bucket) {
+                if self.owns_bucket(&bucket) {
                     return Err(Error::Conflict(format!("bucket {bucket} already exists")));
                 }
                 let lsn = self.log_bucket_create(&bucket)?;
-                self.buckets_owned.borrow_mut().insert(bucket.clone());
                 self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
-                self.buckets_known.borrow_mut().insert(bucket.clone());
+                self.state.borrow_mut().buckets_known.insert(bucket.clone());
                 self.broadcast(|done| Control::ReplicateBucket { bucket: bucket.clone(), present: true, done }).await?;
                 Ok(Outcome::BucketCreated)
             }
             BucketOp::Get => {
-                if !self.buckets_owned.borrow().contains(&bucket) {
+                if !self.owns_bucket(&bucket) {
                     return Err(Error::NotFound);
                 }
                 let streams = self.total_in_bucket(&bucket).await?;
                 Ok(Outcome::BucketInfo { bucket, streams })
             }
             BucketOp::Delete => {
-                if !self.buckets_owned.borrow().contains(&bucket) {
+                if !self.owns_bucket(&bucket) {
                     return Err(Error::NotFound);
                 }
                 if self.total_in_bucket(&bucket).await? > 0 {
                     return Err(Error::Conflict(format!("bucket {bucket} is not empty")));
                 }
-                let body = persist::encode_bucket(&bucket);
-                let h = RecordHeader {
-                    kind: persist::KIND_BUCKET_DELETE,
-                    stream_id: 0,
-                    incarnation: 0,
-                    stream_offset: 0,
-                    body_len: 0,
-                };
-                let (loc, lsn) = self.log.append(h, &body).map_err(|e| self.storage_err(e))?;
-                self.note_bucket(&bucket, loc.segment, false);
-                self.buckets_owned.borrow_mut().remove(&bucket);
-                self.buckets_known.borrow_mut().remove(&bucket);
+                let lsn = self.log_bucket(&bucket, false)?;
                 self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
                 self.broadcast(|done| Control::ReplicateBucket { bucket: bucket.clone(), present: false, done })
                     .await?;
@@ -78,7 +79,11 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
-    pub(super) async fn total_in_bucket(&self, bucket: &str) -> Result<u64, Error> {
+    fn owns_bucket(&self, bucket: &str) -> bool {
+        self.state.borrow().buckets_owned.contains(bucket)
+    }
+
+    pub(in crate::shard) async fn total_in_bucket(&self, bucket: &str) -> Result<u64, Error> {
         let others = self.broadcast(|count| Control::CountBucket { bucket: bucket.to_string(), count }).await?;
         Ok(self.count_in_bucket(bucket) + others.iter().sum::<u64>())
     }
@@ -89,9 +94,9 @@ impl<S: SegmentStore> Shard<S> {
     /// first `limit`. No shard waits for another and nothing is locked, so
     /// the page is a union of per-shard snapshots taken at about the same
     /// time, not one atomic snapshot of the bucket.
-    pub(super) async fn list_bucket(&self, bucket: String, list: ListReq) -> Reply {
+    pub(in crate::shard) async fn list_bucket(&self, bucket: String, list: ListReq) -> Reply {
         debug_assert_eq!(shard_for_bucket(&bucket, self.shards), self.id);
-        if !self.buckets_owned.borrow().contains(&bucket) {
+        if !self.owns_bucket(&bucket) {
             return Err(Error::NotFound);
         }
         type Part<'a> = Pin<Box<dyn Future<Output = Result<Result<ListPart, Error>, Error>> + 'a>>;
@@ -126,18 +131,18 @@ impl<S: SegmentStore> Shard<S> {
     /// tail or closure is what `visible` shows. Soft-deleted and expired
     /// streams are left out (expiry is not logged here: listing is not an
     /// access).
-    pub(super) async fn list_part(&self, bucket: &str, list: &ListReq) -> Result<ListPart, Error> {
+    pub(in crate::shard) async fn list_part(&self, bucket: &str, list: &ListReq) -> Result<ListPart, Error> {
         let matches = |k: &StreamKey| k.bucket == bucket && k.stream.starts_with(list.prefix.as_str());
-        let pending = self.streams.borrow().iter().filter(|(k, _)| matches(k)).map(|(_, s)| s.last_lsn).max();
+        let pending = self.state.borrow().iter().filter(|(k, _)| matches(k)).map(|(_, s)| s.last_lsn).max();
         if let Some(lsn) = pending {
             self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
         }
         let now = (self.now_ms)();
         let durable = self.log.durable_lsn();
-        let streams = self.streams.borrow();
+        let state = self.state.borrow();
         let mut prefix_count = 0u64;
         let mut page: Vec<(&StreamKey, &Stream)> = Vec::new();
-        for (k, s) in streams.iter() {
+        for (k, s) in state.iter() {
             if !matches(k)
                 || s.soft_deleted
                 || s.created_lsn > durable

@@ -1,10 +1,17 @@
 //! Reads: catch-up reads of a stream's durable bytes, long-poll waits and
 //! the readers they wake, and the cursors live responses carry.
 
-use super::*;
+use crate::limits::READ_CHUNK_BYTES_MAX;
+use crate::protocol::offset::ReadFrom;
+use crate::protocol::rules;
+use crate::protocol::{json, Error, Live, Offset, Outcome, ReadOutcome, ReadReq, StreamKey};
+use crate::shard::{Reply, Shard};
+use crate::storage::{self, io::SegmentStore};
+use futures_channel::oneshot;
+use std::time::Instant;
 
 impl<S: SegmentStore> Shard<S> {
-    pub(super) fn jitter_secs(&self) -> u64 {
+    pub(in crate::shard) fn jitter_secs(&self) -> u64 {
         // xorshift64: cursor jitter needs spread, not cryptographic quality.
         let mut x = self.rng.get();
         x ^= x << 13;
@@ -14,7 +21,7 @@ impl<S: SegmentStore> Shard<S> {
         1 + x % 3600
     }
 
-    pub(super) fn cursor(&self, client: Option<&str>) -> u64 {
+    pub(in crate::shard) fn cursor(&self, client: Option<&str>) -> u64 {
         crate::protocol::cursor::next_cursor((self.now_ms)(), client, self.jitter_secs())
     }
 
@@ -24,15 +31,15 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     /// One catch-up round of an SSE connection: a read now, with a cursor.
-    pub(super) fn read_sse(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, Error> {
+    pub(in crate::shard) fn read_sse(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, Error> {
         let client = req.cursor.clone();
         let mut r = self.read(key, req)?;
         r.cursor = self.cursor_unless_closed(&r, client.as_deref());
         Ok(r)
     }
 
-    pub(super) fn wake_readers(&self, key: &StreamKey) {
-        if let Some(s) = self.streams.borrow_mut().get_mut(key) {
+    pub(in crate::shard) fn wake_readers(&self, key: &StreamKey) {
+        if let Some(s) = self.state.borrow_mut().get_mut(key) {
             for w in s.waiters.drain(..) {
                 let _ = w.send(());
             }
@@ -43,13 +50,13 @@ impl<S: SegmentStore> Shard<S> {
     /// offset or the stream is closed there; otherwise wait for an append or
     /// close to become durable, or for the timeout (204). SSE connections
     /// reach here too, one wait at a time, from whichever core holds them.
-    pub(super) async fn read_live(&self, key: &StreamKey, mut req: ReadReq) -> Reply {
+    pub(in crate::shard) async fn read_live(&self, key: &StreamKey, mut req: ReadReq) -> Reply {
         let deadline = Instant::now() + self.long_poll_timeout.get();
         if req.from == ReadFrom::Now {
             // `now` means the tail when the request arrived; later rounds
             // must not move it, or data appended meanwhile would be skipped.
-            let streams = self.streams.borrow();
-            let s = streams.get(key).ok_or(Error::NotFound)?;
+            let state = self.state.borrow();
+            let s = state.get(key).ok_or(Error::NotFound)?;
             req.from = ReadFrom::At(Offset::new(0, s.visible(self.log.durable_lsn()).tail));
         }
         req.live = Live::No;
@@ -69,7 +76,7 @@ impl<S: SegmentStore> Shard<S> {
                 return Ok(Outcome::Read(r));
             };
             let (tx, rx) = oneshot::channel();
-            self.streams.borrow_mut().get_mut(key).ok_or(Error::NotFound)?.waiters.push(tx);
+            self.state.borrow_mut().get_mut(key).ok_or(Error::NotFound)?.waiters.push(tx);
             // Woken (or the stream was deleted, which drops the sender):
             // loop and read again. Timed out: answer with what is there.
             let woke = futures_lite::future::or(
@@ -92,9 +99,9 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
-    pub(super) fn read(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, Error> {
-        let mut streams = self.streams.borrow_mut();
-        let s = streams.get_mut(key).ok_or(Error::NotFound)?;
+    pub(in crate::shard) fn read(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, Error> {
+        let mut state = self.state.borrow_mut();
+        let s = state.get_mut(key).ok_or(Error::NotFound)?;
         s.last_access_ms = (self.now_ms)();
         let v = s.visible(self.log.durable_lsn());
         let info = s.info(&v);

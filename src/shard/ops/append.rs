@@ -1,13 +1,19 @@
 //! Appends: the producer and Stream-Seq rules, the record, the durable ack.
 
-use super::*;
+use crate::protocol::persist::{self, AppendRecord};
+use crate::protocol::rules::{self, AppendContext, AppendVerdict};
+use crate::protocol::{json, AppendReq, Error, Offset, Outcome, ProducerAck, StreamKey};
+use crate::shard::records;
+use crate::shard::stream::Visible;
+use crate::shard::{Reply, Shard};
+use crate::storage::{self, io::SegmentStore};
 
 impl<S: SegmentStore> Shard<S> {
-    pub(super) async fn append(&self, key: StreamKey, req: AppendReq) -> Reply {
+    pub(in crate::shard) async fn append(&self, key: StreamKey, req: AppendReq) -> Reply {
         let now = (self.now_ms)();
         let (verdict, json, uid, inc, tail, usage) = {
-            let mut streams = self.streams.borrow_mut();
-            let s = streams.get_mut(&key).ok_or(Error::NotFound)?;
+            let mut state = self.state.borrow_mut();
+            let s = state.get_mut(&key).ok_or(Error::NotFound)?;
             // The ETag only matters for If-Match; don't build it on every append.
             let etag = match &req.if_match {
                 Some(_) => s.info(&s.visible(self.log.durable_lsn())).etag,
@@ -47,13 +53,7 @@ impl<S: SegmentStore> Shard<S> {
         };
         let meta = rec.encode_meta();
         let data_len = rec.data.len();
-        let h = RecordHeader {
-            kind: persist::KIND_APPEND,
-            stream_id: uid,
-            incarnation: inc,
-            stream_offset: tail,
-            body_len: 0,
-        };
+        let h = records::stream_header(persist::KIND_APPEND, uid, inc, tail);
         let (loc, lsn) = match self.log.append_parts(h, &[&meta, &rec.data]) {
             Ok(x) => x,
             Err(e) => {
@@ -66,7 +66,12 @@ impl<S: SegmentStore> Shard<S> {
         if let Some(h) = held {
             h.keep();
         }
-        let info = self.note_appended(&key, &rec, loc, meta.len(), lsn, now);
+        let info = {
+            let mut state = self.state.borrow_mut();
+            let s = state.get_mut(&key).expect("checked above, same task, no await since");
+            records::apply_append(s, &rec, loc, meta.len(), lsn, self.log.durable_lsn());
+            s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
+        };
         {
             let mut st = self.stats.borrow_mut();
             st.appends += 1;
@@ -82,36 +87,11 @@ impl<S: SegmentStore> Shard<S> {
         })
     }
 
-    /// The stream after its append record went into the log (durable or not yet).
-    fn note_appended(
-        &self,
-        key: &StreamKey,
-        rec: &AppendRecord,
-        loc: RecordLoc,
-        data_off: usize,
-        lsn: u64,
-        now: i64,
-    ) -> StreamInfo {
-        let mut streams = self.streams.borrow_mut();
-        let s = streams.get_mut(key).expect("checked by the caller, same task, no await since");
-        s.apply_append(rec, loc, data_off, lsn);
-        if rec.close {
-            s.closed_lsn = lsn;
-        }
-        if s.write_lsn <= self.log.durable_lsn() {
-            s.durable_write_ms = s.last_write_ms;
-        }
-        s.last_write_ms = now;
-        s.write_lsn = lsn;
-        s.last_lsn = lsn;
-        s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
-    }
-
     /// The answer to an append that writes nothing (an idempotent retry, or
     /// a close of a closed stream): the stream as it is.
     fn answer_unwritten(&self, key: &StreamKey, req: &AppendReq, producer: Option<ProducerAck>) -> Reply {
-        let streams = self.streams.borrow();
-        let s = streams.get(key).ok_or(Error::NotFound)?;
+        let state = self.state.borrow();
+        let s = state.get(key).ok_or(Error::NotFound)?;
         let mut v = s.visible(self.log.durable_lsn());
         if let (Some(p), Some(_)) = (&req.producer, &producer) {
             // A retry answers with the offset its original got, when we

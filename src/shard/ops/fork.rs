@@ -1,6 +1,10 @@
 //! Forks across shards: the source side's validation and copy of what a fork inherits.
 
-use super::*;
+use crate::protocol::rules;
+use crate::protocol::{json, Error, Offset, StreamKey};
+use crate::shard::message::ForkData;
+use crate::shard::Shard;
+use crate::storage::{io::SegmentStore, RecordLoc};
 
 /// A byte range of one record's body that a fork inherits.
 type Piece = (RecordLoc, std::ops::Range<usize>);
@@ -8,24 +12,24 @@ type Piece = (RecordLoc, std::ops::Range<usize>);
 impl<S: SegmentStore> Shard<S> {
     /// At boot: the (source, uid) of every fork this shard holds.
     pub fn fork_sources(&self) -> Vec<(StreamKey, u64)> {
-        self.streams
+        self.state
             .borrow()
-            .values()
-            .filter_map(|s| s.fork.as_ref())
+            .iter()
+            .filter_map(|(_, s)| s.fork.as_ref())
             .map(|f| (StreamKey { bucket: f.bucket.clone(), stream: f.stream.clone() }, f.source_uid))
             .collect()
     }
 
     /// At the source's owner: validate a fork point (F100/F101), count the
     /// reference, and copy out the data the fork inherits.
-    pub(super) async fn fork_snapshot(
+    pub(in crate::shard) async fn fork_snapshot(
         &self,
         source: StreamKey,
         offset: Option<Offset>,
         sub_offset: u64,
         content_type: Option<String>,
     ) -> Result<ForkData, Error> {
-        let pending = self.streams.borrow().get(&source).map(|s| s.last_lsn);
+        let pending = self.state.borrow().get(&source).map(|s| s.last_lsn);
         if let Some(lsn) = pending {
             self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
         }
@@ -46,9 +50,9 @@ impl<S: SegmentStore> Shard<S> {
                 .await?;
             data.extend_from_slice(&piece);
         }
-        let mut streams = self.streams.borrow_mut();
+        let mut state = self.state.borrow_mut();
         // Fetches may have awaited: the source must still be the same stream.
-        let s = streams.get_mut(&source).filter(|s| s.uid == uid && !s.soft_deleted).ok_or(Error::NotFound)?;
+        let s = state.get_mut(&source).filter(|s| s.uid == uid && !s.soft_deleted).ok_or(Error::NotFound)?;
         s.fork_refs += 1;
         Ok(ForkData { data, content_type: s.content_type.clone(), lifetime: s.lifetime.clone(), source_uid: s.uid })
     }
@@ -62,8 +66,8 @@ impl<S: SegmentStore> Shard<S> {
         sub_offset: u64,
         content_type: Option<&str>,
     ) -> Result<(u64, Vec<Piece>), Error> {
-        let streams = self.streams.borrow();
-        let s = streams.get(source).ok_or(Error::NotFound)?;
+        let state = self.state.borrow();
+        let s = state.get(source).ok_or(Error::NotFound)?;
         let v = s.visible(self.log.durable_lsn());
         let src = rules::ForkSource {
             soft_deleted: s.soft_deleted,

@@ -1,14 +1,21 @@
 //! Creating streams: new ones, forks, and the idempotent re-create that
 //! answers an existing stream with the same configuration.
 
-use super::*;
-use crate::protocol::ForkReq;
+use crate::protocol::headers::{is_json, stream_content_type, Lifetime};
+use crate::protocol::persist::{self, CreateRecord, ForkRecord};
+use crate::protocol::rules::{self, CreateConfig};
+use crate::protocol::{json, CreateReq, Error, ForkReq, Outcome, StreamKey};
+use crate::shard::message::{Control, ForkData};
+use crate::shard::records;
+use crate::shard::stream::Visible;
+use crate::shard::{Reply, Shard};
+use crate::storage::io::SegmentStore;
 
 impl<S: SegmentStore> Shard<S> {
     /// PUT: an idempotent re-create, or a new stream (a fork inherits its
     /// source's data and, where the PUT does not name them, its content type
     /// and lifetime), durable before the answer.
-    pub(super) async fn create(&self, key: StreamKey, req: CreateReq) -> Reply {
+    pub(in crate::shard) async fn create(&self, key: StreamKey, req: CreateReq) -> Reply {
         let asked = CreateConfig {
             content_type: stream_content_type(req.content_type.as_deref()),
             lifetime: req.lifetime.clone(),
@@ -95,10 +102,12 @@ impl<S: SegmentStore> Shard<S> {
     async fn log_create(&self, key: StreamKey, rec: CreateRecord) -> Reply {
         let usage = self.usage_of(&key.bucket);
         let held = self.reserve(&key.bucket, usage.as_ref(), 1, rec.data.len() as u64);
-        let uid = self.next_uid.get();
-        let incarnation = self.tombstones.borrow().get(&key).map_or(1, |i| i + 1);
+        let (uid, incarnation) = {
+            let state = self.state.borrow();
+            (state.next_uid(), state.next_incarnation(&key))
+        };
         let body = rec.encode();
-        let h = RecordHeader { kind: persist::KIND_CREATE, stream_id: uid, incarnation, stream_offset: 0, body_len: 0 };
+        let h = records::stream_header(persist::KIND_CREATE, uid, incarnation, 0);
         let written =
             held.and_then(|held| self.log.append(h, &body).map_err(|e| self.storage_err(e)).map(|x| (x, held)));
         let ((loc, lsn), held) = match written {
@@ -113,26 +122,13 @@ impl<S: SegmentStore> Shard<S> {
         if let Some(h) = held {
             h.keep();
         }
-        self.next_uid.set(uid + 1);
-        let data_len = rec.data.len();
-        let now = rec.created_at_ms;
-        let mut s = Stream::new(uid, incarnation, rec.content_type, rec.lifetime, now, now);
-        s.created_lsn = lsn;
-        s.write_lsn = lsn;
-        s.tail = data_len as u64;
-        s.closed = rec.closed;
-        s.closed_lsn = lsn;
-        s.last_lsn = lsn;
-        s.fork = rec.fork;
-        s.usage = usage;
-        self.note_state(&mut s, loc.segment);
-        if data_len > 0 {
-            s.chunks.push(Chunk { start: 0, len: data_len as u32, loc, data_off: (body.len() - data_len) as u32, lsn });
-        }
-        let v = Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() };
-        let info = s.info(&v);
-        self.by_uid.borrow_mut().insert(uid, key.clone());
-        self.streams.borrow_mut().insert(key, s);
+        let info = {
+            let mut state = self.state.borrow_mut();
+            let now = rec.created_at_ms;
+            let s = records::apply_create(&mut state, key, &h, rec, loc, lsn, now);
+            s.usage = usage;
+            s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
+        };
         self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
         Ok(Outcome::Created { info, new: true })
     }
@@ -141,9 +137,14 @@ impl<S: SegmentStore> Shard<S> {
     /// (F11), 409 for another (F12), 412 for a failed If-Match. For a fork,
     /// what was not asked (content type, lifetime) is not compared, since
     /// it was inherited.
-    pub(super) fn existing_create(&self, key: &StreamKey, req: &CreateReq, asked: &CreateConfig) -> Option<Reply> {
-        let streams = self.streams.borrow();
-        let s = streams.get(key)?;
+    pub(in crate::shard) fn existing_create(
+        &self,
+        key: &StreamKey,
+        req: &CreateReq,
+        asked: &CreateConfig,
+    ) -> Option<Reply> {
+        let state = self.state.borrow();
+        let s = state.get(key)?;
         let v = s.visible(self.log.durable_lsn());
         if let Some(want) = &req.if_match {
             if !crate::protocol::headers::etag_matches(want, &s.info(&v).etag) {

@@ -1,20 +1,28 @@
 //! Snapshots (publish, read, delete) and bootstrap (the snapshot plus every
 //! later message), and the state records that carry a stream's whole state.
 
-use super::*;
+use crate::limits::READ_CHUNK_BYTES_MAX;
+use crate::protocol::headers::stream_content_type;
+use crate::protocol::persist::{self, SnapshotMeta, StateRecord};
+use crate::protocol::rules;
+use crate::protocol::{json, Bootstrap, Error, Offset, Outcome, SnapshotReq, StreamKey};
+use crate::shard::records;
+use crate::shard::stream::Snap;
+use crate::shard::{Reply, Shard};
+use crate::storage::{self, io::SegmentStore, RecordLoc};
 
 impl<S: SegmentStore> Shard<S> {
     /// Logs the stream's state (a snapshot record when `blob` is given) and
     /// notes where it lives. Returns the record's location and lsn.
-    pub(super) fn log_state(
+    pub(in crate::shard) fn log_state(
         &self,
         key: &StreamKey,
         rec: &StateRecord,
         blob: Option<&[u8]>,
     ) -> Result<(RecordLoc, u64), Error> {
         let (uid, incarnation) = {
-            let streams = self.streams.borrow();
-            let s = streams.get(key).ok_or(Error::NotFound)?;
+            let state = self.state.borrow();
+            let s = state.get(key).ok_or(Error::NotFound)?;
             (s.uid, s.incarnation)
         };
         let mut body = rec.encode();
@@ -25,24 +33,21 @@ impl<S: SegmentStore> Shard<S> {
             }
             None => persist::KIND_STATE,
         };
-        let h = RecordHeader { kind, stream_id: uid, incarnation, stream_offset: rec.tail, body_len: 0 };
+        let h = records::stream_header(kind, uid, incarnation, rec.tail);
         let (loc, lsn) = self.log.append(h, &body).map_err(|e| self.storage_err(e))?;
-        let mut streams = self.streams.borrow_mut();
-        let s = streams.get_mut(key).expect("checked above, no await since");
-        s.last_lsn = lsn;
-        self.note_state(s, loc.segment);
+        records::apply_state(&mut self.state.borrow_mut(), key, loc.segment, lsn);
         Ok((loc, lsn))
     }
 
     /// `PUT .../snapshot/{offset}`: publishes a snapshot and trims the data
     /// before its offset, in one record.
-    pub(super) async fn snapshot_publish(&self, key: StreamKey, req: SnapshotReq) -> Reply {
+    pub(in crate::shard) async fn snapshot_publish(&self, key: StreamKey, req: SnapshotReq) -> Reply {
         let now = (self.now_ms)();
         let offset = req.offset.pos;
         let content_type = stream_content_type(req.content_type.as_deref());
         let (rec, before, after, usage) = {
-            let mut streams = self.streams.borrow_mut();
-            let s = streams.get_mut(&key).ok_or(Error::NotFound)?;
+            let mut state = self.state.borrow_mut();
+            let s = state.get_mut(&key).ok_or(Error::NotFound)?;
             s.last_access_ms = now;
             let v = s.visible(self.log.durable_lsn());
             let target = rules::SnapshotTarget {
@@ -75,8 +80,8 @@ impl<S: SegmentStore> Shard<S> {
             u.release(0, frees);
         }
         let info = {
-            let mut streams = self.streams.borrow_mut();
-            let s = streams.get_mut(&key).expect("checked above, no await since");
+            let mut state = self.state.borrow_mut();
+            let s = state.get_mut(&key).expect("checked above, no await since");
             s.trim_to(offset);
             s.snapshots.retain(|o, _| rec.snapshots.iter().any(|m| m.offset == *o));
             let data_off = loc.body_len - req.body.len() as u32;
@@ -91,16 +96,16 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     /// A published snapshot's blob, from its record.
-    pub(super) fn read_blob(&self, snap: &Snap) -> Result<Vec<u8>, Error> {
+    pub(in crate::shard) fn read_blob(&self, snap: &Snap) -> Result<Vec<u8>, Error> {
         let mut blob = Vec::with_capacity(snap.len as usize);
         let from = snap.data_off as usize;
         self.log.read_body(snap.loc, from..from + snap.len as usize, &mut blob).map_err(|e| self.storage_err(e))?;
         Ok(blob)
     }
 
-    pub(super) fn snapshot_read(&self, key: &StreamKey, offset: Offset) -> Reply {
-        let mut streams = self.streams.borrow_mut();
-        let s = streams.get_mut(key).ok_or(Error::NotFound)?;
+    pub(in crate::shard) fn snapshot_read(&self, key: &StreamKey, offset: Offset) -> Reply {
+        let mut state = self.state.borrow_mut();
+        let s = state.get_mut(key).ok_or(Error::NotFound)?;
         s.last_access_ms = (self.now_ms)();
         let snap = s.snapshots.get(&offset.pos).ok_or(Error::NotFound)?;
         let body = self.read_blob(snap)?;
@@ -115,10 +120,10 @@ impl<S: SegmentStore> Shard<S> {
 
     /// `DELETE .../snapshot/{offset}`: forgets an older snapshot (never the
     /// current one, which stands for the trimmed data).
-    pub(super) async fn snapshot_delete(&self, key: StreamKey, offset: Offset) -> Reply {
+    pub(in crate::shard) async fn snapshot_delete(&self, key: StreamKey, offset: Offset) -> Reply {
         let rec = {
-            let streams = self.streams.borrow();
-            let s = streams.get(&key).ok_or(Error::NotFound)?;
+            let state = self.state.borrow();
+            let s = state.get(&key).ok_or(Error::NotFound)?;
             if !s.snapshots.contains_key(&offset.pos) {
                 return Err(Error::NotFound);
             }
@@ -130,7 +135,7 @@ impl<S: SegmentStore> Shard<S> {
             rec
         };
         let (_, lsn) = self.log_state(&key, &rec, None)?;
-        if let Some(s) = self.streams.borrow_mut().get_mut(&key) {
+        if let Some(s) = self.state.borrow_mut().get_mut(&key) {
             if let (Some(snap), Some(u)) = (s.snapshots.remove(&offset.pos), &s.usage) {
                 u.release(0, u64::from(snap.len));
             }
@@ -142,9 +147,9 @@ impl<S: SegmentStore> Shard<S> {
 
     /// `GET .../bootstrap`: the current snapshot, then each message after it,
     /// up to about one read's worth (the client continues from the offset).
-    pub(super) fn bootstrap(&self, key: &StreamKey) -> Reply {
-        let mut streams = self.streams.borrow_mut();
-        let s = streams.get_mut(key).ok_or(Error::NotFound)?;
+    pub(in crate::shard) fn bootstrap(&self, key: &StreamKey) -> Reply {
+        let mut state = self.state.borrow_mut();
+        let s = state.get_mut(key).ok_or(Error::NotFound)?;
         s.last_access_ms = (self.now_ms)();
         let v = s.visible(self.log.durable_lsn());
         let info = s.info(&v);

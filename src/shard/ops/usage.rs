@@ -3,7 +3,12 @@
 //! what a write adds before it is written, and giving back what a delete,
 //! expiry or trim frees. See `crate::quota` for what is counted.
 
-use super::*;
+use crate::protocol::{Error, QuotaKind};
+use crate::quota::{BucketUsage, Quotas, Reservation};
+use crate::shard::Shard;
+use crate::storage::io::SegmentStore;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 impl<S: SegmentStore> Shard<S> {
     /// Counts this shard's streams into every quota counter it does not
@@ -18,7 +23,7 @@ impl<S: SegmentStore> Shard<S> {
         if new.is_empty() {
             return;
         }
-        for (key, s) in self.streams.borrow_mut().iter_mut() {
+        for (key, s) in self.state.borrow_mut().iter_mut() {
             if let Some(u) = new.get(key.bucket.as_str()).filter(|_| !s.soft_deleted) {
                 u.add(1, s.stored_bytes());
                 s.usage = Some(Arc::clone(u));
@@ -30,7 +35,7 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     /// The counter this shard counts `bucket`'s streams into, if any.
-    pub(super) fn usage_of(&self, bucket: &str) -> Option<Arc<BucketUsage>> {
+    pub(in crate::shard) fn usage_of(&self, bucket: &str) -> Option<Arc<BucketUsage>> {
         let counted = self.counted.borrow();
         if counted.is_empty() {
             return None;
@@ -40,7 +45,7 @@ impl<S: SegmentStore> Shard<S> {
 
     /// Reserves what a write adds to `bucket` (nothing to do without a
     /// counter); a refusal is 429 or 507 and writes nothing.
-    pub(super) fn reserve(
+    pub(in crate::shard) fn reserve(
         &self,
         bucket: &str,
         usage: Option<&Arc<BucketUsage>>,

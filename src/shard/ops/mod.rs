@@ -1,0 +1,17 @@
+//! The shard's operations, one concern a file. Each runs on the owning
+//! shard's thread in the same steps: plan on the [`State`](super::state::State)
+//! (synchronous: the verdict, the offsets, the conflicts; unit-tested here
+//! without a log), append its records, apply them to the state
+//! (`super::records`), await durability, answer.
+
+mod append;
+mod bucket;
+mod create;
+mod fork;
+mod lifecycle;
+mod read;
+mod reclaim;
+mod snapshot;
+#[cfg(test)]
+mod testkit;
+mod usage;
