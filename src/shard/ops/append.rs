@@ -1,45 +1,88 @@
-//! Appends: the producer and Stream-Seq rules, the record, the durable ack.
+//! Appends: the plan (producer, Stream-Seq, closure and If-Match rules on
+//! the state), the record, the durable ack.
 
+use crate::protocol::headers::ProducerHeaders;
 use crate::protocol::persist::{self, AppendRecord};
 use crate::protocol::rules::{self, AppendContext, AppendVerdict};
 use crate::protocol::{json, AppendReq, Error, Offset, Outcome, ProducerAck, StreamKey};
+use crate::quota::BucketUsage;
 use crate::shard::records;
-use crate::shard::stream::Visible;
+use crate::shard::state::State;
+use crate::shard::stream::{Stream, Visible};
 use crate::shard::{Reply, Shard};
-use crate::storage::{self, io::SegmentStore};
+use crate::storage::{self, io::SegmentStore, RecordHeader};
+use std::sync::Arc;
+
+/// What an append does, decided on the state alone.
+#[derive(Debug)]
+pub(in crate::shard) enum AppendPlan {
+    /// Write a record at the stream's tail.
+    Write { header: RecordHeader, producer: Option<ProducerHeaders>, json: bool, usage: Option<Arc<BucketUsage>> },
+    /// Write nothing (an idempotent retry, or a close of a closed stream):
+    /// this is the answer.
+    Answer(Outcome),
+}
+
+/// Plans an append to the stream at `key` as of `durable_lsn` (F19-F33).
+pub(in crate::shard) fn plan(
+    state: &State,
+    key: &StreamKey,
+    req: &AppendReq,
+    durable_lsn: u64,
+) -> Result<AppendPlan, Error> {
+    let s = state.get(key).ok_or(Error::NotFound)?;
+    // The ETag only matters for If-Match; don't build it on every append.
+    let etag = match &req.if_match {
+        Some(_) => s.info(&s.visible(durable_lsn)).etag,
+        None => String::new(),
+    };
+    let cx = AppendContext {
+        content_type: &s.content_type,
+        closed: s.closed,
+        next_offset: Offset::new(0, s.tail),
+        etag: &etag,
+        last_stream_seq: s.stream_seq.as_deref(),
+        producer: req.producer.as_ref().and_then(|p| s.producers.get(&p.id).copied()),
+        closed_by: s.closed_by.as_ref(),
+    };
+    Ok(match rules::check_append(&cx, req)? {
+        AppendVerdict::Write { producer } => AppendPlan::Write {
+            header: records::stream_header(persist::KIND_APPEND, s.uid, s.incarnation, s.tail),
+            producer,
+            json: s.json,
+            usage: s.usage.clone(),
+        },
+        AppendVerdict::Duplicate { epoch, highest_seq } => {
+            AppendPlan::Answer(unwritten(s, req, Some(ProducerAck { epoch, seq: highest_seq }), durable_lsn))
+        }
+        AppendVerdict::AlreadyClosed => AppendPlan::Answer(unwritten(s, req, None, durable_lsn)),
+    })
+}
+
+/// The answer to an append that writes nothing: the stream as it is. A
+/// producer's retry answers with the offset its original got, when that is
+/// still remembered; older ones get the current tail.
+fn unwritten(s: &Stream, req: &AppendReq, producer: Option<ProducerAck>, durable_lsn: u64) -> Outcome {
+    let mut v = s.visible(durable_lsn);
+    if let (Some(p), Some(_)) = (&req.producer, &producer) {
+        if let Some(t) = s.acked_tail(&p.id, p.epoch, p.seq) {
+            v.tail = t.min(v.tail);
+        }
+    }
+    Outcome::Appended { info: s.info(&v), producer, duplicate: true, close_only: req.body.is_empty() }
+}
 
 impl<S: SegmentStore> Shard<S> {
     pub(in crate::shard) async fn append(&self, key: StreamKey, req: AppendReq) -> Reply {
         let now = (self.now_ms)();
-        let (verdict, json, uid, inc, tail, usage) = {
-            let mut state = self.state.borrow_mut();
-            let s = state.get_mut(&key).ok_or(Error::NotFound)?;
-            // The ETag only matters for If-Match; don't build it on every append.
-            let etag = match &req.if_match {
-                Some(_) => s.info(&s.visible(self.log.durable_lsn())).etag,
-                None => String::new(),
-            };
-            let cx = AppendContext {
-                content_type: &s.content_type,
-                closed: s.closed,
-                next_offset: Offset::new(0, s.tail),
-                etag: &etag,
-                last_stream_seq: s.stream_seq.as_deref(),
-                producer: req.producer.as_ref().and_then(|p| s.producers.get(&p.id).copied()),
-                closed_by: s.closed_by.as_ref(),
-            };
-            let verdict = rules::check_append(&cx, &req);
-            // Every write that reaches the stream refreshes its TTL, even a
-            // close-only or rejected one (F93).
+        // Every write that reaches the stream refreshes its TTL, even a
+        // close-only or rejected one (F93).
+        if let Some(s) = self.state.borrow_mut().get_mut(&key) {
             s.last_access_ms = now;
-            (verdict?, s.json, s.uid, s.incarnation, s.tail, s.usage.clone())
-        };
-        let producer = match verdict {
-            AppendVerdict::Write { producer } => producer,
-            AppendVerdict::Duplicate { epoch, highest_seq } => {
-                return self.answer_unwritten(&key, &req, Some(ProducerAck { epoch, seq: highest_seq }));
-            }
-            AppendVerdict::AlreadyClosed => return self.answer_unwritten(&key, &req, None),
+        }
+        let (header, producer, json, usage) = match plan(&self.state.borrow(), &key, &req, self.log.durable_lsn())? {
+            AppendPlan::Write { header, producer, json, usage } => (header, producer, json, usage),
+            AppendPlan::Answer(answer) => return Ok(answer),
         };
         let data = if json && !req.body.is_empty() { json::normalize(&req.body, false)?.0 } else { req.body };
         // Before the record exists: a refused append writes nothing.
@@ -52,9 +95,7 @@ impl<S: SegmentStore> Shard<S> {
             data,
         };
         let meta = rec.encode_meta();
-        let data_len = rec.data.len();
-        let h = records::stream_header(persist::KIND_APPEND, uid, inc, tail);
-        let (loc, lsn) = match self.log.append_parts(h, &[&meta, &rec.data]) {
+        let (loc, lsn) = match self.log.append_parts(header, &[&meta, &rec.data]) {
             Ok(x) => x,
             Err(e) => {
                 if matches!(e, storage::Error::Full) {
@@ -68,10 +109,11 @@ impl<S: SegmentStore> Shard<S> {
         }
         let info = {
             let mut state = self.state.borrow_mut();
-            let s = state.get_mut(&key).expect("checked above, same task, no await since");
+            let s = state.get_mut(&key).expect("planned above, same task, no await since");
             records::apply_append(s, &rec, loc, meta.len(), lsn, self.log.durable_lsn());
             s.info(&Visible { tail: s.tail, closed: s.closed, chunks: s.chunks.len() })
         };
+        let data_len = rec.data.len();
         {
             let mut st = self.stats.borrow_mut();
             st.appends += 1;
@@ -86,20 +128,149 @@ impl<S: SegmentStore> Shard<S> {
             close_only: data_len == 0,
         })
     }
+}
 
-    /// The answer to an append that writes nothing (an idempotent retry, or
-    /// a close of a closed stream): the stream as it is.
-    fn answer_unwritten(&self, key: &StreamKey, req: &AppendReq, producer: Option<ProducerAck>) -> Reply {
-        let state = self.state.borrow();
-        let s = state.get(key).ok_or(Error::NotFound)?;
-        let mut v = s.visible(self.log.durable_lsn());
-        if let (Some(p), Some(_)) = (&req.producer, &producer) {
-            // A retry answers with the offset its original got, when we
-            // still remember it; older ones get the current tail.
-            if let Some(t) = s.acked_tail(&p.id, p.epoch, p.seq) {
-                v.tail = t.min(v.tail);
-            }
-        }
-        Ok(Outcome::Appended { info: s.info(&v), producer, duplicate: true, close_only: req.body.is_empty() })
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::ops::testkit::{append, create, key, req};
+
+    fn producer(id: &str, epoch: u64, seq: u64) -> Option<ProducerHeaders> {
+        Some(ProducerHeaders { id: id.into(), epoch, seq })
     }
+
+    fn write_offset(p: &AppendPlan) -> u64 {
+        match p {
+            AppendPlan::Write { header, .. } => header.stream_offset,
+            AppendPlan::Answer(a) => panic!("expected a write, got {a:?}"),
+        }
+    }
+
+    #[test]
+    fn a_missing_stream_is_not_found() {
+        let state = State::default();
+        assert!(matches!(plan(&state, &key("a"), &req(b"x"), 0), Err(Error::NotFound)));
+    }
+
+    #[test]
+    fn a_write_goes_at_the_tail_including_appends_not_yet_durable() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"hello", None, 2);
+        // lsn 2 is not durable (durable_lsn 1), yet the next write sequences after it.
+        let p = plan(&state, &key("a"), &req(b"!"), 1).unwrap();
+        assert_eq!(write_offset(&p), 5);
+        let AppendPlan::Write { header, json, .. } = p else { unreachable!() };
+        assert_eq!(header.kind, persist::KIND_APPEND);
+        assert!(!json);
+    }
+
+    #[test]
+    fn a_json_stream_plans_a_json_write() {
+        let mut state = State::default();
+        create(&mut state, "j", "application/json", 1);
+        let mut r = req(b"[1]");
+        r.content_type = Some("application/json".into());
+        assert!(matches!(plan(&state, &key("j"), &r, 1).unwrap(), AppendPlan::Write { json: true, .. }));
+    }
+
+    #[test]
+    fn a_closed_stream_refuses_data_with_its_final_offset() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"abc", None, 2);
+        let mut close = req(b"");
+        close.close = true;
+        records::apply_append(state.get_mut(&key("a")).unwrap(), &rec(b"", true), loc(3, 0), 0, 3, 3);
+        let e = plan(&state, &key("a"), &req(b"more"), 3).unwrap_err();
+        assert!(matches!(e, Error::StreamClosed { next_offset } if next_offset == Offset::new(0, 3)), "{e:?}");
+        // Closing again writes nothing and answers as a duplicate.
+        match plan(&state, &key("a"), &close, 3).unwrap() {
+            AppendPlan::Answer(Outcome::Appended { duplicate: true, close_only: true, info, .. }) => {
+                assert!(info.closed);
+                assert_eq!(info.next_offset, Offset::new(0, 3));
+            }
+            p => panic!("{p:?}"),
+        }
+    }
+
+    #[test]
+    fn a_producer_retry_answers_with_the_offset_its_original_got() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"one", producer("p", 0, 0), 2);
+        append(&mut state, "a", b"two", producer("p", 0, 1), 3);
+        let mut retry = req(b"one");
+        retry.producer = producer("p", 0, 0);
+        match plan(&state, &key("a"), &retry, 3).unwrap() {
+            AppendPlan::Answer(Outcome::Appended { duplicate: true, info, producer, .. }) => {
+                assert_eq!(info.next_offset, Offset::new(0, 3), "the tail after the original append");
+                assert_eq!(producer, Some(ProducerAck { epoch: 0, seq: 1 }));
+            }
+            p => panic!("{p:?}"),
+        }
+    }
+
+    #[test]
+    fn a_producer_gap_and_a_stale_epoch_are_refused() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"one", producer("p", 2, 0), 2);
+        let mut gap = req(b"x");
+        gap.producer = producer("p", 2, 5);
+        assert!(matches!(plan(&state, &key("a"), &gap, 2), Err(Error::SeqGap { expected: 1, received: 5 })));
+        let mut stale = req(b"x");
+        stale.producer = producer("p", 1, 0);
+        assert!(matches!(plan(&state, &key("a"), &stale, 2), Err(Error::StaleEpoch { current: 2 })));
+        let mut next = req(b"x");
+        next.producer = producer("p", 2, 1);
+        assert_eq!(write_offset(&plan(&state, &key("a"), &next, 2).unwrap()), 3);
+    }
+
+    #[test]
+    fn stream_seq_must_grow() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        let mut first = req(b"x");
+        first.stream_seq = Some("b".into());
+        assert!(matches!(plan(&state, &key("a"), &first, 1).unwrap(), AppendPlan::Write { .. }));
+        let s = state.get_mut(&key("a")).unwrap();
+        let mut r = rec(b"x", false);
+        r.stream_seq = Some("b".into());
+        records::apply_append(s, &r, loc(2, 0), 0, 2, 2);
+        let mut same = req(b"y");
+        same.stream_seq = Some("b".into());
+        assert!(matches!(plan(&state, &key("a"), &same, 2), Err(Error::Conflict(_))));
+        let mut later = req(b"y");
+        later.stream_seq = Some("c".into());
+        assert!(plan(&state, &key("a"), &later, 2).is_ok());
+    }
+
+    #[test]
+    fn if_match_compares_the_durable_etag() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"abc", None, 2);
+        let s = state.get(&key("a")).unwrap();
+        let durable = s.info(&s.visible(2)).etag;
+        let mut ok = req(b"x");
+        ok.if_match = Some(durable.clone());
+        assert!(plan(&state, &key("a"), &ok, 2).is_ok());
+        // Before lsn 2 is durable the ETag clients saw is an older one.
+        assert!(matches!(plan(&state, &key("a"), &ok, 1), Err(Error::PreconditionFailed)));
+        let mut stale = req(b"x");
+        stale.if_match = Some("\"nope\"".into());
+        assert!(matches!(plan(&state, &key("a"), &stale, 2), Err(Error::PreconditionFailed)));
+    }
+
+    #[test]
+    fn a_content_type_mismatch_is_refused() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        let mut r = req(b"{}");
+        r.content_type = Some("application/json".into());
+        assert!(matches!(plan(&state, &key("a"), &r, 1), Err(Error::Conflict(_))));
+    }
+
+    use crate::shard::ops::testkit::{loc, rec};
 }

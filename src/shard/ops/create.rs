@@ -1,15 +1,17 @@
 //! Creating streams: new ones, forks, and the idempotent re-create that
 //! answers an existing stream with the same configuration.
 
+use crate::protocol::headers::etag_matches;
 use crate::protocol::headers::{is_json, stream_content_type, Lifetime};
 use crate::protocol::persist::{self, CreateRecord, ForkRecord};
 use crate::protocol::rules::{self, CreateConfig};
 use crate::protocol::{json, CreateReq, Error, ForkReq, Outcome, StreamKey};
 use crate::shard::message::{Control, ForkData};
 use crate::shard::records;
+use crate::shard::state::State;
 use crate::shard::stream::Visible;
 use crate::shard::{Reply, Shard};
-use crate::storage::io::SegmentStore;
+use crate::storage::{io::SegmentStore, RecordHeader};
 
 impl<S: SegmentStore> Shard<S> {
     /// PUT: an idempotent re-create, or a new stream (a fork inherits its
@@ -21,7 +23,7 @@ impl<S: SegmentStore> Shard<S> {
             lifetime: req.lifetime.clone(),
             closed: req.closed,
         };
-        if let Some(r) = self.existing_create(&key, &req, &asked) {
+        if let Some(r) = existing(&self.state.borrow(), &key, &req, &asked, self.log.durable_lsn()) {
             return r;
         }
         if req.if_match.is_some() {
@@ -80,7 +82,7 @@ impl<S: SegmentStore> Shard<S> {
             offset: f.offset.map(|o| (o.seq, o.pos)),
             sub_offset: f.sub_offset,
         };
-        if let Some(r) = self.existing_create(key, req, asked) {
+        if let Some(r) = existing(&self.state.borrow(), key, req, asked, self.log.durable_lsn()) {
             self.release_source(fork).await;
             return Ok(Some(r));
         }
@@ -102,12 +104,8 @@ impl<S: SegmentStore> Shard<S> {
     async fn log_create(&self, key: StreamKey, rec: CreateRecord) -> Reply {
         let usage = self.usage_of(&key.bucket);
         let held = self.reserve(&key.bucket, usage.as_ref(), 1, rec.data.len() as u64);
-        let (uid, incarnation) = {
-            let state = self.state.borrow();
-            (state.next_uid(), state.next_incarnation(&key))
-        };
+        let h = create_header(&self.state.borrow(), &key);
         let body = rec.encode();
-        let h = records::stream_header(persist::KIND_CREATE, uid, incarnation, 0);
         let written =
             held.and_then(|held| self.log.append(h, &body).map_err(|e| self.storage_err(e)).map(|x| (x, held)));
         let ((loc, lsn), held) = match written {
@@ -132,31 +130,122 @@ impl<S: SegmentStore> Shard<S> {
         self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
         Ok(Outcome::Created { info, new: true })
     }
+}
 
-    /// PUT on a path that holds a stream: 200 for the same configuration
-    /// (F11), 409 for another (F12), 412 for a failed If-Match. For a fork,
-    /// what was not asked (content type, lifetime) is not compared, since
-    /// it was inherited.
-    pub(in crate::shard) fn existing_create(
-        &self,
-        key: &StreamKey,
-        req: &CreateReq,
-        asked: &CreateConfig,
-    ) -> Option<Reply> {
-        let state = self.state.borrow();
-        let s = state.get(key)?;
-        let v = s.visible(self.log.durable_lsn());
-        if let Some(want) = &req.if_match {
-            if !crate::protocol::headers::etag_matches(want, &s.info(&v).etag) {
-                return Some(Err(Error::PreconditionFailed));
-            }
+/// PUT on a path that holds a stream: 200 for the same configuration
+/// (F11), 409 for another (F12), 412 for a failed If-Match. For a fork,
+/// what was not asked (content type, lifetime) is not compared, since it
+/// was inherited. None: the path is free.
+pub(in crate::shard) fn existing(
+    state: &State,
+    key: &StreamKey,
+    req: &CreateReq,
+    asked: &CreateConfig,
+    durable_lsn: u64,
+) -> Option<Reply> {
+    let s = state.get(key)?;
+    let v = s.visible(durable_lsn);
+    if let Some(want) = &req.if_match {
+        if !etag_matches(want, &s.info(&v).etag) {
+            return Some(Err(Error::PreconditionFailed));
         }
-        let same =
-            rules::recreate_matches(&s.config(), s.fork.as_ref(), asked, req.fork.as_ref(), req.content_type.is_some());
-        Some(if same {
-            Ok(Outcome::Created { info: s.info(&v), new: false })
-        } else {
-            Err(Error::Conflict("a stream with a different configuration exists at this path".into()))
-        })
+    }
+    let same =
+        rules::recreate_matches(&s.config(), s.fork.as_ref(), asked, req.fork.as_ref(), req.content_type.is_some());
+    Some(if same {
+        Ok(Outcome::Created { info: s.info(&v), new: false })
+    } else {
+        Err(Error::Conflict("a stream with a different configuration exists at this path".into()))
+    })
+}
+
+/// The create record's header of a new stream at `key`: a fresh uid, and
+/// the incarnation after the last stream deleted there.
+pub(in crate::shard) fn create_header(state: &State, key: &StreamKey) -> RecordHeader {
+    records::stream_header(persist::KIND_CREATE, state.next_uid(), state.next_incarnation(key), 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::ops::testkit::{append, create, key};
+
+    fn put(content_type: &str) -> CreateReq {
+        CreateReq {
+            content_type: Some(content_type.into()),
+            lifetime: Lifetime::Forever,
+            closed: false,
+            body: Vec::new(),
+            if_match: None,
+            fork: None,
+        }
+    }
+
+    fn asked(req: &CreateReq) -> CreateConfig {
+        CreateConfig {
+            content_type: stream_content_type(req.content_type.as_deref()),
+            lifetime: req.lifetime.clone(),
+            closed: req.closed,
+        }
+    }
+
+    #[test]
+    fn a_free_path_has_nothing_to_answer() {
+        let r = put("text/plain");
+        assert!(existing(&State::default(), &key("a"), &r, &asked(&r), 0).is_none());
+    }
+
+    #[test]
+    fn the_same_configuration_answers_the_existing_stream() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"abc", None, 2);
+        let r = put("text/plain");
+        match existing(&state, &key("a"), &r, &asked(&r), 2) {
+            Some(Ok(Outcome::Created { new: false, info })) => assert_eq!(info.next_offset.pos, 3),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn another_configuration_conflicts() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        let json = put("application/json");
+        assert!(matches!(existing(&state, &key("a"), &json, &asked(&json), 1), Some(Err(Error::Conflict(_)))));
+        let mut ttl = put("text/plain");
+        ttl.lifetime = Lifetime::Ttl { secs: 60 };
+        assert!(matches!(existing(&state, &key("a"), &ttl, &asked(&ttl), 1), Some(Err(Error::Conflict(_)))));
+        let mut closed = put("text/plain");
+        closed.closed = true;
+        assert!(matches!(existing(&state, &key("a"), &closed, &asked(&closed), 1), Some(Err(Error::Conflict(_)))));
+    }
+
+    #[test]
+    fn if_match_on_an_existing_stream_must_match_its_etag() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        let etag = {
+            let s = state.get(&key("a")).unwrap();
+            s.info(&s.visible(1)).etag
+        };
+        let mut r = put("text/plain");
+        r.if_match = Some("\"other\"".into());
+        assert!(matches!(existing(&state, &key("a"), &r, &asked(&r), 1), Some(Err(Error::PreconditionFailed))));
+        r.if_match = Some(etag);
+        assert!(matches!(existing(&state, &key("a"), &r, &asked(&r), 1), Some(Ok(_))));
+    }
+
+    #[test]
+    fn a_new_stream_gets_a_fresh_uid_and_the_next_incarnation() {
+        let mut state = State::default();
+        let first = create(&mut state, "a", "text/plain", 1);
+        let h = create_header(&state, &key("b"));
+        assert!(h.stream_id > first, "uids never repeat");
+        assert_eq!(h.incarnation, 1);
+        records::apply_delete(&mut state, &key("a"), false, 2, 2);
+        let again = create_header(&state, &key("a"));
+        assert_eq!(again.incarnation, 2, "a re-created path is a new incarnation");
+        assert!(again.stream_id > first);
     }
 }
