@@ -3,6 +3,7 @@
 //! channel inside the request (a dropped channel means the asker gave up).
 
 use super::message::Control;
+use super::ops;
 use super::Shard;
 use crate::storage::io::SegmentStore;
 
@@ -20,7 +21,7 @@ impl<S: SegmentStore> Shard<S> {
                 let _ = done.send(());
             }
             Control::CountBucket { bucket, count } => {
-                let _ = count.send(self.count_in_bucket(&bucket));
+                let _ = count.send(ops::count_in_bucket(&self.state.borrow(), &bucket, (self.now_ms)()));
             }
             Control::ListPart { bucket, list, part } => {
                 let _ = part.send(self.list_part(&bucket, &list).await);

@@ -27,7 +27,7 @@ pub mod tiering;
 
 use crate::metrics::{Family, Histo, Samples};
 use crate::protocol::persist::{self, AppendRecord, StateRecord};
-use crate::protocol::{Error, Live, Offset, Outcome, StreamKey, StreamOp, Surface};
+use crate::protocol::{Error, Live, Outcome, StreamKey, StreamOp, Surface};
 use crate::quota::BucketUsage;
 use crate::storage::io::SegmentStore;
 use crate::storage::{self, Log, RecordHeader};
@@ -246,22 +246,11 @@ impl<S: SegmentStore> Shard<S> {
             }
             StreamOp::Read(r) => self.read_live(&key, r).await,
             StreamOp::Head { if_none_match } => {
-                let state = self.state.borrow();
-                let s = state.get(&key).ok_or(Error::NotFound)?;
-                // HEAD does not refresh a sliding TTL (F46).
-                let info = s.info(&s.visible(self.log.durable_lsn()));
-                let not_modified =
-                    if_none_match.as_deref().is_some_and(|h| crate::protocol::headers::etag_matches(h, &info.etag));
-                Ok(Outcome::Head { info, not_modified })
+                ops::head(&self.state.borrow(), &key, if_none_match.as_deref(), self.log.durable_lsn())
             }
             StreamOp::Delete => self.delete(key).await,
             StreamOp::SnapshotPublish(r) => self.snapshot_publish(key, r).await,
-            StreamOp::SnapshotLatest => {
-                let state = self.state.borrow();
-                let s = state.get(&key).ok_or(Error::NotFound)?;
-                let &offset = s.snapshots.keys().next_back().ok_or(Error::NotFound)?;
-                Ok(Outcome::SnapshotAt { offset: Offset::new(0, offset) })
-            }
+            StreamOp::SnapshotLatest => ops::latest_snapshot(&self.state.borrow(), &key),
             StreamOp::SnapshotRead { offset } => self.with_cold(|| self.snapshot_read(&key, offset)).await,
             StreamOp::SnapshotDelete { offset } => self.snapshot_delete(key, offset).await,
             StreamOp::Bootstrap => self.with_cold(|| self.bootstrap(&key)).await,

@@ -191,3 +191,82 @@ impl State {
             || here.bucket_deletes.iter().any(|b| older().any(|i| i.bucket_creates.contains(b)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::headers::Lifetime;
+
+    fn key(s: &str) -> StreamKey {
+        StreamKey { bucket: "b".into(), stream: s.into() }
+    }
+
+    fn stream(uid: u64, incarnation: u32) -> Stream {
+        Stream::new(uid, incarnation, "text/plain".into(), Lifetime::Forever, 0, 0)
+    }
+
+    #[test]
+    fn uids_name_exactly_the_streams_held() {
+        let mut state = State::default();
+        state.insert(key("a"), stream(7, 1));
+        assert_eq!(state.key_of(7), Some(&key("a")));
+        // Replacing the stream at a key forgets the old uid.
+        state.insert(key("a"), stream(9, 1));
+        assert_eq!(state.key_of(7), None);
+        assert_eq!(state.key_of(9), Some(&key("a")));
+        assert_eq!(state.len(), 1);
+        let taken = state.take(&key("a")).unwrap();
+        assert_eq!(taken.uid, 9);
+        assert_eq!(state.key_of(9), None);
+        assert_eq!(state.next_incarnation(&key("a")), 1, "taking is not deleting");
+    }
+
+    #[test]
+    fn a_removed_stream_leaves_its_incarnation_behind() {
+        let mut state = State::default();
+        state.insert(key("a"), stream(1, 3));
+        assert!(state.remove(&key("a")).is_some());
+        assert_eq!(state.next_incarnation(&key("a")), 4);
+        assert_eq!(state.next_incarnation(&key("b")), 1);
+        assert!(state.remove(&key("a")).is_none());
+    }
+
+    #[test]
+    fn uids_only_grow() {
+        let mut state = State::default();
+        assert_eq!(state.next_uid(), 1);
+        state.uid_used(41);
+        assert_eq!(state.next_uid(), 42);
+        state.uid_used(5);
+        assert_eq!(state.next_uid(), 42);
+        state.uids_from(1_000);
+        assert_eq!(state.next_uid(), 1_000);
+        state.uids_from(10);
+        assert_eq!(state.next_uid(), 1_000);
+    }
+
+    #[test]
+    fn a_state_record_moves_the_streams_pin_and_clears_older_meta_segments() {
+        let mut state = State::default();
+        state.insert(key("a"), stream(1, 1));
+        state.get_mut(&key("a")).unwrap().note_meta(3);
+        state.note_state_of(&key("a"), 5);
+        let s = state.get(&key("a")).unwrap();
+        assert_eq!(s.state_seg, 5);
+        assert!(s.meta_segs.is_empty());
+        assert!(state.seg_index[&5].state_uids.contains(&1));
+        state.forget_segment(5);
+        assert!(!state.seg_index.contains_key(&5));
+    }
+
+    #[test]
+    fn a_bucket_segment_follows_its_latest_create() {
+        let mut state = State::default();
+        state.note_bucket("x", 1, true);
+        state.note_bucket("x", 4, true);
+        assert_eq!(state.bucket_segments().collect::<Vec<_>>(), vec![(&"x".to_string(), 4)]);
+        state.note_bucket("x", 6, false);
+        assert_eq!(state.bucket_segments().count(), 0);
+        assert_eq!(state.seg_index[&6].bucket_deletes, vec!["x".to_string()]);
+    }
+}

@@ -6,6 +6,7 @@ use crate::protocol::{BucketOp, Error, ListReq, ListedStream, Listing, Offset, O
 use crate::shard::message::{Control, ListPart};
 use crate::shard::records;
 use crate::shard::router::shard_for_bucket;
+use crate::shard::state::State;
 use crate::shard::stream::Stream;
 use crate::shard::{Reply, Shard};
 use crate::storage::io::SegmentStore;
@@ -14,17 +15,6 @@ use std::pin::Pin;
 use std::task::Poll;
 
 impl<S: SegmentStore> Shard<S> {
-    pub(in crate::shard) fn count_in_bucket(&self, bucket: &str) -> u64 {
-        let now = (self.now_ms)();
-        self.state
-            .borrow()
-            .iter()
-            .filter(|(k, s)| {
-                k.bucket == bucket && !s.soft_deleted && !rules::expired(&s.lifetime, s.last_access_ms, now)
-            })
-            .count() as u64
-    }
-
     /// Writes a bucket's create record: at creation, and again when the
     /// reclaim pass moves it out of an old segment (recovery treats repeats
     /// as one). Returns its lsn.
@@ -85,7 +75,7 @@ impl<S: SegmentStore> Shard<S> {
 
     pub(in crate::shard) async fn total_in_bucket(&self, bucket: &str) -> Result<u64, Error> {
         let others = self.broadcast(|count| Control::CountBucket { bucket: bucket.to_string(), count }).await?;
-        Ok(self.count_in_bucket(bucket) + others.iter().sum::<u64>())
+        Ok(count_in_bucket(&self.state.borrow(), bucket, (self.now_ms)()) + others.iter().sum::<u64>())
     }
 
     /// `GET /ds/{bucket}/streams`, on the bucket's owner: every shard (this
@@ -137,46 +127,7 @@ impl<S: SegmentStore> Shard<S> {
         if let Some(lsn) = pending {
             self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
         }
-        let now = (self.now_ms)();
-        let durable = self.log.durable_lsn();
-        let state = self.state.borrow();
-        let mut prefix_count = 0u64;
-        let mut page: Vec<(&StreamKey, &Stream)> = Vec::new();
-        for (k, s) in state.iter() {
-            if !matches(k)
-                || s.soft_deleted
-                || s.created_lsn > durable
-                || rules::expired(&s.lifetime, s.last_access_ms, now)
-            {
-                continue;
-            }
-            prefix_count += 1;
-            if list.after.as_deref().is_none_or(|a| k.stream.as_str() > a) {
-                page.push((k, s));
-            }
-        }
-        let after_count = page.len() as u64;
-        let by_id = |a: &(&StreamKey, &Stream), b: &(&StreamKey, &Stream)| a.0.stream.cmp(&b.0.stream);
-        if page.len() > list.limit {
-            page.select_nth_unstable_by(list.limit, by_id);
-            page.truncate(list.limit);
-        }
-        page.sort_unstable_by(by_id);
-        let streams = page
-            .into_iter()
-            .map(|(k, s)| {
-                let v = s.visible(durable);
-                ListedStream {
-                    stream_id: k.stream.clone(),
-                    closed: v.closed,
-                    content_type: s.content_type.clone(),
-                    tail_offset: Offset::new(0, v.tail),
-                    created_at_ms: s.created_at_ms,
-                    last_write_at_ms: if s.write_lsn <= durable { s.last_write_ms } else { s.durable_write_ms },
-                }
-            })
-            .collect();
-        Ok(ListPart { streams, after_count, prefix_count })
+        Ok(list_page(&self.state.borrow(), bucket, list, (self.now_ms)(), self.log.durable_lsn()))
     }
 }
 
@@ -201,4 +152,121 @@ async fn join_all<'a, T>(mut futs: Vec<Pin<Box<dyn Future<Output = T> + 'a>>>) -
     })
     .await;
     out.into_iter().map(|o| o.expect("every future completed")).collect()
+}
+
+/// How many live streams of `bucket` this shard holds (soft-deleted and
+/// expired ones do not count).
+pub(in crate::shard) fn count_in_bucket(state: &State, bucket: &str, now_ms: i64) -> u64 {
+    state
+        .iter()
+        .filter(|(k, s)| {
+            k.bucket == bucket && !s.soft_deleted && !rules::expired(&s.lifetime, s.last_access_ms, now_ms)
+        })
+        .count() as u64
+}
+
+/// This shard's part of a listing page, from its state as of `durable`:
+/// the first `limit` live, durably created streams of `bucket` whose IDs
+/// start with the prefix and sort after the cursor, by ID, each as far as
+/// it is durable.
+pub(in crate::shard) fn list_page(state: &State, bucket: &str, list: &ListReq, now: i64, durable: u64) -> ListPart {
+    let mut prefix_count = 0u64;
+    let mut page: Vec<(&StreamKey, &Stream)> = Vec::new();
+    for (k, s) in state.iter() {
+        if k.bucket != bucket
+            || !k.stream.starts_with(list.prefix.as_str())
+            || s.soft_deleted
+            || s.created_lsn > durable
+            || rules::expired(&s.lifetime, s.last_access_ms, now)
+        {
+            continue;
+        }
+        prefix_count += 1;
+        if list.after.as_deref().is_none_or(|a| k.stream.as_str() > a) {
+            page.push((k, s));
+        }
+    }
+    let after_count = page.len() as u64;
+    let by_id = |a: &(&StreamKey, &Stream), b: &(&StreamKey, &Stream)| a.0.stream.cmp(&b.0.stream);
+    if page.len() > list.limit {
+        page.select_nth_unstable_by(list.limit, by_id);
+        page.truncate(list.limit);
+    }
+    page.sort_unstable_by(by_id);
+    let streams = page.into_iter().map(|(k, s)| listed(k, s, durable)).collect();
+    ListPart { streams, after_count, prefix_count }
+}
+
+/// A stream as a listing shows it: what is durable of it.
+fn listed(k: &StreamKey, s: &Stream, durable: u64) -> ListedStream {
+    let v = s.visible(durable);
+    ListedStream {
+        stream_id: k.stream.clone(),
+        closed: v.closed,
+        content_type: s.content_type.clone(),
+        tail_offset: Offset::new(0, v.tail),
+        created_at_ms: s.created_at_ms,
+        last_write_at_ms: if s.write_lsn <= durable { s.last_write_ms } else { s.durable_write_ms },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::headers::Lifetime;
+    use crate::shard::ops::testkit::{append, create, create_with, key};
+
+    fn list(prefix: &str, after: Option<&str>, limit: usize) -> ListReq {
+        ListReq { prefix: prefix.into(), after: after.map(String::from), limit }
+    }
+
+    fn ids(p: &ListPart) -> Vec<&str> {
+        p.streams.iter().map(|s| s.stream_id.as_str()).collect()
+    }
+
+    #[test]
+    fn counting_leaves_out_soft_deleted_expired_and_other_buckets() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        create(&mut state, "b", "text/plain", 2);
+        create_with(&mut state, "ttl", "text/plain", Lifetime::Ttl { secs: 1 }, 3);
+        state.get_mut(&key("b")).unwrap().soft_deleted = true;
+        let mut other = key("a");
+        other.bucket = "elsewhere".into();
+        let uid = state.next_uid();
+        state.insert(other, Stream::new(uid, 1, "text/plain".into(), Lifetime::Forever, 0, 0));
+        let now = state.get(&key("ttl")).unwrap().last_access_ms;
+        assert_eq!(count_in_bucket(&state, "b", now), 2, "a and ttl");
+        assert_eq!(count_in_bucket(&state, "b", now + 1_000), 1, "ttl expired");
+        assert_eq!(count_in_bucket(&state, "elsewhere", now), 1);
+    }
+
+    #[test]
+    fn a_page_is_sorted_by_id_after_the_cursor_within_the_prefix() {
+        let mut state = State::default();
+        for (i, name) in ["log-c", "log-a", "other", "log-b", "log-d"].iter().enumerate() {
+            create(&mut state, name, "text/plain", i as u64 + 1);
+        }
+        let p = list_page(&state, "b", &list("log-", None, 2), 0, 10);
+        assert_eq!(ids(&p), vec!["log-a", "log-b"]);
+        assert_eq!((p.prefix_count, p.after_count), (4, 4));
+        let next = list_page(&state, "b", &list("log-", Some("log-b"), 2), 0, 10);
+        assert_eq!(ids(&next), vec!["log-c", "log-d"]);
+        assert_eq!(next.after_count, 2, "no more after this page");
+    }
+
+    #[test]
+    fn a_listing_shows_only_what_is_durable() {
+        let mut state = State::default();
+        create(&mut state, "old", "text/plain", 1);
+        append(&mut state, "old", b"abc", None, 2);
+        append(&mut state, "old", b"def", None, 4);
+        create(&mut state, "new", "text/plain", 3);
+        let p = list_page(&state, "b", &list("", None, 10), 0, 2);
+        assert_eq!(ids(&p), vec!["old"], "the new stream's create is not durable yet");
+        assert_eq!(p.streams[0].tail_offset.pos, 3, "the second append is not durable yet");
+        let all = list_page(&state, "b", &list("", None, 10), 0, 4);
+        assert_eq!(ids(&all), vec!["new", "old"]);
+        assert_eq!(all.streams[1].tail_offset.pos, 6);
+    }
 }

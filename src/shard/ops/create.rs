@@ -23,7 +23,8 @@ impl<S: SegmentStore> Shard<S> {
             lifetime: req.lifetime.clone(),
             closed: req.closed,
         };
-        if let Some(r) = existing(&self.state.borrow(), &key, &req, &asked, self.log.durable_lsn()) {
+        let occupied = existing(&self.state.borrow(), &key, &req, &asked, self.log.durable_lsn());
+        if let Some(r) = occupied {
             return r;
         }
         if req.if_match.is_some() {
@@ -82,7 +83,8 @@ impl<S: SegmentStore> Shard<S> {
             offset: f.offset.map(|o| (o.seq, o.pos)),
             sub_offset: f.sub_offset,
         };
-        if let Some(r) = existing(&self.state.borrow(), key, req, asked, self.log.durable_lsn()) {
+        let raced = existing(&self.state.borrow(), key, req, asked, self.log.durable_lsn());
+        if let Some(r) = raced {
             self.release_source(fork).await;
             return Ok(Some(r));
         }

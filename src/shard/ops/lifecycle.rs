@@ -4,27 +4,48 @@
 use crate::protocol::persist::{self, ForkRecord};
 use crate::protocol::rules;
 use crate::protocol::{Error, Outcome, StreamKey};
+use crate::quota::BucketUsage;
 use crate::shard::message::Control;
 use crate::shard::records;
+use crate::shard::state::State;
 use crate::shard::{Reply, Shard};
-use crate::storage::io::SegmentStore;
+use crate::storage::{io::SegmentStore, RecordHeader};
+use std::sync::Arc;
+
+/// A delete's record and what it gives back to its bucket's quota.
+#[derive(Debug)]
+pub(in crate::shard) struct DeletePlan {
+    pub(in crate::shard) header: RecordHeader,
+    /// Forks still read the stream's data: it stays, answering 410.
+    pub(in crate::shard) soft: bool,
+    pub(in crate::shard) usage: Option<Arc<BucketUsage>>,
+    pub(in crate::shard) stored: u64,
+}
+
+/// Plans deleting the stream at `key` (a live or a soft-deleted one).
+pub(in crate::shard) fn plan_delete(state: &State, key: &StreamKey) -> Result<DeletePlan, Error> {
+    let s = state.get(key).ok_or(Error::NotFound)?;
+    Ok(DeletePlan {
+        header: records::stream_header(persist::KIND_DELETE, s.uid, s.incarnation, s.tail),
+        soft: s.fork_refs > 0,
+        usage: s.usage.clone(),
+        stored: s.stored_bytes(),
+    })
+}
+
+/// Whether the stream at `key` is live and past its TTL or expiry time.
+pub(in crate::shard) fn expiry_due(state: &State, key: &StreamKey, now_ms: i64) -> bool {
+    state.get(key).is_some_and(|s| !s.soft_deleted && rules::expired(&s.lifetime, s.last_access_ms, now_ms))
+}
 
 impl<S: SegmentStore> Shard<S> {
-    /// Whether the stream at `key` is live and past its TTL or expiry time.
-    pub(in crate::shard) fn expiry_due(&self, key: &StreamKey, now_ms: i64) -> bool {
-        self.state
-            .borrow()
-            .get(key)
-            .is_some_and(|s| !s.soft_deleted && rules::expired(&s.lifetime, s.last_access_ms, now_ms))
-    }
-
     /// Lazy expiry: the stream is gone for clients from now on. The delete
     /// record makes that survive a restart; if the log cannot take it now,
     /// the next access after restart expires it again. With forks it is only
     /// soft-deleted (F95). An expired fork releases its source once its
     /// delete is durable, as an explicit delete does.
     pub(in crate::shard) async fn expire_if_due(&self, key: &StreamKey) {
-        if !self.expiry_due(key, (self.now_ms)()) {
+        if !expiry_due(&self.state.borrow(), key, (self.now_ms)()) {
             return;
         }
         if let Ok((lsn, Some(source))) = self.delete_now(key) {
@@ -40,13 +61,8 @@ impl<S: SegmentStore> Shard<S> {
     /// fork, its source to release. Either way the stream stops counting
     /// against its bucket's quotas.
     pub(in crate::shard) fn delete_now(&self, key: &StreamKey) -> Result<(u64, Option<ForkRecord>), Error> {
-        let (h, soft, usage, stored) = {
-            let state = self.state.borrow();
-            let s = state.get(key).ok_or(Error::NotFound)?;
-            let h = records::stream_header(persist::KIND_DELETE, s.uid, s.incarnation, s.tail);
-            (h, s.fork_refs > 0, s.usage.clone(), s.stored_bytes())
-        };
-        let (loc, lsn) = self.log.append(h, &persist::encode_delete(soft)).map_err(|e| self.storage_err(e))?;
+        let DeletePlan { header, soft, usage, stored } = plan_delete(&self.state.borrow(), key)?;
+        let (loc, lsn) = self.log.append(header, &persist::encode_delete(soft)).map_err(|e| self.storage_err(e))?;
         if let Some(u) = &usage {
             u.release(1, stored);
         }
@@ -116,5 +132,59 @@ impl<S: SegmentStore> Shard<S> {
         for k in due {
             self.collect(&k).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::headers::Lifetime;
+    use crate::shard::ops::testkit::{append, create, create_with, key};
+
+    #[test]
+    fn a_stream_without_forks_is_deleted_for_good() {
+        let mut state = State::default();
+        let uid = create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"abcd", None, 2);
+        let p = plan_delete(&state, &key("a")).unwrap();
+        assert!(!p.soft);
+        assert_eq!((p.header.kind, p.header.stream_id, p.header.stream_offset), (persist::KIND_DELETE, uid, 4));
+        assert_eq!(p.stored, 4);
+        let gone = records::apply_delete(&mut state, &key("a"), p.soft, 7, 3).expect("removed");
+        assert_eq!(gone.uid, uid);
+        assert!(state.get(&key("a")).is_none());
+        assert!(state.key_of(uid).is_none(), "its uid no longer names it");
+        assert!(matches!(plan_delete(&state, &key("a")), Err(Error::NotFound)));
+    }
+
+    #[test]
+    fn a_stream_forks_read_is_only_soft_deleted_and_its_readers_released() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        let s = state.get_mut(&key("a")).unwrap();
+        s.fork_refs = 1;
+        let (tx, mut rx) = futures_channel::oneshot::channel();
+        s.waiters.push(tx);
+        let p = plan_delete(&state, &key("a")).unwrap();
+        assert!(p.soft);
+        assert!(records::apply_delete(&mut state, &key("a"), true, 5, 2).is_none());
+        let s = state.get(&key("a")).expect("kept for its forks");
+        assert!(s.soft_deleted);
+        assert_eq!(s.last_lsn, 2);
+        assert_eq!(s.meta_segs, vec![5], "recovery needs the delete's segment");
+        assert!(rx.try_recv().is_err(), "the waiting reader was released (its sender dropped)");
+        assert!(!expiry_due(&state, &key("a"), i64::MAX), "a soft-deleted stream does not expire again");
+    }
+
+    #[test]
+    fn expiry_follows_the_ttl_from_the_last_access() {
+        let mut state = State::default();
+        create_with(&mut state, "t", "text/plain", Lifetime::Ttl { secs: 10 }, 1);
+        let last = state.get(&key("t")).unwrap().last_access_ms;
+        assert!(!expiry_due(&state, &key("t"), last + 9_999));
+        assert!(expiry_due(&state, &key("t"), last + 10_000));
+        state.get_mut(&key("t")).unwrap().last_access_ms = last + 5_000;
+        assert!(!expiry_due(&state, &key("t"), last + 10_000), "an access slides the window");
+        assert!(!expiry_due(&state, &key("nope"), 0));
     }
 }

@@ -8,10 +8,14 @@ mod append;
 mod bucket;
 mod create;
 mod fork;
-mod lifecycle;
+pub(super) mod lifecycle;
 mod read;
 mod reclaim;
-mod snapshot;
+pub(super) mod snapshot;
 #[cfg(test)]
-mod testkit;
+pub(super) mod testkit;
 mod usage;
+
+pub(super) use bucket::count_in_bucket;
+pub(super) use read::head;
+pub(super) use snapshot::latest as latest_snapshot;

@@ -2,13 +2,24 @@
 //! the readers they wake, and the cursors live responses carry.
 
 use crate::limits::READ_CHUNK_BYTES_MAX;
+use crate::protocol::headers::etag_matches;
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::rules;
 use crate::protocol::{json, Error, Live, Offset, Outcome, ReadOutcome, ReadReq, StreamKey};
+use crate::shard::state::State;
 use crate::shard::{Reply, Shard};
 use crate::storage::{self, io::SegmentStore};
 use futures_channel::oneshot;
 use std::time::Instant;
+
+/// HEAD: the durable stream's metadata; 304 when If-None-Match names its
+/// ETag. HEAD does not refresh a sliding TTL (F46).
+pub(in crate::shard) fn head(state: &State, key: &StreamKey, if_none_match: Option<&str>, durable_lsn: u64) -> Reply {
+    let s = state.get(key).ok_or(Error::NotFound)?;
+    let info = s.info(&s.visible(durable_lsn));
+    let not_modified = if_none_match.is_some_and(|h| etag_matches(h, &info.etag));
+    Ok(Outcome::Head { info, not_modified })
+}
 
 impl<S: SegmentStore> Shard<S> {
     pub(in crate::shard) fn jitter_secs(&self) -> u64 {
@@ -165,5 +176,29 @@ impl<S: SegmentStore> Shard<S> {
             cursor: None,
             timed_out: false,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::ops::testkit::{append, create, key};
+
+    #[test]
+    fn head_answers_the_durable_tail_and_not_modified_for_its_etag() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"abc", None, 2);
+        append(&mut state, "a", b"de", None, 3);
+        let Ok(Outcome::Head { info, not_modified: false }) = head(&state, &key("a"), None, 2) else { panic!() };
+        assert_eq!(info.next_offset.pos, 3, "lsn 3 is not durable");
+        let Ok(Outcome::Head { not_modified, .. }) = head(&state, &key("a"), Some(&info.etag), 2) else { panic!() };
+        assert!(not_modified);
+        let Ok(Outcome::Head { info: later, not_modified }) = head(&state, &key("a"), Some(&info.etag), 3) else {
+            panic!()
+        };
+        assert!(!not_modified, "the tail moved, so did the ETag");
+        assert_eq!(later.next_offset.pos, 5);
+        assert!(matches!(head(&state, &key("zz"), None, 3), Err(Error::NotFound)));
     }
 }

@@ -2,6 +2,8 @@
 //! still hold and deletes the segments nothing needs.
 
 use crate::protocol::StreamKey;
+use crate::shard::ops::lifecycle::expiry_due;
+use crate::shard::state::State;
 use crate::shard::stream::MetaPin;
 use crate::shard::Shard;
 use crate::storage::io::SegmentStore;
@@ -30,7 +32,7 @@ impl<S: SegmentStore> Shard<S> {
         }
         let now = (self.now_ms)();
         let keys: Vec<StreamKey> = self.state.borrow().iter().map(|(k, _)| k.clone()).collect();
-        let expired: Vec<StreamKey> = keys.into_iter().filter(|k| self.expiry_due(k, now)).collect();
+        let expired: Vec<StreamKey> = keys.into_iter().filter(|k| expiry_due(&self.state.borrow(), k, now)).collect();
         // Each is checked again: an earlier one's release may have awaited.
         for key in &expired {
             self.expire_if_due(key).await;
@@ -44,7 +46,7 @@ impl<S: SegmentStore> Shard<S> {
             self.reclaim_sealed.set(0);
             return;
         }
-        let (data, pins) = self.segment_needs(&sealed);
+        let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
         // Re-log metadata that alone keeps a sealed segment.
         let mut relogged = 0usize;
         let mut last_lsn = 0;
@@ -91,7 +93,7 @@ impl<S: SegmentStore> Shard<S> {
                 return;
             }
             let sealed = self.log.sealed_segments();
-            let (data, pins) = self.segment_needs(&sealed);
+            let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
             (sealed, data, pins)
         } else {
             (sealed, data, pins)
@@ -119,36 +121,100 @@ impl<S: SegmentStore> Shard<S> {
         }
         self.reclaim_sealed.set(self.log.sealed_segments().len());
     }
+}
 
-    /// Which of `sealed` hold needed data, and which hold needed metadata (by whom).
-    pub(in crate::shard) fn segment_needs(&self, sealed: &[u64]) -> (HashSet<u64>, BTreeMap<u64, Vec<MetaPin>>) {
-        let oldest = sealed.first().copied().unwrap_or(0);
-        let newest = sealed.last().copied().unwrap_or(0);
-        let in_range = |seg: u64| (oldest..=newest).contains(&seg);
-        let mut data = HashSet::new();
-        let mut pins: BTreeMap<u64, Vec<MetaPin>> = BTreeMap::new();
-        let state = self.state.borrow();
-        for (key, s) in state.iter() {
-            // A stream's chunks are in log order, so their segments do not
-            // decrease: visit each distinct segment once (O(segments × log chunks)).
-            let mut i = 0;
-            while let Some(c) = s.chunks.get(i) {
-                let seg = c.loc.segment;
-                data.insert(seg);
-                i += s.chunks[i..].partition_point(|c| c.loc.segment <= seg);
-            }
-            data.extend(s.snapshots.values().map(|sn| sn.loc.segment));
-            for &seg in std::iter::once(&s.state_seg).chain(&s.meta_segs) {
-                if in_range(seg) {
-                    pins.entry(seg).or_default().push(MetaPin::Stream(key.clone()));
-                }
-            }
+/// Which of `sealed` hold needed data, and which hold needed metadata (by whom).
+pub(in crate::shard) fn segment_needs(state: &State, sealed: &[u64]) -> (HashSet<u64>, BTreeMap<u64, Vec<MetaPin>>) {
+    let oldest = sealed.first().copied().unwrap_or(0);
+    let newest = sealed.last().copied().unwrap_or(0);
+    let in_range = |seg: u64| (oldest..=newest).contains(&seg);
+    let mut data = HashSet::new();
+    let mut pins: BTreeMap<u64, Vec<MetaPin>> = BTreeMap::new();
+    for (key, s) in state.iter() {
+        // A stream's chunks are in log order, so their segments do not
+        // decrease: visit each distinct segment once (O(segments × log chunks)).
+        let mut i = 0;
+        while let Some(c) = s.chunks.get(i) {
+            let seg = c.loc.segment;
+            data.insert(seg);
+            i += s.chunks[i..].partition_point(|c| c.loc.segment <= seg);
         }
-        for (b, seg) in state.bucket_segments() {
+        data.extend(s.snapshots.values().map(|sn| sn.loc.segment));
+        for &seg in std::iter::once(&s.state_seg).chain(&s.meta_segs) {
             if in_range(seg) {
-                pins.entry(seg).or_default().push(MetaPin::Bucket(b.clone()));
+                pins.entry(seg).or_default().push(MetaPin::Stream(key.clone()));
             }
         }
-        (data, pins)
+    }
+    for (b, seg) in state.bucket_segments() {
+        if in_range(seg) {
+            pins.entry(seg).or_default().push(MetaPin::Bucket(b.clone()));
+        }
+    }
+    (data, pins)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::ops::testkit::{append, create, key, publish};
+    use crate::shard::records;
+
+    fn pinned_by(pins: &BTreeMap<u64, Vec<MetaPin>>, seg: u64) -> Vec<String> {
+        pins.get(&seg)
+            .map(|l| {
+                l.iter()
+                    .map(|p| match p {
+                        MetaPin::Stream(k) => k.stream.clone(),
+                        MetaPin::Bucket(b) => format!("bucket {b}"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn data_and_the_latest_state_record_keep_their_segments() {
+        // The testkit puts each record in the segment numbered by its lsn.
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"abc", None, 2);
+        append(&mut state, "a", b"def", None, 3);
+        records::apply_bucket(&mut state, "b", 4, true);
+        let (data, pins) = segment_needs(&state, &[1, 2, 3, 4]);
+        assert!(data.contains(&2) && data.contains(&3));
+        assert!(!data.contains(&1), "the create held no data");
+        assert_eq!(pinned_by(&pins, 1), vec!["a"], "the create is the stream's latest state record");
+        assert_eq!(pinned_by(&pins, 4), vec!["bucket b"]);
+    }
+
+    #[test]
+    fn a_snapshot_frees_the_data_before_it_and_moves_the_state_pin() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        append(&mut state, "a", b"abc", None, 2);
+        append(&mut state, "a", b"def", None, 3);
+        publish(&mut state, "a", 3, 2, 4);
+        let (data, pins) = segment_needs(&state, &[1, 2, 3, 4]);
+        assert!(!data.contains(&2), "trimmed");
+        assert!(data.contains(&3) && data.contains(&4), "the rest of the data and the blob");
+        assert!(pinned_by(&pins, 1).is_empty(), "the create no longer holds the latest state");
+        assert_eq!(pinned_by(&pins, 4), vec!["a"]);
+    }
+
+    #[test]
+    fn a_delete_record_is_needed_while_an_older_segment_could_bring_its_stream_back() {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        records::apply_delete(&mut state, &key("a"), false, 2, 2);
+        let on_disk: BTreeSet<u64> = [1, 2].into();
+        assert!(state.delete_still_needed(2, &on_disk));
+        let create_gone: BTreeSet<u64> = [2].into();
+        assert!(!state.delete_still_needed(2, &create_gone));
+        records::apply_bucket(&mut state, "x", 3, true);
+        records::apply_bucket(&mut state, "x", 4, false);
+        assert!(state.delete_still_needed(4, &[3, 4].into()));
+        assert!(!state.delete_still_needed(4, &[4].into()));
+        assert!(!state.buckets_owned.contains("x"));
     }
 }

@@ -66,3 +66,15 @@ pub(crate) fn append(state: &mut State, name: &str, data: &[u8], producer: Optio
     let s = state.get_mut(&key(name)).expect("created first");
     records::apply_append(s, &r, loc(lsn, data.len() as u32 + 4), 4, lsn, lsn.saturating_sub(1));
 }
+
+/// Publishes a snapshot of `blob_len` bytes at `offset` of stream `name`,
+/// its record at `lsn`, as the live operation does.
+pub(crate) fn publish(state: &mut State, name: &str, offset: u64, blob_len: usize, lsn: u64) {
+    use crate::protocol::{Offset, SnapshotReq};
+    let req = SnapshotReq { offset: Offset::new(0, offset), content_type: None, body: vec![0; blob_len] };
+    let plan = crate::shard::ops::snapshot::plan_publish(state, &key(name), &req, "text/plain", 2_000, lsn)
+        .expect("a valid snapshot");
+    records::apply_state(state, &key(name), lsn, lsn);
+    let s = state.get_mut(&key(name)).unwrap();
+    records::apply_snapshot(s, &plan.rec, loc(lsn, 100 + blob_len as u32), blob_len);
+}
