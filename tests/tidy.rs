@@ -150,3 +150,50 @@ fn every_limit_is_documented_for_operators() {
     }
     assert!(missing.is_empty(), "limits missing from {} (the Limits table): {missing:?}", doc_path.display());
 }
+
+/// The files the table under "## Files" in docs/ARCHITECTURE.md names: every
+/// backquoted `.rs` name in a row's first cell, relative to src/ (the build
+/// script, `build.rs`, to the crate's root); `a/{b,c}.rs` names two files.
+fn architecture_files_table() -> Vec<String> {
+    let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ARCHITECTURE.md")).unwrap();
+    let section = doc.split("\n## Files\n").nth(1).expect("docs/ARCHITECTURE.md has a \"## Files\" section");
+    let section = section.split("\n## ").next().unwrap();
+    let mut names = Vec::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let first_cell = row.split('|').nth(1).unwrap();
+        for quoted in first_cell.split('`').skip(1).step_by(2) {
+            names.extend(expand_braces(quoted).into_iter().filter(|n| n.ends_with(".rs")));
+        }
+    }
+    names
+}
+
+/// `protocol/{offset,json}.rs` → `protocol/offset.rs`, `protocol/json.rs`.
+fn expand_braces(name: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (name.find('{'), name.find('}')) else { return vec![name.to_string()] };
+    let (head, tail) = (&name[..open], &name[close + 1..]);
+    name[open + 1..close].split(',').map(|part| format!("{head}{}{tail}", part.trim())).collect()
+}
+
+#[test]
+fn architecture_files_table_lists_every_source_file_once() {
+    let listed = architecture_files_table();
+    let mut errors = Vec::new();
+    for f in rust_files(&src()) {
+        let name = f.strip_prefix(src()).unwrap().to_str().unwrap().replace('\\', "/");
+        match listed.iter().filter(|n| **n == name).count() {
+            1 => {}
+            0 => errors.push(format!("src/{name} has no row in the files table")),
+            n => errors.push(format!("src/{name} is listed {n} times")),
+        }
+    }
+    assert!(errors.is_empty(), "docs/ARCHITECTURE.md, \"## Files\":\n{}", errors.join("\n"));
+}
+
+#[test]
+fn architecture_files_table_names_only_files_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exists = |n: &String| src().join(n).is_file() || (n == "build.rs" && root.join(n).is_file());
+    let missing: Vec<String> = architecture_files_table().into_iter().filter(|n| !exists(n)).collect();
+    assert!(missing.is_empty(), "docs/ARCHITECTURE.md's files table names files that do not exist: {missing:?}");
+}
