@@ -36,7 +36,8 @@ pub fn configure() {
 /// those faults held the shard for milliseconds (fresh memory the host must
 /// back as well): about five a second at 5,000 appends/s, and the open-loop
 /// p99 was 4.8-7.0 ms with them against 1.9-2.2 ms without, with
-/// throughput unchanged at 128 connections (docs/benchmarks.md). With 4 KiB
+/// throughput unchanged at 128 connections (docs/benchmarks-journal.md, the
+/// sixth round). With 4 KiB
 /// pages the same zeroing comes in slices too small to show.
 fn disable_transparent_huge_pages() {
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments and touches no memory.

@@ -184,7 +184,8 @@ pub const GLOMMIO_MEMLOCK_FLOOR_BYTES: u64 = 512 * 1024;
 /// queue empties, which under load is every few tasks). A shard has one
 /// task queue, so the timer only bounds that batch. Unpatched glommio armed
 /// it anew on every turn of its loop, and at 500 µs that cost about 16 %
-/// more CPU per append than at 10 ms (paired runs in docs/benchmarks.md;
+/// more CPU per append than at 10 ms (paired runs in docs/benchmarks-journal.md,
+/// issue 14 after the first levers;
 /// likely because a deadline before the kernel's next tick reprograms the
 /// timer device, a VM exit here); patched, it keeps a timer due between
 /// half and all of the period away (vendor/glommio/PATCHES.md, 5).

@@ -150,3 +150,134 @@ fn every_limit_is_documented_for_operators() {
     }
     assert!(missing.is_empty(), "limits missing from {} (the Limits table): {missing:?}", doc_path.display());
 }
+
+/// The files the table under "## Files" in docs/ARCHITECTURE.md names: every
+/// backquoted `.rs` name in a row's first cell, relative to src/ (the build
+/// script, `build.rs`, to the crate's root); `a/{b,c}.rs` names two files.
+fn architecture_files_table() -> Vec<String> {
+    let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ARCHITECTURE.md")).unwrap();
+    let section = doc.split("\n## Files\n").nth(1).expect("docs/ARCHITECTURE.md has a \"## Files\" section");
+    let section = section.split("\n## ").next().unwrap();
+    let mut names = Vec::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let first_cell = row.split('|').nth(1).unwrap();
+        for quoted in first_cell.split('`').skip(1).step_by(2) {
+            names.extend(expand_braces(quoted).into_iter().filter(|n| n.ends_with(".rs")));
+        }
+    }
+    names
+}
+
+/// `protocol/{offset,json}.rs` → `protocol/offset.rs`, `protocol/json.rs`.
+fn expand_braces(name: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (name.find('{'), name.find('}')) else { return vec![name.to_string()] };
+    let (head, tail) = (&name[..open], &name[close + 1..]);
+    name[open + 1..close].split(',').map(|part| format!("{head}{}{tail}", part.trim())).collect()
+}
+
+#[test]
+fn architecture_files_table_lists_every_source_file_once() {
+    let listed = architecture_files_table();
+    let mut errors = Vec::new();
+    for f in rust_files(&src()) {
+        let name = f.strip_prefix(src()).unwrap().to_str().unwrap().replace('\\', "/");
+        match listed.iter().filter(|n| **n == name).count() {
+            1 => {}
+            0 => errors.push(format!("src/{name} has no row in the files table")),
+            n => errors.push(format!("src/{name} is listed {n} times")),
+        }
+    }
+    assert!(errors.is_empty(), "docs/ARCHITECTURE.md, \"## Files\":\n{}", errors.join("\n"));
+}
+
+#[test]
+fn architecture_files_table_names_only_files_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exists = |n: &String| src().join(n).is_file() || (n == "build.rs" && root.join(n).is_file());
+    let missing: Vec<String> = architecture_files_table().into_iter().filter(|n| !exists(n)).collect();
+    assert!(missing.is_empty(), "docs/ARCHITECTURE.md's files table names files that do not exist: {missing:?}");
+}
+
+/// A heading's anchor as GitHub makes it: lower case, letters, digits, `_`,
+/// `-` and spaces kept, each space a `-`.
+fn anchor_of(heading: &str) -> String {
+    let text = heading.trim_start_matches('#').trim().to_lowercase();
+    text.chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Lines of Markdown outside fenced code blocks.
+fn prose_lines(md: &str) -> Vec<&str> {
+    let mut code = false;
+    md.lines()
+        .filter(|l| {
+            if l.starts_with("```") {
+                code = !code;
+                return false;
+            }
+            !code
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (a repeated one gets `-1`, `-2`, …).
+fn anchors_of(md: &str) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for heading in prose_lines(md).into_iter().filter(|l| l.starts_with('#')) {
+        let a = anchor_of(heading);
+        let n = seen.iter().filter(|s| **s == a).count();
+        out.push(if n == 0 { a.clone() } else { format!("{a}-{n}") });
+        seen.push(a);
+    }
+    out
+}
+
+/// Local link targets (`[text](path#anchor)`) in a Markdown file's prose.
+fn local_links(md: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in prose_lines(md) {
+        for rest in line.split("](").skip(1) {
+            let target = rest.split(')').next().unwrap();
+            if !target.contains(char::is_whitespace) && !target.contains("://") && !target.starts_with("mailto:") {
+                out.push(target.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn doc_links_reach_their_files_and_headings() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs: Vec<PathBuf> = ["README.md", "CONTRIBUTING.md", "loadgen/README.md", "vendor/glommio/PATCHES.md"]
+        .iter()
+        .map(|f| root.join(f))
+        .collect();
+    docs.extend(
+        fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md")),
+    );
+    let mut errors = Vec::new();
+    for doc in &docs {
+        for link in local_links(&fs::read_to_string(doc).unwrap()) {
+            let (path, anchor) = link.split_once('#').unwrap_or((&link, ""));
+            let target = if path.is_empty() { doc.clone() } else { doc.parent().unwrap().join(path) };
+            let shown = doc.strip_prefix(root).unwrap().display();
+            let markdown = target.extension().is_some_and(|x| x == "md");
+            if !target.exists() {
+                errors.push(format!("{shown}: {link}: no such file"));
+            } else if markdown
+                && !anchor.is_empty()
+                && !anchors_of(&fs::read_to_string(&target).unwrap()).contains(&anchor.to_string())
+            {
+                errors.push(format!("{shown}: {link}: no such heading"));
+            }
+        }
+    }
+    assert!(errors.is_empty(), "broken links:\n{}", errors.join("\n"));
+}

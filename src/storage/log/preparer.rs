@@ -6,7 +6,8 @@
 //! extent tree; on the VMs measured it halved the writes per second). But a
 //! zero-fill is bulk writing that every cache flush of the log's `O_DSYNC`
 //! writes must then also flush: 64 MiB written at once made the log's
-//! writes take ~12 ms for as long as it lasted (docs/benchmarks.md). So a
+//! writes take ~12 ms for as long as it lasted (docs/benchmarks-journal.md,
+//! the sixth round). So a
 //! segment made ahead of use is filled in step with the active one, a chunk
 //! at a time, done by the time the active one is
 //! [`ZERO_AHEAD_DONE_AT`] full; one the writer already needs is filled at
