@@ -30,13 +30,7 @@ impl<S: SegmentStore> Shard<S> {
             // Shutting down: write nothing more.
             return;
         }
-        let now = (self.now_ms)();
-        let keys: Vec<StreamKey> = self.state.borrow().iter().map(|(k, _)| k.clone()).collect();
-        let expired: Vec<StreamKey> = keys.into_iter().filter(|k| expiry_due(&self.state.borrow(), k, now)).collect();
-        // Each is checked again: an earlier one's release may have awaited.
-        for key in &expired {
-            self.expire_if_due(key).await;
-        }
+        self.expire_due().await;
         let sealed = self.log.sealed_segments();
         if !self.reclaim_due.get() && sealed.len() == self.reclaim_sealed.get() {
             return;
@@ -47,59 +41,79 @@ impl<S: SegmentStore> Shard<S> {
             return;
         }
         let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
-        // Re-log metadata that alone keeps a sealed segment.
-        let mut relogged = 0usize;
-        let mut last_lsn = 0;
-        let mut seen = HashSet::new();
-        'relog: for (seg, list) in &pins {
-            if data.contains(seg) {
-                continue;
-            }
-            for pin in list {
-                if relogged == crate::limits::RECLAIM_RELOG_MAX {
-                    // The rest waits for the next pass.
-                    self.reclaim_due.set(true);
-                    break 'relog;
-                }
-                let lsn = match pin {
-                    MetaPin::Stream(key) if seen.insert(key.clone()) => {
-                        let rec = match self.state.borrow().get(key) {
-                            Some(s) => s.state_record(key),
-                            None => continue,
-                        };
-                        self.log_state(key, &rec, None).map(|(_, lsn)| lsn)
-                    }
-                    MetaPin::Stream(_) => continue,
-                    MetaPin::Bucket(b) => self.log_bucket_create(b),
-                };
-                match lsn {
-                    Ok(lsn) => {
-                        last_lsn = lsn;
-                        relogged += 1;
-                    }
-                    // Backpressure or a failing disk: try again next pass.
-                    Err(_) => {
-                        self.reclaim_due.set(true);
-                        return;
-                    }
-                }
-            }
-        }
         // With nothing re-logged nothing has changed (no await since the
         // needs were computed); otherwise compute them again.
-        let (sealed, data, pins) = if relogged > 0 {
-            self.stats.borrow_mut().relogged += relogged as u64;
-            if self.log.durable(last_lsn).await.is_err() {
-                return;
+        let (sealed, data, pins) = match self.relog(&data, &pins) {
+            Err(()) => return,
+            Ok(None) => (sealed, data, pins),
+            Ok(Some(lsn)) => {
+                if self.log.durable(lsn).await.is_err() {
+                    return;
+                }
+                let sealed = self.log.sealed_segments();
+                let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
+                (sealed, data, pins)
             }
-            let sealed = self.log.sealed_segments();
-            let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
-            (sealed, data, pins)
-        } else {
-            (sealed, data, pins)
         };
+        self.remove_unneeded(&sealed, &data, &pins).await;
+        self.reclaim_sealed.set(self.log.sealed_segments().len());
+    }
+
+    /// Expires every stream whose TTL or expiry time has passed.
+    async fn expire_due(&self) {
+        let now = (self.now_ms)();
+        let expired: Vec<StreamKey> = {
+            let state = self.state.borrow();
+            state.iter().filter(|(k, _)| expiry_due(&state, k, now)).map(|(k, _)| k.clone()).collect()
+        };
+        // Each is checked again: an earlier one's release may have awaited.
+        for key in &expired {
+            self.expire_if_due(key).await;
+        }
+    }
+
+    /// Re-logs the metadata that alone keeps a sealed segment (at most
+    /// `RECLAIM_RELOG_MAX` records a pass). Ok(lsn of the last record
+    /// written, if any); Err when the log refused one (backpressure or a
+    /// failing disk: the next pass tries again).
+    fn relog(&self, data: &HashSet<u64>, pins: &BTreeMap<u64, Vec<MetaPin>>) -> Result<Option<u64>, ()> {
+        let mut relogged = 0usize;
+        let mut last_lsn = None;
+        let mut seen = HashSet::new();
+        let pinned = pins.iter().filter(|(seg, _)| !data.contains(seg)).flat_map(|(_, list)| list);
+        for pin in pinned {
+            if relogged == crate::limits::RECLAIM_RELOG_MAX {
+                // The rest waits for the next pass.
+                self.reclaim_due.set(true);
+                break;
+            }
+            let lsn = match pin {
+                MetaPin::Stream(key) if seen.insert(key.clone()) => {
+                    let rec = match self.state.borrow().get(key) {
+                        Some(s) => s.state_record(key),
+                        None => continue,
+                    };
+                    self.log_state(key, &rec, None).map(|(_, lsn)| lsn)
+                }
+                MetaPin::Stream(_) => continue,
+                MetaPin::Bucket(b) => self.log_bucket_create(b),
+            };
+            let Ok(lsn) = lsn else {
+                self.reclaim_due.set(true);
+                return Err(());
+            };
+            last_lsn = Some(lsn);
+            relogged += 1;
+        }
+        self.stats.borrow_mut().relogged += relogged as u64;
+        Ok(last_lsn)
+    }
+
+    /// Deletes, oldest first, the sealed segments nothing needs, so a
+    /// delete record never goes before what it deleted.
+    async fn remove_unneeded(&self, sealed: &[u64], data: &HashSet<u64>, pins: &BTreeMap<u64, Vec<MetaPin>>) {
         let mut on_disk: BTreeSet<u64> = sealed.iter().copied().collect();
-        for &seg in &sealed {
+        for &seg in sealed {
             if data.contains(&seg) || pins.contains_key(&seg) || self.state.borrow().delete_still_needed(seg, &on_disk)
             {
                 continue;
@@ -119,7 +133,6 @@ impl<S: SegmentStore> Shard<S> {
             self.state.borrow_mut().forget_segment(seg);
             self.stats.borrow_mut().segments_reclaimed += 1;
         }
-        self.reclaim_sealed.set(self.log.sealed_segments().len());
     }
 }
 
