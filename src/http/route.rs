@@ -110,14 +110,15 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
             None | Some("") => {
                 let op = match head.method {
                     Method::Put => BucketOp::Create,
-                    Method::Get => BucketOp::Get,
+                    // HEAD answers as GET does, without the body (RFC 9110 9.3.2).
+                    Method::Get | Method::Head => BucketOp::Get,
                     Method::Delete => BucketOp::Delete,
-                    _ => return Err(RouteError::MethodNotAllowed("PUT, GET, DELETE")),
+                    _ => return Err(RouteError::MethodNotAllowed("PUT, GET, HEAD, DELETE")),
                 };
                 Ok(Route::Shard(Box::new(ShardRequest::Bucket { bucket, op })))
             }
-            // `streams` is reserved: GET lists the bucket, anything else is a bad stream ID.
-            Some("streams") if sub.is_none() && head.method == Method::Get => {
+            // `streams` is reserved: GET (or HEAD) lists the bucket, anything else is a bad stream ID.
+            Some("streams") if sub.is_none() && matches!(head.method, Method::Get | Method::Head) => {
                 Ok(Route::Shard(Box::new(ShardRequest::ListBucket { bucket, list: list_query(head)? })))
             }
             Some("streams") => Err(bad("\"streams\" is reserved and cannot be a stream ID")),
