@@ -1,25 +1,39 @@
 //! The one road from a request to its owner: this shard runs it, or the
-//! mesh hands it to the shard that owns it. Connections (through
-//! `server::context`), operations that need another shard, and boot all
-//! take it: `call` for data-plane requests, `ask` for control requests.
+//! mesh hands it to the shard that owns it. Connections (the HTTP edge, as
+//! [`Dispatch`]), operations that need another shard, and boot all take it:
+//! `run` for data-plane requests, `ask` for control requests.
 
+use super::message::{Dispatch, Owner};
 use super::*;
 
-impl<S: SegmentStore> Shard<S> {
-    /// Runs a request on its owner (`req.owner(shards)`, which the caller
-    /// has computed already): here, or over the mesh.
-    pub async fn call(&self, owner: usize, req: ShardRequest) -> Reply {
-        debug_assert_eq!(owner, req.owner(self.shards));
-        if owner == self.id {
-            return self.handle(req).await;
-        }
-        let peers = self.peers.borrow().clone();
-        match peers {
-            Some(p) => p.call(owner, req).await,
-            None => Err(Error::Unavailable("no mesh".into())),
+impl<S: SegmentStore> Dispatch for Shard<S> {
+    /// The one local-or-remote comparison of a request's road.
+    fn owner(&self, req: &ShardRequest) -> Owner {
+        match req.owner(self.shards) {
+            n if n == self.id => Owner::Here,
+            n => Owner::Peer(n),
         }
     }
 
+    async fn run(&self, owner: Owner, req: ShardRequest) -> Reply {
+        match owner {
+            Owner::Here => {
+                self.stats.borrow_mut().requests_local += 1;
+                self.handle(req).await
+            }
+            Owner::Peer(n) => {
+                debug_assert_eq!(n, req.owner(self.shards));
+                let peers = self.peers.borrow().clone();
+                match peers {
+                    Some(p) => p.call(n, req).await,
+                    None => Err(Error::Unavailable("no mesh".into())),
+                }
+            }
+        }
+    }
+}
+
+impl<S: SegmentStore> Shard<S> {
     /// Sends the control request `make` builds around an answer channel to
     /// `target` (this shard included) and waits for the typed answer.
     pub async fn ask<R>(&self, target: usize, make: impl FnOnce(oneshot::Sender<R>) -> Control) -> Result<R, Error> {

@@ -49,20 +49,31 @@ impl ShardRequest {
     }
 }
 
-/// How the HTTP edge hands a request to its owner: run it here when this
-/// core owns it, else send it over the mesh and wait for the reply.
+/// Where a request runs, decided once per request (the edge counts a
+/// hand-off and follows its requests' shard with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// This shard owns it: run here, no hop.
+    Here,
+    /// Shard `n` (another core) owns it: over the mesh.
+    Peer(usize),
+}
+
+/// How the HTTP edge hands a request to its owner: decide once where it
+/// runs ([`Dispatch::owner`]), then run it there. The shard implements it
+/// (`shard/dispatch.rs`), so the edge reaches the shard with no layer between.
 ///
 /// The futures are returned unboxed: a connection awaits them inside its
 /// own task, whose memory it allocates once, instead of allocating (and
 /// freeing) the shard's request state, some 4 KiB, for every request.
 pub trait Dispatch {
-    /// The shard that owns `req` (its stream's or its bucket's).
-    fn owner(&self, req: &ShardRequest) -> usize;
-    /// Runs `req` on `owner`, which the caller has computed with [`Dispatch::owner`].
-    fn dispatch_to(&self, owner: usize, req: ShardRequest) -> impl Future<Output = Reply> + '_;
+    /// Where `req` runs: its stream's or its bucket's shard, seen from here.
+    fn owner(&self, req: &ShardRequest) -> Owner;
+    /// Runs `req` where [`Dispatch::owner`] said.
+    fn run(&self, owner: Owner, req: ShardRequest) -> impl Future<Output = Reply> + '_;
     /// Runs `req` on its owner.
     fn dispatch(&self, req: ShardRequest) -> impl Future<Output = Reply> + '_ {
-        self.dispatch_to(self.owner(&req), req)
+        self.run(self.owner(&req), req)
     }
 }
 
