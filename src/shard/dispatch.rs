@@ -1,10 +1,35 @@
-//! The one road from a request to its owner: this shard runs it, or the
+//! The one road from a request to its owner: which shard owns it (the
+//! router's hash of its stream or bucket), then this shard runs it, or the
 //! mesh hands it to the shard that owns it. Connections (the HTTP edge, as
 //! [`Dispatch`]), operations that need another shard, and boot all take it:
 //! `run` for data-plane requests, `ask` for control requests.
 
 use super::message::{Dispatch, Owner};
+use super::router::{shard_for, shard_for_bucket};
 use super::*;
+
+impl ShardRequest {
+    /// The shard that must run this request.
+    pub fn owner(&self, shards: usize) -> usize {
+        match self {
+            ShardRequest::Stream { key, .. } => shard_for(key, shards),
+            ShardRequest::Bucket { bucket, .. } | ShardRequest::ListBucket { bucket, .. } => {
+                shard_for_bucket(bucket, shards)
+            }
+        }
+    }
+}
+
+impl Control {
+    /// The shard a request about a stream must go to; None for those sent
+    /// to chosen shards (replication, counts, listing parts).
+    pub fn owner(&self, shards: usize) -> Option<usize> {
+        match self {
+            Control::ForkSnapshot { source, .. } | Control::ForkRef { source, .. } => Some(shard_for(source, shards)),
+            _ => None,
+        }
+    }
+}
 
 impl<S: SegmentStore> Dispatch for Shard<S> {
     /// The one local-or-remote comparison of a request's road.

@@ -8,7 +8,6 @@
 //!
 //! Everything here is `Send`: it crosses cores over the mesh.
 
-use super::router::{shard_for, shard_for_bucket};
 use crate::protocol::headers::Lifetime;
 use crate::protocol::{BucketOp, Error, ListReq, ListedStream, Offset, Outcome, StreamKey, StreamOp, Surface};
 use futures_channel::oneshot;
@@ -36,18 +35,6 @@ pub enum ShardRequest {
 }
 
 pub type Reply = Result<Outcome, Error>;
-
-impl ShardRequest {
-    /// The shard that must run this request.
-    pub fn owner(&self, shards: usize) -> usize {
-        match self {
-            ShardRequest::Stream { key, .. } => shard_for(key, shards),
-            ShardRequest::Bucket { bucket, .. } | ShardRequest::ListBucket { bucket, .. } => {
-                shard_for_bucket(bucket, shards)
-            }
-        }
-    }
-}
 
 /// Where a request runs, decided once per request (the edge counts a
 /// hand-off and follows its requests' shard with it).
@@ -97,17 +84,6 @@ pub enum Control {
     },
     /// To a fork source's owner: one fork fewer (at boot: one more).
     ForkRef { source: StreamKey, source_uid: u64, add: bool, done: oneshot::Sender<()> },
-}
-
-impl Control {
-    /// The shard a request about a stream must go to; None for those sent
-    /// to chosen shards (replication, counts, listing parts).
-    pub fn owner(&self, shards: usize) -> Option<usize> {
-        match self {
-            Control::ForkSnapshot { source, .. } | Control::ForkRef { source, .. } => Some(shard_for(source, shards)),
-            _ => None,
-        }
-    }
 }
 
 /// One shard's part of a listing: its first `limit` matching streams after
