@@ -1,11 +1,12 @@
 //! ringstream: a durable-streams HTTP server built as a thread-per-core
 //! storage engine.
 //!
-//! Request path: `http::conn` -> `http::parse` -> `http::route` ->
-//! `server::context` -> `shard::dispatch` (local, or over `shard::mesh` to
-//! the owning core) -> the shard's op (`shard::append`, `shard::read`, ...)
-//! -> `storage::log` (group commit: O_DIRECT|O_DSYNC write) -> ack ->
-//! `http::respond`. docs/ARCHITECTURE.md traces it file by file.
+//! Request path: `http::conn` -> `http::parse` -> `http::route` (classify,
+//! once) -> `shard::dispatch` (the shard is the edge's `Dispatch`: local, or
+//! over `shard::mesh` to the owning core) -> the shard's op (`shard::append`,
+//! `shard::read`, ...) -> `storage::log` (group commit: O_DIRECT|O_DSYNC
+//! write) -> ack -> `http::respond` -> `http::encode`. docs/ARCHITECTURE.md
+//! traces it file by file.
 //!
 //! # Layout
 //! - [`limits`]: every bound, named once.

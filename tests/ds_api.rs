@@ -546,6 +546,62 @@ fn bucket_edge_cases() {
     st(&c.request("GET", &ds("abcd", "n0"), &[], b""), 404, "old stream stays gone");
 }
 
+/// HEAD answers wherever GET does (RFC 9110 9.3.2): the same status and
+/// headers (Content-Length that of GET's body), and no body; the next
+/// request on the same connection parses, so no body bytes were sent.
+#[test]
+fn head_answers_wherever_get_does() {
+    let srv = Server::start();
+    let mut c = srv.conn();
+    make_bucket(&mut c, "headb");
+    st(&c.request("PUT", &ds("headb", "s"), &[TEXT], b"hello"), 201, "PUT stream");
+    let tail = c.request("HEAD", &ds("headb", "s"), &[], b"").sno();
+    let snap = format!("{}/snapshot/{tail}", ds("headb", "s"));
+    st(&c.request("PUT", &snap, &[TEXT], b"snapshot body"), 204, "PUT snapshot");
+    st(&c.request("PUT", &v1("headb", "v"), &[TEXT], b"v1 body"), 201, "PUT /v1 stream");
+    let bootstrap = format!("{}/bootstrap", ds("headb", "s"));
+    let latest = format!("{}/snapshot", ds("headb", "s"));
+    for path in ["/ds/headb", "/ds/headb/streams", "/ds/headb/streams?limit=1", &snap, &latest, &bootstrap] {
+        same_as_get(&mut c, path, true);
+    }
+    for path in ["/healthz", "/readyz", "/ds/missing", "/ds/missing/streams", "/ds/headb/nothing/snapshot"] {
+        same_as_get(&mut c, path, true);
+    }
+    // /metrics: its counters move between the two requests, so only the status and the type.
+    same_as_get(&mut c, "/metrics", false);
+    // A stream's HEAD is its metadata (the protocol's own answer), 200 and no body on both surfaces.
+    for path in [ds("headb", "s"), v1("headb", "v")] {
+        let h = c.request("HEAD", &path, &[], b"");
+        st(&h, 200, &format!("HEAD {path}"));
+        assert_eq!(h.header("content-length"), Some("0"), "HEAD {path}");
+        let get = c.request("GET", &format!("{path}?offset=now"), &[], b"");
+        assert_eq!(Some(h.sno().as_str()), get.header("stream-next-offset"), "HEAD {path}: {}", get.summary());
+    }
+    // What GET may not do, HEAD may not either.
+    st(&c.request("HEAD", "/ds/headb/streams/snapshot", &[], b""), 400, "HEAD reserved `streams` sub-resource");
+}
+
+/// GET then HEAD of `path`: the same status, and with `headers` the same
+/// headers but Date; the HEAD carries no body.
+fn same_as_get(c: &mut Conn, path: &str, headers: bool) {
+    let get = c.request("GET", path, &[], b"");
+    let head = c.request("HEAD", path, &[], b"");
+    st(&head, get.status, &format!("HEAD {path} (GET: {})", get.summary()));
+    assert!(head.body.is_empty(), "HEAD {path}: {}", head.summary());
+    assert_eq!(head.header("content-type"), get.header("content-type"), "HEAD {path}");
+    if !headers {
+        assert!(head.header("content-length").is_some(), "HEAD {path}: {}", head.summary());
+        return;
+    }
+    let mut want: Vec<_> = get.headers.iter().filter(|(k, _)| k != "date").collect();
+    let mut got: Vec<_> = head.headers.iter().filter(|(k, _)| k != "date").collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "HEAD {path} has GET's headers");
+    let length = head.must("content-length");
+    assert_eq!(length, get.body.len().to_string(), "HEAD {path}: Content-Length of GET's body");
+}
+
 // ---------------------------------------------------------------------------
 // After a restart
 

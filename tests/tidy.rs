@@ -58,7 +58,7 @@ fn layers_import_only_what_the_architecture_allows() {
     errors.extend(check(
         "http",
         &["crate::storage", "crate::server", "crate::shard::Shard", "crate::shard::mesh"],
-        &["conn.rs"],
+        &["admit.rs", "io.rs", "requests.rs", "sse_session.rs"],
     ));
     errors.extend(check("shard", &["crate::http", "crate::server", "crate::auth"], &["mesh.rs"]));
     // Access control is an edge concern: pure, knows neither HTTP nor shards.

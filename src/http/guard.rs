@@ -6,7 +6,7 @@
 
 use super::parse::RequestHead;
 use super::respond::{self, Response};
-use super::route::{surface_of, Route, RouteError};
+use super::route::{Class, Fixed, Route, RouteError};
 use crate::auth::access::Access;
 use crate::auth::bearer::Unauthenticated;
 use crate::auth::counters::Count;
@@ -59,8 +59,9 @@ fn stream_right(op: &StreamOp) -> Right {
 /// needs only a known token: it is then answered with its routing error.
 pub fn needs(routed: &Result<Route, RouteError>) -> Option<Needs<'_>> {
     let req = match routed {
-        Ok(Route::Options | Route::Health | Route::Ready) => return None,
-        Ok(Route::Metrics) => return Some(Needs::one(Need::AllBuckets(Right::Admin))),
+        Ok(Route::Edge(Fixed::Metrics)) => return Some(Needs::one(Need::AllBuckets(Right::Admin))),
+        Ok(Route::Edge(Fixed::Options | Fixed::Health | Fixed::Ready)) => return None,
+        Ok(Route::Sse(sse)) => return Some(Needs::one(bucket(&sse.key.bucket, Right::Read))),
         Ok(Route::Shard(req)) => req,
         Err(_) => return Some(Needs::NONE),
     };
@@ -109,14 +110,8 @@ fn forbidden(token: &str, need: Need<'_>) -> Response {
 
 /// The answer a request gets instead of being run, if any; counts what it
 /// decided (per token on this shard's slot, 401s by reason).
-pub fn check(
-    access: &Access,
-    shard: usize,
-    edge: &EdgeMetrics,
-    head: &RequestHead,
-    routed: &Result<Route, RouteError>,
-) -> Option<Response> {
-    let needs = needs(routed)?;
+pub fn check(access: &Access, shard: usize, edge: &EdgeMetrics, head: &RequestHead, class: &Class) -> Option<Response> {
+    let needs = needs(&class.route)?;
     let grants = access.grants();
     let (header, count) = (head.header("authorization"), head.header_count("authorization"));
     let (token, verdict) = match authorize(&grants, header, count, needs.as_slice()) {
@@ -137,7 +132,7 @@ pub fn check(
         }
         Verdict::Hidden => {
             token.counters.add(shard, Count::Hidden);
-            Some(respond::error(surface_of(&head.path), &Error::NotFound))
+            Some(respond::error(class.surface, &Error::NotFound))
         }
     }
 }
@@ -146,13 +141,13 @@ pub fn check(
 mod tests {
     use super::*;
     use crate::http::parse::{parse_head, ParseLimits};
-    use crate::http::route::route;
+    use crate::http::route::classify;
 
     fn needs_of(raw: &str) -> Option<Vec<Need<'static>>> {
         let limits = ParseLimits { header_bytes_max: 8192, header_count_max: 32, body_bytes_max: 1 << 20 };
         let (head, _) = parse_head(raw.as_bytes(), &limits).unwrap();
-        let routed = Box::leak(Box::new(route(&head, Vec::new())));
-        needs(routed).map(|n| n.as_slice().to_vec())
+        let class = Box::leak(Box::new(classify(&head)));
+        needs(&class.route).map(|n| n.as_slice().to_vec())
     }
 
     fn b(bucket: &'static str, right: Right) -> Need<'static> {

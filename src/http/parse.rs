@@ -191,7 +191,6 @@ pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<(RequestHead, usiz
     // window bounds the work per call and turns an over-long head into a Partial result,
     // while pipelined bytes beyond a short head stay out of the way.
     let window = &buf[..buf.len().min(limits.header_bytes_max)];
-
     let mut stack_slots = [EMPTY_HEADER; STACK_HEADER_SLOTS];
     let mut heap_slots: Vec<Header<'_>>;
     let slots: &mut [Header<'_>] = if limits.header_count_max <= STACK_HEADER_SLOTS {
@@ -200,7 +199,6 @@ pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<(RequestHead, usiz
         heap_slots = vec![EMPTY_HEADER; limits.header_count_max];
         &mut heap_slots
     };
-
     let mut req = httparse::Request::new(slots);
     let used = match req.parse(window) {
         Ok(Status::Complete(n)) => n,
@@ -208,12 +206,41 @@ pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<(RequestHead, usiz
         Ok(Status::Partial) => return Err(ParseError::Incomplete),
         Err(e) => return Err(map_httparse_error(e)),
     };
-
     // httparse fills all three on Complete; the fallbacks only avoid a panic path.
     let method_token = req.method.ok_or(ParseError::Bad("missing method"))?;
     let target = req.path.ok_or(ParseError::Bad("missing request-target"))?;
     let minor_version = req.version.ok_or(ParseError::Bad("missing HTTP version"))?;
+    let Target { raw_path, path, query } = target_parts(target)?;
+    let headers = collect_headers(req.headers, used)?;
+    let framing = Framing::scan(&headers)?;
+    let head = RequestHead {
+        method: Method::from_token(method_token),
+        target: target.to_owned(),
+        path,
+        raw_path: raw_path.to_owned(),
+        query,
+        minor_version,
+        body: framing.body(limits)?,
+        keep_alive: framing.keep_alive(minor_version),
+        // HTTP/1.0 clients cannot understand an interim 100 response, so the expectation
+        // is ignored for them (RFC 9110 §10.1.1).
+        expect_continue: framing.expect && minor_version >= 1,
+        headers,
+    };
+    Ok((head, used))
+}
 
+/// A request-target's parts.
+struct Target<'a> {
+    /// The path as sent.
+    raw_path: &'a str,
+    /// The path decoded.
+    path: String,
+    query: Vec<(String, String)>,
+}
+
+/// The request-target's path as sent, decoded, and its query.
+fn target_parts(target: &str) -> Result<Target<'_>, ParseError> {
     let path_and_query = origin_part(target)?;
     let (raw_path, query_str) = match path_and_query.split_once('?') {
         Some((p, q)) => (p, Some(q)),
@@ -229,90 +256,89 @@ pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<(RequestHead, usiz
         Some(q) => parse_query(q)?,
         None => Vec::new(),
     };
+    Ok(Target { raw_path, path, query })
+}
 
-    let mut headers = Headers::with_capacity(req.headers.len(), used);
-    for h in req.headers.iter() {
+/// The header fields as UTF-8, values trimmed.
+fn collect_headers(fields: &[Header<'_>], head_len: usize) -> Result<Headers, ParseError> {
+    let mut headers = Headers::with_capacity(fields.len(), head_len);
+    for h in fields {
         let value = std::str::from_utf8(h.value).map_err(|_| ParseError::Bad("header value is not valid UTF-8"))?;
         headers.push(h.name, value.trim_matches([' ', '\t']));
     }
+    Ok(headers)
+}
 
-    let mut content_length: Option<u64> = None;
-    let mut te_headers = 0usize;
-    let mut te_is_chunked = false;
-    let mut conn_close = false;
-    let mut conn_keep_alive = false;
-    let mut expect = false;
-    for (name, value) in headers.iter() {
-        match name {
-            "content-length" => {
-                let n = parse_content_length(value)?;
-                match content_length {
-                    // Differing lengths are the classic request-smuggling vector.
-                    Some(prev) if prev != n => return Err(ParseError::Bad("conflicting Content-Length headers")),
-                    _ => content_length = Some(n),
-                }
-            }
-            "transfer-encoding" => {
-                te_headers += 1;
-                te_is_chunked = value.eq_ignore_ascii_case("chunked");
-            }
-            "connection" => {
-                for token in value.split(',').map(|t| t.trim_matches([' ', '\t'])) {
-                    if token.eq_ignore_ascii_case("close") {
-                        conn_close = true;
-                    } else if token.eq_ignore_ascii_case("keep-alive") {
-                        conn_keep_alive = true;
+/// What the headers say about the message's framing and the connection.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Framing {
+    content_length: Option<u64>,
+    te_headers: usize,
+    te_is_chunked: bool,
+    conn_close: bool,
+    conn_keep_alive: bool,
+    expect: bool,
+}
+
+impl Framing {
+    fn scan(headers: &Headers) -> Result<Framing, ParseError> {
+        let mut f = Framing::default();
+        for (name, value) in headers.iter() {
+            match name {
+                "content-length" => {
+                    let n = parse_content_length(value)?;
+                    match f.content_length {
+                        // Differing lengths are the classic request-smuggling vector.
+                        Some(prev) if prev != n => return Err(ParseError::Bad("conflicting Content-Length headers")),
+                        _ => f.content_length = Some(n),
                     }
                 }
+                "transfer-encoding" => {
+                    f.te_headers += 1;
+                    f.te_is_chunked = value.eq_ignore_ascii_case("chunked");
+                }
+                "connection" => {
+                    for token in value.split(',').map(|t| t.trim_matches([' ', '\t'])) {
+                        f.conn_close |= token.eq_ignore_ascii_case("close");
+                        f.conn_keep_alive |= token.eq_ignore_ascii_case("keep-alive");
+                    }
+                }
+                "expect" if value.eq_ignore_ascii_case("100-continue") => f.expect = true,
+                _ => {}
             }
-            "expect" if value.eq_ignore_ascii_case("100-continue") => expect = true,
-            _ => {}
+        }
+        Ok(f)
+    }
+
+    fn body(&self, limits: &ParseLimits) -> Result<BodyKind, ParseError> {
+        if self.te_headers > 0 {
+            if self.content_length.is_some() {
+                return Err(ParseError::Bad("both Content-Length and Transfer-Encoding present"));
+            }
+            // Several TE headers form a list of codings (e.g. "gzip" then "chunked"); only a
+            // lone "chunked" is something we can decode.
+            return if self.te_headers == 1 && self.te_is_chunked {
+                Ok(BodyKind::Chunked)
+            } else {
+                Err(ParseError::UnsupportedTransferEncoding)
+            };
+        }
+        match self.content_length {
+            Some(n) if n > limits.body_bytes_max => Err(ParseError::BodyTooLarge),
+            Some(n) => Ok(BodyKind::Length(n)),
+            None => Ok(BodyKind::None),
         }
     }
 
-    let body = if te_headers > 0 {
-        if content_length.is_some() {
-            return Err(ParseError::Bad("both Content-Length and Transfer-Encoding present"));
-        }
-        // Several TE headers form a list of codings (e.g. "gzip" then "chunked"); only a
-        // lone "chunked" is something we can decode.
-        if te_headers == 1 && te_is_chunked {
-            BodyKind::Chunked
+    fn keep_alive(&self, minor_version: u8) -> bool {
+        if minor_version >= 1 {
+            !self.conn_close
         } else {
-            return Err(ParseError::UnsupportedTransferEncoding);
+            // HTTP/1.0 framing with Transfer-Encoding is untrustworthy, so the connection
+            // must not be reused afterwards (RFC 9112 §6.1).
+            self.conn_keep_alive && !self.conn_close && self.te_headers == 0
         }
-    } else if let Some(n) = content_length {
-        if n > limits.body_bytes_max {
-            return Err(ParseError::BodyTooLarge);
-        }
-        BodyKind::Length(n)
-    } else {
-        BodyKind::None
-    };
-
-    let keep_alive = if minor_version >= 1 {
-        !conn_close
-    } else {
-        // HTTP/1.0 framing with Transfer-Encoding is untrustworthy, so the connection
-        // must not be reused afterwards (RFC 9112 §6.1).
-        conn_keep_alive && !conn_close && te_headers == 0
-    };
-
-    let head = RequestHead {
-        method: Method::from_token(method_token),
-        target: target.to_owned(),
-        path,
-        raw_path: raw_path.to_owned(),
-        query,
-        minor_version,
-        headers,
-        keep_alive,
-        body,
-        // HTTP/1.0 clients cannot understand an interim 100 response, so the expectation
-        // is ignored for them (RFC 9110 §10.1.1).
-        expect_continue: expect && minor_version >= 1,
-    };
-    Ok((head, used))
+    }
 }
 
 fn map_httparse_error(e: httparse::Error) -> ParseError {

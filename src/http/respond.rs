@@ -1,108 +1,44 @@
-//! Outcomes and errors to HTTP responses: the only place that knows status
-//! codes, and where the /ds and /v1 dialects differ (snakream.md's table).
+//! Outcomes and errors to responses: the only place that knows which status
+//! an answer gets, and where the /ds and /v1 dialects differ ([`DIALECT`],
+//! snakream.md's table). How a response goes on the wire is `encode`'s.
 
+pub use super::encode::{plain, Response};
 use crate::limits::RETRY_AFTER_UNAVAILABLE_SECS;
-use crate::protocol::{digits, Bootstrap, Error, Listing, Outcome, QuotaKind, StreamInfo, Surface};
+use crate::protocol::{
+    Bootstrap, Error, Listing, Offset, Outcome, ProducerAck, QuotaKind, ReadOutcome, StreamInfo, Surface,
+};
 use std::fmt::Write;
 
-/// A response before serialisation.
-pub struct Response {
-    pub status: u16,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
-    pub close: bool,
+/// The answers whose status depends on the surface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Row {
+    /// An append without a producer.
+    Append,
+    /// A producer's append that wrote data.
+    ProducerAppend,
+    /// A producer's duplicate, or a producer's append that only closes.
+    ProducerNothingNew,
+    /// A read at the open tail that found nothing.
+    EmptyReadAtOpenTail,
+    /// A producer fenced by a newer epoch.
+    StaleEpoch,
 }
 
-impl Response {
-    pub fn new(status: u16) -> Self {
-        Response { status, headers: Vec::new(), body: Vec::new(), close: false }
-    }
-    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
-        self.headers.push((name, value.into()));
-        self
-    }
-    fn text(mut self, msg: &str) -> Self {
-        self.body = format!("{msg}\n").into_bytes();
-        self.header("Content-Type", "text/plain; charset=utf-8")
-    }
-}
+/// The dialect table: (row, status on /ds, status on /v1).
+pub const DIALECT: [(Row, u16, u16); 5] = [
+    (Row::Append, 200, 204),
+    (Row::ProducerAppend, 200, 200),
+    (Row::ProducerNothingNew, 200, 204),
+    (Row::EmptyReadAtOpenTail, 204, 200),
+    (Row::StaleEpoch, 409, 403),
+];
 
-const EXPOSE: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, \
-Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, \
-Producer-Received-Seq, ETag, Content-Type, Location, Retry-After, Stream-Snapshot-Offset, WWW-Authenticate";
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        100 => "Continue",
-        200 => "OK",
-        201 => "Created",
-        204 => "No Content",
-        304 => "Not Modified",
-        307 => "Temporary Redirect",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        410 => "Gone",
-        412 => "Precondition Failed",
-        413 => "Content Too Large",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        507 => "Insufficient Storage",
-        _ => "",
-    }
-}
-
-fn encode_head(r: &Response, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    digits::push_decimal(out, u64::from(r.status));
-    out.push(b' ');
-    out.extend_from_slice(reason(r.status).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    super::date::write_header(out);
-    for (k, v) in &r.headers {
-        out.extend_from_slice(k.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    // On every response, errors included (F107-F109).
-    out.extend_from_slice(b"X-Content-Type-Options: nosniff\r\nCross-Origin-Resource-Policy: cross-origin\r\nAccess-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: ");
-    out.extend_from_slice(EXPOSE.as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-/// The head of an SSE response: no Content-Length, the body ends when the
-/// connection closes (F64).
-pub fn sse_head(base64: bool, out: &mut Vec<u8>) {
-    let mut r = Response::new(200).header("Content-Type", "text/event-stream").header("Cache-Control", "no-cache");
-    if base64 {
-        r = r.header("Stream-SSE-Data-Encoding", "base64");
-    }
-    encode_head(&r.header("Connection", "close"), out);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Serialises a response. `head_only`: HEAD request, no body bytes.
-pub fn encode(r: &Response, head_only: bool, keep_alive: bool, out: &mut Vec<u8>) {
-    encode_head(r, out);
-    if r.status != 204 && r.status != 304 && r.status >= 200 {
-        out.extend_from_slice(b"Content-Length: ");
-        digits::push_decimal(out, r.body.len() as u64);
-        out.extend_from_slice(b"\r\n");
-    }
-    if !keep_alive || r.close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if !head_only && r.status != 204 && r.status != 304 {
-        out.extend_from_slice(&r.body);
+/// The status of `row` on `surface`.
+pub fn status(surface: Surface, row: Row) -> u16 {
+    let (_, ds, v1) = DIALECT.iter().find(|(r, _, _)| *r == row).expect("every row is in the table");
+    match surface {
+        Surface::Ds => *ds,
+        Surface::V1 => *v1,
     }
 }
 
@@ -118,110 +54,42 @@ fn out_str(out: &mut Vec<u8>) -> impl std::fmt::Write + '_ {
     W(out)
 }
 
-/// The headers every answer about a stream carries (moves the ETag out of `info`).
-fn stream_headers(mut r: Response, info: &mut StreamInfo) -> Response {
-    r = r.header("Stream-Next-Offset", info.next_offset.to_string()).header("ETag", std::mem::take(&mut info.etag));
-    if info.closed {
-        r = r.header("Stream-Closed", "true");
+/// Adds `name: value` when there is a value.
+fn maybe(r: Response, name: &'static str, value: Option<impl ToString>) -> Response {
+    match value {
+        Some(v) => r.header(name, v.to_string()),
+        None => r,
     }
-    r
+}
+
+/// Adds `name: true` when `on`.
+fn flag(r: Response, name: &'static str, on: bool) -> Response {
+    if on {
+        r.header(name, "true")
+    } else {
+        r
+    }
+}
+
+/// The headers every answer about a stream carries (moves the ETag out of `info`).
+fn stream_headers(r: Response, info: &mut StreamInfo) -> Response {
+    let r = r.header("Stream-Next-Offset", info.next_offset.to_string()).header("ETag", std::mem::take(&mut info.etag));
+    flag(r, "Stream-Closed", info.closed)
 }
 
 /// The response to a successful outcome. `location`: absolute URL of the
-/// request path, for 201.
+/// request path, for 201 and 307.
 pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Response {
     match o {
-        Outcome::Created { mut info, new } => {
-            let mut r = Response::new(if new { 201 } else { 200 }).header("Content-Type", info.content_type.clone());
-            if new {
-                r = r.header("Location", location());
-            }
-            stream_headers(r, &mut info)
+        Outcome::Created { info, new } => created(info, new, location),
+        Outcome::Appended { info, producer, duplicate, close_only } => {
+            appended(surface, info, producer, duplicate || close_only)
         }
-        Outcome::Appended { mut info, producer, duplicate, close_only } => {
-            let status = match (surface, &producer) {
-                (Surface::Ds, _) => 200,
-                (Surface::V1, None) => 204,
-                (Surface::V1, Some(_)) if duplicate || close_only => 204,
-                (Surface::V1, Some(_)) => 200,
-            };
-            let mut r = stream_headers(Response::new(status), &mut info);
-            if let Some(p) = producer {
-                r = r.header("Producer-Epoch", p.epoch.to_string()).header("Producer-Seq", p.seq.to_string());
-            }
-            r
-        }
-        Outcome::Read(rd) => {
-            if rd.not_modified {
-                let mut r = Response::new(304);
-                if let Some(e) = rd.etag {
-                    r = r.header("ETag", e);
-                }
-                return r;
-            }
-            if rd.timed_out {
-                // Long-poll without data: timeout, or closed at the tail (F58/F59).
-                let mut r = Response::new(204)
-                    .header("Stream-Next-Offset", rd.next_offset.to_string())
-                    .header("Stream-Up-To-Date", "true")
-                    .header("Cache-Control", "no-store");
-                if let Some(c) = rd.cursor {
-                    r = r.header("Stream-Cursor", c.to_string());
-                }
-                if rd.closed_at_end {
-                    r = r.header("Stream-Closed", "true");
-                }
-                return r;
-            }
-            let at_tail_open_ds = surface == Surface::Ds
-                && rd.up_to_date
-                && !rd.closed_at_end
-                && rd.next_offset == rd.info.next_offset
-                && !rd.has_data();
-            let mut r = Response::new(if at_tail_open_ds { 204 } else { 200 })
-                .header("Content-Type", rd.info.content_type.clone())
-                .header("Stream-Next-Offset", rd.next_offset.to_string());
-            if rd.up_to_date {
-                r = r.header("Stream-Up-To-Date", "true");
-            }
-            if rd.closed_at_end {
-                r = r.header("Stream-Closed", "true");
-            }
-            if let Some(e) = rd.etag {
-                r = r.header("ETag", e);
-            }
-            if let Some(c) = rd.cursor {
-                r = r.header("Stream-Cursor", c.to_string());
-            }
-            let cache = if rd.offset_now {
-                "no-store"
-            } else if rd.up_to_date {
-                // The tail moves: let caches revalidate with the ETag.
-                "no-cache"
-            } else {
-                // A range strictly before the tail never changes.
-                "public, max-age=60, stale-while-revalidate=300"
-            };
-            r = r.header("Cache-Control", cache);
-            r.body = rd.body;
-            r
-        }
+        Outcome::Read(rd) if rd.not_modified => maybe(Response::new(304), "ETag", rd.etag),
+        Outcome::Read(rd) if rd.timed_out => long_poll_timeout(rd),
+        Outcome::Read(rd) => read(surface, rd),
         Outcome::Head { info, not_modified: true } => Response::new(304).header("ETag", info.etag),
-        Outcome::Head { mut info, .. } => {
-            let mut r = stream_headers(Response::new(200), &mut info)
-                .header("Content-Type", info.content_type.clone())
-                .header("Cache-Control", "no-store");
-            if let Some(t) = info.ttl_secs {
-                r = r.header("Stream-TTL", t.to_string());
-            }
-            if let Some(e) = &info.expires_at {
-                r = r.header("Stream-Expires-At", e.clone());
-            }
-            if let Some(o) = info.snapshot_offset {
-                r = r.header("Stream-Snapshot-Offset", o.to_string());
-            }
-            r
-        }
+        Outcome::Head { info, .. } => head(info),
         Outcome::SnapshotPublished { info, offset } => Response::new(204)
             .header("Stream-Next-Offset", info.next_offset.to_string())
             .header("ETag", info.etag)
@@ -232,30 +100,89 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             .header("Cache-Control", "no-store"),
         Outcome::Snapshot { info, offset, content_type, body } => {
             let up_to_date = offset == info.next_offset;
-            snapshot_answer(
-                content_type,
-                info.next_offset,
-                offset.to_string(),
-                up_to_date,
-                up_to_date && info.closed,
-                body,
-            )
+            let closed = up_to_date && info.closed;
+            snapshot_answer(content_type, info.next_offset, offset.to_string(), up_to_date, closed, body)
         }
         Outcome::Bootstrap(b) => bootstrap(b),
         Outcome::Deleted | Outcome::BucketDeleted => Response::new(204),
         Outcome::BucketCreated => Response::new(201),
-        Outcome::BucketInfo { bucket, streams } => {
-            let mut r = Response::new(200).header("Content-Type", "application/json");
-            r.body = bucket_json(&bucket, streams).into_bytes();
-            r
-        }
-        Outcome::Listing(l) => {
-            let mut r =
-                Response::new(200).header("Content-Type", "application/json").header("Cache-Control", "no-store");
-            r.body = listing_json(&l).into_bytes();
-            r
-        }
+        Outcome::BucketInfo { bucket, streams } => json(bucket_json(&bucket, streams)),
+        Outcome::Listing(l) => json(listing_json(&l)).header("Cache-Control", "no-store"),
     }
+}
+
+fn json(body: String) -> Response {
+    let mut r = Response::new(200).header("Content-Type", "application/json");
+    r.body = body.into_bytes();
+    r
+}
+
+/// PUT of a stream: 201 with its Location when new, 200 when it existed alike.
+fn created(mut info: StreamInfo, new: bool, location: impl FnOnce() -> String) -> Response {
+    let mut r = Response::new(if new { 201 } else { 200 }).header("Content-Type", info.content_type.clone());
+    if new {
+        r = r.header("Location", location());
+    }
+    stream_headers(r, &mut info)
+}
+
+/// POST: the status is the dialect's; a producer's is echoed.
+fn appended(surface: Surface, mut info: StreamInfo, producer: Option<ProducerAck>, nothing_new: bool) -> Response {
+    let row = match (&producer, nothing_new) {
+        (None, _) => Row::Append,
+        (Some(_), true) => Row::ProducerNothingNew,
+        (Some(_), false) => Row::ProducerAppend,
+    };
+    let r = stream_headers(Response::new(status(surface, row)), &mut info);
+    match producer {
+        Some(p) => r.header("Producer-Epoch", p.epoch.to_string()).header("Producer-Seq", p.seq.to_string()),
+        None => r,
+    }
+}
+
+/// A long-poll without data: timeout, or closed at the tail (F58/F59).
+fn long_poll_timeout(rd: ReadOutcome) -> Response {
+    let r = Response::new(204)
+        .header("Stream-Next-Offset", rd.next_offset.to_string())
+        .header("Stream-Up-To-Date", "true")
+        .header("Cache-Control", "no-store");
+    flag(maybe(r, "Stream-Cursor", rd.cursor), "Stream-Closed", rd.closed_at_end)
+}
+
+/// A read with its range: 200, or the dialect's status for nothing at an open tail.
+fn read(surface: Surface, rd: ReadOutcome) -> Response {
+    let at_open_tail = rd.up_to_date && !rd.closed_at_end && rd.next_offset == rd.info.next_offset && !rd.has_data();
+    let code = if at_open_tail { status(surface, Row::EmptyReadAtOpenTail) } else { 200 };
+    let r = Response::new(code)
+        .header("Content-Type", rd.info.content_type.clone())
+        .header("Stream-Next-Offset", rd.next_offset.to_string());
+    let cache = read_cache(&rd);
+    let r = flag(flag(r, "Stream-Up-To-Date", rd.up_to_date), "Stream-Closed", rd.closed_at_end);
+    let mut r = maybe(maybe(r, "ETag", rd.etag), "Stream-Cursor", rd.cursor).header("Cache-Control", cache);
+    r.body = rd.body;
+    r
+}
+
+fn read_cache(rd: &ReadOutcome) -> &'static str {
+    if rd.offset_now {
+        "no-store"
+    } else if rd.up_to_date {
+        // The tail moves: let caches revalidate with the ETag.
+        "no-cache"
+    } else {
+        // A range strictly before the tail never changes.
+        "public, max-age=60, stale-while-revalidate=300"
+    }
+}
+
+/// HEAD of a stream: its metadata.
+fn head(mut info: StreamInfo) -> Response {
+    let r = stream_headers(Response::new(200), &mut info)
+        .header("Content-Type", info.content_type.clone())
+        .header("Cache-Control", "no-store");
+    let r = maybe(r, "Stream-TTL", info.ttl_secs);
+    let r = maybe(r, "Stream-Expires-At", info.expires_at);
+    maybe(r, "Stream-Snapshot-Offset", info.snapshot_offset)
 }
 
 /// `GET .../bootstrap` as `multipart/mixed` (RFC 2046): the snapshot part
@@ -289,7 +216,7 @@ fn bootstrap(b: Bootstrap) -> Response {
 /// newer snapshot replaces what they answer.
 fn snapshot_answer(
     content_type: String,
-    next_offset: crate::protocol::Offset,
+    next_offset: Offset,
     snapshot_offset: String,
     up_to_date: bool,
     closed: bool,
@@ -369,7 +296,7 @@ pub fn error(surface: Surface, e: &Error) -> Response {
             .header("Stream-Closed", "true")
             .header("Stream-Next-Offset", next_offset.to_string())
             .text("stream is closed"),
-        Error::StaleEpoch { current } => Response::new(if surface == Surface::Ds { 409 } else { 403 })
+        Error::StaleEpoch { current } => Response::new(status(surface, Row::StaleEpoch))
             .header("Producer-Epoch", current.to_string())
             .text(&e.to_string()),
         Error::SeqGap { expected, received } => Response::new(409)
@@ -438,14 +365,116 @@ pub fn preflight() -> Response {
         .header("Access-Control-Max-Age", "86400")
 }
 
-pub fn plain(status: u16, msg: &str) -> Response {
-    Response::new(status).text(msg)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{ListedStream, Offset};
+    use crate::protocol::ListedStream;
+
+    fn info() -> StreamInfo {
+        StreamInfo {
+            content_type: "text/plain".into(),
+            next_offset: Offset::new(0, 5),
+            closed: false,
+            etag: "\"e\"".into(),
+            ttl_secs: None,
+            expires_at: None,
+            snapshot_offset: None,
+        }
+    }
+
+    fn append_status(surface: Surface, producer: bool, duplicate: bool, close_only: bool) -> u16 {
+        let producer = producer.then_some(ProducerAck { epoch: 1, seq: 2 });
+        let o = Outcome::Appended { info: info(), producer, duplicate, close_only };
+        outcome(surface, o, String::new).status
+    }
+
+    fn read_at(next: Offset, body: &[u8]) -> ReadOutcome {
+        ReadOutcome {
+            info: info(),
+            body: body.to_vec(),
+            next_offset: next,
+            up_to_date: true,
+            closed_at_end: false,
+            etag: None,
+            not_modified: false,
+            offset_now: false,
+            cursor: None,
+            timed_out: false,
+        }
+    }
+
+    #[test]
+    fn every_row_of_the_dialect_table_is_answered_as_listed() {
+        use Surface::{Ds, V1};
+        for surface in [Ds, V1] {
+            let want = |row| status(surface, row);
+            assert_eq!(append_status(surface, false, false, false), want(Row::Append));
+            assert_eq!(append_status(surface, true, false, false), want(Row::ProducerAppend));
+            assert_eq!(append_status(surface, true, true, false), want(Row::ProducerNothingNew));
+            assert_eq!(append_status(surface, true, false, true), want(Row::ProducerNothingNew));
+            let empty = outcome(surface, Outcome::Read(read_at(Offset::new(0, 5), b"")), String::new);
+            assert_eq!(empty.status, want(Row::EmptyReadAtOpenTail));
+            assert_eq!(error(surface, &Error::StaleEpoch { current: 3 }).status, want(Row::StaleEpoch));
+        }
+        // The table itself, as snakream.md gives it.
+        assert_eq!([Ds, V1].map(|s| status(s, Row::Append)), [200, 204]);
+        assert_eq!([Ds, V1].map(|s| status(s, Row::ProducerAppend)), [200, 200]);
+        assert_eq!([Ds, V1].map(|s| status(s, Row::ProducerNothingNew)), [200, 204]);
+        assert_eq!([Ds, V1].map(|s| status(s, Row::EmptyReadAtOpenTail)), [204, 200]);
+        assert_eq!([Ds, V1].map(|s| status(s, Row::StaleEpoch)), [409, 403]);
+    }
+
+    #[test]
+    fn reads_with_data_or_before_the_tail_are_200_on_both_surfaces() {
+        for surface in [Surface::Ds, Surface::V1] {
+            let data = outcome(surface, Outcome::Read(read_at(Offset::new(0, 5), b"x")), String::new);
+            assert_eq!(data.status, 200);
+            assert_eq!(data.body, b"x");
+            let behind = outcome(surface, Outcome::Read(read_at(Offset::new(0, 3), b"")), String::new);
+            assert_eq!(behind.status, 200);
+        }
+    }
+
+    #[test]
+    fn errors_map_to_the_same_status_on_both_surfaces_but_stale_epochs() {
+        let quota = |quota| Error::QuotaExceeded { quota, bucket: "b".into(), limit: 1, used: 1, requested: 1 };
+        for (e, want) in [
+            (Error::BadRequest("x".into()), 400),
+            (Error::NotFound, 404),
+            (Error::Gone("x"), 410),
+            (Error::Conflict("x".into()), 409),
+            (Error::TooLarge, 413),
+            (Error::StreamClosed { next_offset: Offset::new(0, 1) }, 409),
+            (Error::SeqGap { expected: 2, received: 4 }, 409),
+            (Error::PreconditionFailed, 412),
+            (Error::Overloaded { retry_after_secs: 1 }, 503),
+            (Error::Unavailable("x".into()), 503),
+            (Error::InsufficientStorage("x".into()), 507),
+            (quota(QuotaKind::MaxStreams), 429),
+            (quota(QuotaKind::MaxBytes), 507),
+        ] {
+            assert_eq!(error(Surface::Ds, &e).status, want, "{e:?}");
+            assert_eq!(error(Surface::V1, &e).status, want, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn long_polls_without_data_and_revalidations() {
+        let mut rd = read_at(Offset::new(0, 5), b"");
+        rd.timed_out = true;
+        rd.closed_at_end = true;
+        let r = outcome(Surface::V1, Outcome::Read(rd), String::new);
+        assert_eq!(r.status, 204);
+        assert!(r.headers.contains(&("Stream-Closed", "true".into())));
+        let mut rd = read_at(Offset::new(0, 5), b"x");
+        rd.not_modified = true;
+        rd.etag = Some("\"e\"".into());
+        let r = outcome(Surface::Ds, Outcome::Read(rd), String::new);
+        assert_eq!((r.status, r.headers.len()), (304, 1));
+        let r = outcome(Surface::Ds, Outcome::Created { info: info(), new: true }, || "http://h/ds/b/s".into());
+        assert_eq!(r.status, 201);
+        assert!(r.headers.contains(&("Location", "http://h/ds/b/s".into())));
+    }
 
     #[test]
     fn listing_and_bucket_bodies_are_json_with_escapes() {

@@ -1,5 +1,7 @@
-//! Turns a parsed request into a typed shard request: method + path + query
-//! + headers -> (stream key, operation). No I/O, and no storage.
+//! Classifies a parsed request, once: method + path + query + headers ->
+//! [`Class`] (its metrics label, its surface, its live mode, and where it
+//! goes: a typed shard request, an SSE session, or an answer the edge gives
+//! itself). No I/O, and no storage.
 
 use super::parse::{Method, RequestHead};
 use crate::limits::BUCKET_LIST_LIMIT_MAX;
@@ -14,10 +16,56 @@ use crate::protocol::{
 };
 use crate::shard::message::ShardRequest;
 
+/// Everything the edge decides about a request from its head, decided in
+/// one step ([`classify`]) and carried through the connection loop.
+#[derive(Debug)]
+pub struct Class {
+    /// The `route` label it is counted under in /metrics.
+    pub label: RouteLabel,
+    /// Which status dialect answers it (errors included).
+    pub surface: Surface,
+    /// A read's live mode (`Live::No` for anything else).
+    pub live: Live,
+    /// Where it goes, or why it goes nowhere.
+    pub route: Result<Route, RouteError>,
+}
+
+/// Classifies a request from its head (the body comes later, see [`set_body`]).
+pub fn classify(head: &RequestHead) -> Class {
+    let (label, surface) = place(&head.path);
+    let route = route(head, Vec::new());
+    let live = match &route {
+        Ok(Route::Sse(_)) => Live::Sse,
+        Ok(Route::Shard(req)) => match &**req {
+            ShardRequest::Stream { op: StreamOp::Read(r), .. } => r.live,
+            _ => Live::No,
+        },
+        _ => Live::No,
+    };
+    Class { label, surface, live, route }
+}
+
+/// An SSE read: the connection runs an SSE session for it.
+#[derive(Debug)]
+pub struct SseRead {
+    pub key: StreamKey,
+    pub surface: Surface,
+    pub read: ReadReq,
+}
+
 #[derive(Debug)]
 pub enum Route {
-    /// Run on the owning shard.
+    /// Run on the owning shard, one answer.
     Shard(Box<ShardRequest>),
+    /// `live=sse`: a session of reads on the owning shard.
+    Sse(Box<SseRead>),
+    /// Answered by the edge itself, no shard.
+    Edge(Fixed),
+}
+
+/// The requests the edge answers without a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fixed {
     /// CORS preflight.
     Options,
     /// Server counters.
@@ -50,47 +98,42 @@ fn bad(msg: &str) -> RouteError {
     RouteError::Protocol(Error::BadRequest(msg.into()))
 }
 
-pub fn surface_of(path: &str) -> Surface {
-    if path.starts_with("/ds/") || path == "/ds" {
-        Surface::Ds
-    } else {
-        Surface::V1
-    }
-}
-
-/// The `route` label a request is counted under in /metrics. Cheap: a few
-/// prefix tests, no allocation.
-pub fn route_label(path: &str) -> RouteLabel {
+/// The metrics label and the surface of a path: a few prefix tests, no
+/// allocation, whether or not the request routes.
+fn place(path: &str) -> (RouteLabel, Surface) {
     if path.starts_with("/v1/stream/") {
-        return RouteLabel::V1Stream;
+        return (RouteLabel::V1Stream, Surface::V1);
     }
     if let Some(rest) = path.strip_prefix("/ds/") {
-        return match rest.split_once('/') {
+        let label = match rest.split_once('/') {
             None | Some((_, "")) | Some((_, "streams")) => RouteLabel::DsBucket,
             Some(_) => RouteLabel::DsStream,
         };
+        return (label, Surface::Ds);
     }
-    match path {
+    let surface = if path == "/ds" { Surface::Ds } else { Surface::V1 };
+    let label = match path {
         "/metrics" => RouteLabel::Metrics,
         "/healthz" | "/readyz" => RouteLabel::Health,
         _ => RouteLabel::Other,
-    }
+    };
+    (label, surface)
 }
 
 pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
     if head.method == Method::Options {
-        return Ok(Route::Options);
+        return Ok(Route::Edge(Fixed::Options));
     }
     let path = head.path.as_str();
     let fixed = match path {
-        "/metrics" => Some(Route::Metrics),
-        "/healthz" => Some(Route::Health),
-        "/readyz" => Some(Route::Ready),
+        "/metrics" => Some(Fixed::Metrics),
+        "/healthz" => Some(Fixed::Health),
+        "/readyz" => Some(Fixed::Ready),
         _ => None,
     };
-    if let Some(r) = fixed {
+    if let Some(f) = fixed {
         return match head.method {
-            Method::Get | Method::Head => Ok(r),
+            Method::Get | Method::Head => Ok(Route::Edge(f)),
             _ => Err(RouteError::MethodNotAllowed("GET, HEAD")),
         };
     }
@@ -110,14 +153,15 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
             None | Some("") => {
                 let op = match head.method {
                     Method::Put => BucketOp::Create,
-                    Method::Get => BucketOp::Get,
+                    // HEAD answers as GET does, without the body (RFC 9110 9.3.2).
+                    Method::Get | Method::Head => BucketOp::Get,
                     Method::Delete => BucketOp::Delete,
-                    _ => return Err(RouteError::MethodNotAllowed("PUT, GET, DELETE")),
+                    _ => return Err(RouteError::MethodNotAllowed("PUT, GET, HEAD, DELETE")),
                 };
                 Ok(Route::Shard(Box::new(ShardRequest::Bucket { bucket, op })))
             }
-            // `streams` is reserved: GET lists the bucket, anything else is a bad stream ID.
-            Some("streams") if sub.is_none() && head.method == Method::Get => {
+            // `streams` is reserved: GET (or HEAD) lists the bucket, anything else is a bad stream ID.
+            Some("streams") if sub.is_none() && matches!(head.method, Method::Get | Method::Head) => {
                 Ok(Route::Shard(Box::new(ShardRequest::ListBucket { bucket, list: list_query(head)? })))
             }
             Some("streams") => Err(bad("\"streams\" is reserved and cannot be a stream ID")),
@@ -242,7 +286,10 @@ fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surf
         Method::Delete => StreamOp::Delete,
         _ => return Err(RouteError::MethodNotAllowed("GET, HEAD, PUT, POST, DELETE, OPTIONS")),
     };
-    Ok(Route::Shard(Box::new(ShardRequest::Stream { key, surface, op })))
+    Ok(match op {
+        StreamOp::Read(read) if read.live == Live::Sse => Route::Sse(Box::new(SseRead { key, surface, read })),
+        op => Route::Shard(Box::new(ShardRequest::Stream { key, surface, op })),
+    })
 }
 
 /// `/ds/{bucket}/{stream}/snapshot[/{offset}]` and `.../bootstrap` (snakream.md).
@@ -326,6 +373,48 @@ fn fork_headers(head: &RequestHead) -> Result<Option<ForkReq>, RouteError> {
 mod tests {
     use super::*;
 
+    fn class_of(raw: &str) -> Class {
+        let limits =
+            super::super::parse::ParseLimits { header_bytes_max: 8192, header_count_max: 32, body_bytes_max: 1 << 20 };
+        let (head, _) = super::super::parse::parse_head(raw.as_bytes(), &limits).unwrap();
+        classify(&head)
+    }
+
+    #[test]
+    fn one_classification_carries_label_surface_live_mode_and_road() {
+        let c = class_of("GET /ds/b1bb/s?offset=now&live=sse HTTP/1.1\r\n\r\n");
+        assert_eq!((c.label, c.surface, c.live), (RouteLabel::DsStream, Surface::Ds, Live::Sse));
+        assert!(matches!(&c.route, Ok(Route::Sse(s)) if s.key.stream == "s" && s.surface == Surface::Ds));
+        let c = class_of("GET /v1/stream/a/b?offset=-1&live=long-poll HTTP/1.1\r\n\r\n");
+        assert_eq!((c.label, c.surface, c.live), (RouteLabel::V1Stream, Surface::V1, Live::LongPoll));
+        assert!(matches!(c.route, Ok(Route::Shard(_))));
+        let c = class_of("POST /ds/b1bb/s HTTP/1.1\r\nContent-Length: 1\r\n\r\n");
+        assert_eq!((c.label, c.surface, c.live), (RouteLabel::DsStream, Surface::Ds, Live::No));
+        // Routing errors keep the label and the surface of their path.
+        let c = class_of("PATCH /ds/b1bb HTTP/1.1\r\n\r\n");
+        assert_eq!((c.label, c.surface), (RouteLabel::DsBucket, Surface::Ds));
+        assert_eq!(c.route.unwrap_err(), RouteError::MethodNotAllowed("PUT, GET, HEAD, DELETE"));
+        let c = class_of("GET /nowhere HTTP/1.1\r\n\r\n");
+        assert_eq!((c.label, c.surface), (RouteLabel::Other, Surface::V1));
+        assert!(matches!(class_of("HEAD /readyz HTTP/1.1\r\n\r\n").route, Ok(Route::Edge(Fixed::Ready))));
+        assert!(matches!(class_of("OPTIONS /ds/b1bb/s HTTP/1.1\r\n\r\n").route, Ok(Route::Edge(Fixed::Options))));
+    }
+
+    #[test]
+    fn head_routes_wherever_get_does() {
+        for path in ["/ds/b1bb", "/ds/b1bb/streams?limit=2", "/ds/b1bb/s/snapshot", "/ds/b1bb/s/bootstrap"] {
+            let get = class_of(&format!("GET {path} HTTP/1.1\r\n\r\n")).route;
+            let head = class_of(&format!("HEAD {path} HTTP/1.1\r\n\r\n")).route;
+            match (get, head) {
+                (Ok(Route::Shard(g)), Ok(Route::Shard(h))) => assert_eq!(format!("{g:?}"), format!("{h:?}"), "{path}"),
+                other => panic!("{path}: {other:?}"),
+            }
+        }
+        for path in ["/metrics", "/healthz", "/readyz"] {
+            assert!(class_of(&format!("HEAD {path} HTTP/1.1\r\n\r\n")).route.is_ok(), "{path}");
+        }
+    }
+
     #[test]
     fn route_labels() {
         for (path, want) in [
@@ -340,7 +429,7 @@ mod tests {
             ("/", RouteLabel::Other),
             ("/v1/streamx", RouteLabel::Other),
         ] {
-            assert_eq!(route_label(path), want, "{path}");
+            assert_eq!(place(path).0, want, "{path}");
         }
     }
 

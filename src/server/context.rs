@@ -1,6 +1,7 @@
-//! What a connection sees of its shard: the one road to a request's owner
-//! (`Dispatch`), the metrics of every shard, readiness, the stop signal and
-//! the grants in force.
+//! What the server owns and a connection needs: the metrics of every
+//! shard, readiness, the stop signal, the grants in force, and the wiring of
+//! connection moves. Requests go from the edge to the shard directly (the
+//! shard is the edge's `Dispatch`), not through here.
 
 use super::access::Auth;
 use super::{Process, SERVING};
@@ -11,7 +12,7 @@ use crate::http::stop::Stop;
 use crate::limits::CONN_MOVES_MAX;
 use crate::metrics::{EdgeMetrics, Family, Samples};
 use crate::shard::mesh::{Mesh, Served};
-use crate::shard::message::{Control, Dispatch, MovedConnection, Reply, ShardRequest};
+use crate::shard::message::{Control, MovedConnection, Reply, ShardRequest};
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use std::cell::RefCell;
@@ -32,21 +33,6 @@ pub(super) struct Ctx {
     pub trust_proxy: bool,
     /// For the disk-space gauges.
     pub data_dir: std::path::PathBuf,
-}
-
-impl Dispatch for Ctx {
-    fn owner(&self, req: &ShardRequest) -> usize {
-        req.owner(self.shards)
-    }
-
-    async fn dispatch_to(&self, owner: usize, req: ShardRequest) -> Reply {
-        if owner != self.me {
-            self.edge.handoffs.set(self.edge.handoffs.get() + 1);
-        } else {
-            self.shard.stats.borrow_mut().requests_local += 1;
-        }
-        self.shard.call(owner, req).await
-    }
 }
 
 /// One shard's metrics: its streams and log, its HTTP edge (its counts of
@@ -106,6 +92,12 @@ impl Served for Remote {
 }
 
 impl ConnContext for Ctx {
+    type Shard = Shard<DiskStore>;
+
+    fn shard(&self) -> &Shard<DiskStore> {
+        &self.shard
+    }
+
     fn metrics(&self) -> Pin<Box<dyn Future<Output = String> + '_>> {
         Box::pin(async move {
             let mut all = Samples::default();

@@ -8,7 +8,8 @@
 //!   the boot protocol;
 //! - `shard_main`: what each executor runs (recover, join the mesh,
 //!   replicate, serve, drain);
-//! - `context`: what a connection sees of its shard;
+//! - `context`: what the server owns that a connection needs (metrics of
+//!   every shard, readiness, stop, grants, moves);
 //! - `shutdown`: one shard's drain and final sync;
 //! - `systemd`: the notify protocol (READY, STOPPING, the watchdog);
 //! - `check`: `--check-config`, the same checks without serving.

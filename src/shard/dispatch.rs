@@ -1,25 +1,68 @@
-//! The one road from a request to its owner: this shard runs it, or the
-//! mesh hands it to the shard that owns it. Connections (through
-//! `server::context`), operations that need another shard, and boot all
-//! take it: `call` for data-plane requests, `ask` for control requests.
+//! The one road from a request to its owner: which shard owns it (the
+//! router's hash of its stream or bucket), then this shard runs it, or the
+//! mesh hands it to the shard that owns it. Connections (the HTTP edge, as
+//! [`Dispatch`]), operations that need another shard, and boot all take it:
+//! `run` for data-plane requests, `ask` for control requests.
 
-use super::*;
+use super::message::{Control, Reply, ShardRequest};
+use super::message::{Dispatch, Owner};
+use super::router::{shard_for, shard_for_bucket};
+use super::Shard;
+use crate::protocol::Error;
+use crate::storage::io::SegmentStore;
+use futures_channel::oneshot;
 
-impl<S: SegmentStore> Shard<S> {
-    /// Runs a request on its owner (`req.owner(shards)`, which the caller
-    /// has computed already): here, or over the mesh.
-    pub async fn call(&self, owner: usize, req: ShardRequest) -> Reply {
-        debug_assert_eq!(owner, req.owner(self.shards));
-        if owner == self.id {
-            return self.handle(req).await;
+impl ShardRequest {
+    /// The shard that must run this request.
+    pub fn owner(&self, shards: usize) -> usize {
+        match self {
+            ShardRequest::Stream { key, .. } => shard_for(key, shards),
+            ShardRequest::Bucket { bucket, .. } | ShardRequest::ListBucket { bucket, .. } => {
+                shard_for_bucket(bucket, shards)
+            }
         }
-        let peers = self.peers.borrow().clone();
-        match peers {
-            Some(p) => p.call(owner, req).await,
-            None => Err(Error::Unavailable("no mesh".into())),
+    }
+}
+
+impl Control {
+    /// The shard a request about a stream must go to; None for those sent
+    /// to chosen shards (replication, counts, listing parts).
+    pub fn owner(&self, shards: usize) -> Option<usize> {
+        match self {
+            Control::ForkSnapshot { source, .. } | Control::ForkRef { source, .. } => Some(shard_for(source, shards)),
+            _ => None,
+        }
+    }
+}
+
+impl<S: SegmentStore> Dispatch for Shard<S> {
+    /// The one local-or-remote comparison of a request's road.
+    fn owner(&self, req: &ShardRequest) -> Owner {
+        match req.owner(self.shards) {
+            n if n == self.id => Owner::Here,
+            n => Owner::Peer(n),
         }
     }
 
+    async fn run(&self, owner: Owner, req: ShardRequest) -> Reply {
+        match owner {
+            Owner::Here => {
+                self.stats.borrow_mut().requests_local += 1;
+                self.handle(req).await
+            }
+            Owner::Peer(n) => {
+                debug_assert_eq!(n, req.owner(self.shards));
+                let peers = self.peers.borrow().clone();
+                match peers {
+                    Some(p) => p.call(n, req).await,
+                    None => Err(Error::Unavailable("no mesh".into())),
+                }
+            }
+        }
+    }
+}
+
+impl<S: SegmentStore> Shard<S> {
     /// Sends the control request `make` builds around an answer channel to
     /// `target` (this shard included) and waits for the typed answer.
     pub async fn ask<R>(&self, target: usize, make: impl FnOnce(oneshot::Sender<R>) -> Control) -> Result<R, Error> {

@@ -8,7 +8,6 @@
 //!
 //! Everything here is `Send`: it crosses cores over the mesh.
 
-use super::router::{shard_for, shard_for_bucket};
 use crate::protocol::headers::Lifetime;
 use crate::protocol::{BucketOp, Error, ListReq, ListedStream, Offset, Outcome, StreamKey, StreamOp, Surface};
 use futures_channel::oneshot;
@@ -37,32 +36,31 @@ pub enum ShardRequest {
 
 pub type Reply = Result<Outcome, Error>;
 
-impl ShardRequest {
-    /// The shard that must run this request.
-    pub fn owner(&self, shards: usize) -> usize {
-        match self {
-            ShardRequest::Stream { key, .. } => shard_for(key, shards),
-            ShardRequest::Bucket { bucket, .. } | ShardRequest::ListBucket { bucket, .. } => {
-                shard_for_bucket(bucket, shards)
-            }
-        }
-    }
+/// Where a request runs, decided once per request (the edge counts a
+/// hand-off and follows its requests' shard with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// This shard owns it: run here, no hop.
+    Here,
+    /// Shard `n` (another core) owns it: over the mesh.
+    Peer(usize),
 }
 
-/// How the HTTP edge hands a request to its owner: run it here when this
-/// core owns it, else send it over the mesh and wait for the reply.
+/// How the HTTP edge hands a request to its owner: decide once where it
+/// runs ([`Dispatch::owner`]), then run it there. The shard implements it
+/// (`shard/dispatch.rs`), so the edge reaches the shard with no layer between.
 ///
 /// The futures are returned unboxed: a connection awaits them inside its
 /// own task, whose memory it allocates once, instead of allocating (and
 /// freeing) the shard's request state, some 4 KiB, for every request.
 pub trait Dispatch {
-    /// The shard that owns `req` (its stream's or its bucket's).
-    fn owner(&self, req: &ShardRequest) -> usize;
-    /// Runs `req` on `owner`, which the caller has computed with [`Dispatch::owner`].
-    fn dispatch_to(&self, owner: usize, req: ShardRequest) -> impl Future<Output = Reply> + '_;
+    /// Where `req` runs: its stream's or its bucket's shard, seen from here.
+    fn owner(&self, req: &ShardRequest) -> Owner;
+    /// Runs `req` where [`Dispatch::owner`] said.
+    fn run(&self, owner: Owner, req: ShardRequest) -> impl Future<Output = Reply> + '_;
     /// Runs `req` on its owner.
     fn dispatch(&self, req: ShardRequest) -> impl Future<Output = Reply> + '_ {
-        self.dispatch_to(self.owner(&req), req)
+        self.run(self.owner(&req), req)
     }
 }
 
@@ -86,17 +84,6 @@ pub enum Control {
     },
     /// To a fork source's owner: one fork fewer (at boot: one more).
     ForkRef { source: StreamKey, source_uid: u64, add: bool, done: oneshot::Sender<()> },
-}
-
-impl Control {
-    /// The shard a request about a stream must go to; None for those sent
-    /// to chosen shards (replication, counts, listing parts).
-    pub fn owner(&self, shards: usize) -> Option<usize> {
-        match self {
-            Control::ForkSnapshot { source, .. } | Control::ForkRef { source, .. } => Some(shard_for(source, shards)),
-            _ => None,
-        }
-    }
 }
 
 /// One shard's part of a listing: its first `limit` matching streams after
