@@ -237,21 +237,6 @@ impl SegmentStore for TestStore {
     async fn remove(&self, no: u64) -> io::Result<()> {
         self.sim.remove(no).await
     }
-    fn upload_source(&self, no: u64) -> io::Result<ringstream::tier::Source> {
-        self.sim.upload_source(no)
-    }
-    fn write_skeleton(&self, no: u64, bytes: &[u8]) -> io::Result<()> {
-        self.sim.write_skeleton(no, bytes)
-    }
-    fn read_skeleton(&self, no: u64) -> io::Result<Vec<u8>> {
-        self.sim.read_skeleton(no)
-    }
-    fn remove_skeleton(&self, no: u64) -> io::Result<()> {
-        self.sim.remove_skeleton(no)
-    }
-    fn list_skeletons(&self) -> io::Result<Vec<(u64, u64)>> {
-        self.sim.list_skeletons()
-    }
     fn describe(&self) -> String {
         "simulator with yielding I/O".into()
     }

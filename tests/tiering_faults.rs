@@ -17,6 +17,7 @@ use ringstream::limits::SEGMENT_BYTES_MIN;
 use ringstream::storage::error::Error;
 use ringstream::storage::io::SegmentStore;
 use ringstream::storage::sim_file::SimStore;
+use ringstream::storage::tiered::TierFiles;
 use ringstream::storage::{Log, LogConfig, RecordHeader, RecordLoc, Tiering};
 use ringstream::tier::TierClient;
 use std::future::Future;
