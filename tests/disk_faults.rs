@@ -14,10 +14,11 @@
 //! The real server cannot inject these faults, so the HTTP status mapping is
 //! checked by passing the shard's errors through `http::respond::error`.
 
-use futures::executor::{block_on, LocalPool};
-use futures::task::LocalSpawnExt;
+mod common;
+
+use common::sim::{config, drive_one, open, read_body};
+use futures::executor::block_on;
 use ringstream::http::respond;
-use ringstream::limits::SEGMENT_BYTES_MIN;
 use ringstream::protocol::headers::Lifetime;
 use ringstream::protocol::names::split_v1_path;
 use ringstream::protocol::offset::ReadFrom;
@@ -25,37 +26,8 @@ use ringstream::protocol::{self, AppendReq, CreateReq, Live, Outcome, ReadReq, S
 use ringstream::shard::{Reply, Shard, ShardRequest};
 use ringstream::storage::io::SegmentStore;
 use ringstream::storage::sim_file::SimStore;
-use ringstream::storage::{Error, Log, LogConfig, RecordHeader, RecordLoc};
-use std::cell::RefCell;
-use std::future::Future;
+use ringstream::storage::{Error, Log, RecordHeader, RecordLoc};
 use std::rc::Rc;
-
-fn config() -> LogConfig {
-    LogConfig { segment_bytes: SEGMENT_BYTES_MIN, pending_bytes_max: 4 * 1024 * 1024 }
-}
-
-/// Runs `fut` next to the log's writer and preparer until nothing can make
-/// progress; panics if `fut` did not finish (a lost wake-up or a writer that
-/// waits forever after a fault).
-fn run<S: SegmentStore + 'static, T: 'static>(log: &Rc<Log<S>>, fut: impl Future<Output = T> + 'static) -> T {
-    let mut pool = LocalPool::new();
-    let sp = pool.spawner();
-    let l = log.clone();
-    sp.spawn_local(async move { l.run_writer().await }).unwrap();
-    let l = log.clone();
-    sp.spawn_local(async move { l.run_preparer().await }).unwrap();
-    let out = Rc::new(RefCell::new(None));
-    let o = out.clone();
-    sp.spawn_local(async move { *o.borrow_mut() = Some(fut.await) }).unwrap();
-    pool.run_until_stalled();
-    let v = out.borrow_mut().take();
-    v.expect("stalled: the task never finished")
-}
-
-fn open(store: SimStore) -> (Rc<Log<SimStore>>, Vec<ringstream::storage::Recovered>) {
-    let (log, recovered, _) = block_on(Log::open(store, config())).expect("open");
-    (Rc::new(log), recovered)
-}
 
 fn header(stream: u64, offset: u64) -> RecordHeader {
     RecordHeader { kind: 1, stream_id: stream, incarnation: 1, stream_offset: offset, body_len: 0 }
@@ -70,7 +42,7 @@ fn body(stream: u64, i: u64) -> Vec<u8> {
 /// each record's location, body and result.
 fn append_batch(log: &Rc<Log<SimStore>>, stream: u64, n: u64) -> Vec<(RecordLoc, Vec<u8>, Result<(), Error>)> {
     let l = log.clone();
-    run(log, async move {
+    drive_one(log, async move {
         let mut pending = Vec::new();
         for i in 0..n {
             let b = body(stream, i);
@@ -83,12 +55,6 @@ fn append_batch(log: &Rc<Log<SimStore>>, stream: u64, n: u64) -> Vec<(RecordLoc,
         }
         out
     })
-}
-
-fn read(log: &Log<SimStore>, loc: RecordLoc) -> Vec<u8> {
-    let mut out = Vec::new();
-    log.read_body(loc, 0..loc.body_len as usize, &mut out).expect("durable record readable");
-    out
 }
 
 fn is_kind(e: &Error, op: &str, no_space: bool) -> bool {
@@ -112,7 +78,7 @@ fn write_or_sync_error_poisons_the_log_and_durable_reads_go_on() {
     for (n, errno, op, no_space) in cases {
         let ctx = format!("errno {errno} on {op}");
         let store = SimStore::new();
-        let (log, _) = open(store.clone());
+        let (log, _, _) = open(store.clone(), config());
         // ~100 KiB acknowledged: a sealed (mapped) segment and a mirrored one.
         let before: Vec<_> = (0..3).flat_map(|s| append_batch(&log, s, 20)).collect();
         assert!(before.iter().all(|r| r.2.is_ok()), "{ctx}: healthy log failed an append");
@@ -134,23 +100,26 @@ fn write_or_sync_error_poisons_the_log_and_durable_reads_go_on() {
             assert!(is_kind(&e, op, no_space), "{ctx}: later append got {e:?}");
         }
         let l = log.clone();
-        assert!(run(&log, async move { l.durable(durable).await }).is_ok(), "{ctx}: durable lsn no longer durable");
+        assert!(
+            drive_one(&log, async move { l.durable(durable).await }).is_ok(),
+            "{ctx}: durable lsn no longer durable"
+        );
         assert_eq!(store.ops(), ops, "{ctx}: the poisoned log kept doing I/O");
         // Durable records read back, from the mapped and the mirrored segment.
         for (loc, b, _) in &before {
-            assert!(read(&log, *loc) == *b, "{ctx}: record at {loc:?} changed");
+            assert!(read_body(&log, *loc) == *b, "{ctx}: record at {loc:?} changed");
         }
         drop(log);
 
         // A restart (power cut now: unsynced bytes dropped, or kept whole)
         // recovers exactly the acknowledged records, then takes writes again.
         for image in [store.crash_image(None), store.crash_image(Some(usize::MAX))] {
-            let (log, recovered) = open(image);
+            let (log, recovered, _) = open(image, config());
             let kept = recovered.len();
             assert!(kept == before.len() || (op == "fdatasync" && kept == before.len() + 3), "{ctx}: {kept}");
             for (r, (loc, b, _)) in recovered.iter().zip(&before) {
                 assert_eq!(r.loc, *loc, "{ctx}");
-                assert!(read(&log, r.loc) == *b, "{ctx}: recovered record differs");
+                assert!(read_body(&log, r.loc) == *b, "{ctx}: recovered record differs");
             }
             let after = append_batch(&log, 12, 4);
             assert!(after.iter().all(|r| r.2.is_ok()), "{ctx}: recovered log refused writes");
@@ -161,7 +130,7 @@ fn write_or_sync_error_poisons_the_log_and_durable_reads_go_on() {
 #[test]
 fn enospc_creating_a_segment_stops_writes_without_damage_and_restart_recovers() {
     let store = SimStore::new();
-    let (log, _) = open(store.clone());
+    let (log, _, _) = open(store.clone(), config());
     let first = append_batch(&log, 1, 5);
     assert!(first.iter().all(|r| r.2.is_ok()));
     // The active segment and the one prepared ahead exist; nothing more fits.
@@ -184,7 +153,7 @@ fn enospc_creating_a_segment_stops_writes_without_damage_and_restart_recovers() 
     assert!(matches!(log.append(header(3, 0), b"x"), Err(Error::NoSpace { .. })));
     assert_eq!(block_on(store.list()).unwrap().len(), 2, "a half-made segment was left behind");
     for (loc, b, _) in first.iter().chain(&results[..acked]) {
-        assert!(read(&log, *loc) == *b, "durable record unreadable after ENOSPC");
+        assert!(read_body(&log, *loc) == *b, "durable record unreadable after ENOSPC");
     }
     drop(log);
     let must: Vec<_> = first.iter().chain(&results[..acked]).collect();
@@ -193,14 +162,14 @@ fn enospc_creating_a_segment_stops_writes_without_damage_and_restart_recovers() 
     // segment, so it boots, but writes stop again at the next rollover.
     let full = store.crash_image(Some(usize::MAX));
     full.set_capacity(Some(store.used_bytes()));
-    let (log, recovered) = open(full.clone());
+    let (log, recovered, _) = open(full.clone(), config());
     assert!(recovered.len() >= must.len());
     for (r, (loc, b, _)) in recovered.iter().zip(&must) {
         assert_eq!(r.loc, *loc);
-        assert!(read(&log, r.loc) == *b);
+        assert!(read_body(&log, r.loc) == *b);
     }
     let l = log.clone();
-    let again = run(&log, async move {
+    let again = drive_one(&log, async move {
         let mut out = Vec::new();
         for i in 0..100 {
             out.push(match l.append(header(4, i), &body(4, i)) {
@@ -216,10 +185,10 @@ fn enospc_creating_a_segment_stops_writes_without_damage_and_restart_recovers() 
 
     // Space freed: everything acknowledged is there and writes work.
     let freed = full.crash_image(None);
-    let (log, recovered) = open(freed);
+    let (log, recovered, _) = open(freed, config());
     for (r, (loc, b, _)) in recovered.iter().zip(&must) {
         assert_eq!(r.loc, *loc);
-        assert!(read(&log, r.loc) == *b);
+        assert!(read_body(&log, r.loc) == *b);
     }
     let ok = append_batch(&log, 5, 60);
     assert!(ok.iter().all(|r| r.2.is_ok()), "writes still fail after space was freed");
@@ -265,7 +234,7 @@ fn read_all() -> StreamOp {
 
 fn handle(shard: &Rc<Shard<SimStore>>, op: StreamOp) -> Reply {
     let s = shard.clone();
-    run(shard.log(), async move { s.handle(req(op)).await })
+    drive_one(shard.log(), async move { s.handle(req(op)).await })
 }
 
 fn status_of(e: &protocol::Error) -> (u16, bool) {
@@ -277,7 +246,7 @@ fn status_of(e: &protocol::Error) -> (u16, bool) {
 fn poisoned_shard_answers_503_or_507_to_writes_and_keeps_serving_reads() {
     for (errno, status) in [(libc::EIO, 503u16), (libc::ENOSPC, 507)] {
         let store = SimStore::new();
-        let (log, records) = open(store.clone());
+        let (log, records, _) = open(store.clone(), config());
         let shard = Rc::new(Shard::recover(0, 1, log, &records).expect("shard"));
         assert!(matches!(handle(&shard, create()), Ok(Outcome::Created { new: true, .. })));
         for part in ["one,", "two,", "three"] {
@@ -307,7 +276,7 @@ fn poisoned_shard_answers_503_or_507_to_writes_and_keeps_serving_reads() {
         drop(log);
 
         // After a restart the stream holds exactly the acknowledged bytes and takes writes.
-        let (log, records) = open(store.crash_image(None));
+        let (log, records, _) = open(store.crash_image(None), config());
         let shard = Rc::new(Shard::recover(0, 1, log, &records).expect("shard after restart"));
         assert!(matches!(handle(&shard, append(b",four")), Ok(Outcome::Appended { .. })));
         match handle(&shard, read_all()) {

@@ -8,6 +8,9 @@
 //! it, every snapshot's blob, the bootstrap, and producer state (a retried
 //! append is a duplicate). The seed is in every failure message.
 
+mod common;
+
+use common::sim::{spawn_log_tasks, try_open};
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
 use ringstream::limits::{SEGMENT_BYTES_MIN, SNAPSHOTS_PER_STREAM_MAX};
@@ -20,7 +23,7 @@ use ringstream::protocol::{
 use ringstream::shard::{Reply, Shard, ShardRequest};
 use ringstream::storage::io::SegmentStore;
 use ringstream::storage::sim_file::SimStore;
-use ringstream::storage::{Log, LogConfig};
+use ringstream::storage::LogConfig;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -46,19 +49,14 @@ fn boot(store: SimStore, seed: u64) -> Rig {
 /// [`boot`], the shard reading `clock` (ms since the epoch) instead of the wall clock.
 fn boot_with_clock(store: SimStore, seed: u64, clock: Option<Box<dyn Fn() -> i64>>) -> Rig {
     let cfg = LogConfig { segment_bytes: SEGMENT_BYTES_MIN, pending_bytes_max: 16 * 1024 * 1024 };
-    let (log, recovered, _) =
-        block_on(Log::open(store.clone(), cfg)).unwrap_or_else(|e| panic!("seed {seed}: open: {e}"));
-    let log = Rc::new(log);
+    let (log, recovered, _) = try_open(store.clone(), cfg).unwrap_or_else(|e| panic!("seed {seed}: open: {e}"));
     let mut shard =
         Shard::recover(0, 1, log.clone(), &recovered).unwrap_or_else(|e| panic!("seed {seed}: recover: {e}"));
     if let Some(clock) = clock {
         shard.set_clock(clock);
     }
     let pool = LocalPool::new();
-    let l = log.clone();
-    pool.spawner().spawn_local(async move { l.run_writer().await }).unwrap();
-    let l = log.clone();
-    pool.spawner().spawn_local(async move { l.run_preparer().await }).unwrap();
+    spawn_log_tasks(&pool.spawner(), &log);
     Rig { store, shard: Rc::new(shard), pool }
 }
 

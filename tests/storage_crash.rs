@@ -15,13 +15,15 @@
 //! drawn from a seed printed at the start (and in every failure message);
 //! `RINGSTREAM_CRASH_SEED=<seed>` replays a run.
 
-use futures::executor::{block_on, LocalPool, LocalSpawner};
-use futures::task::LocalSpawnExt;
+mod common;
+
+use common::sim::{config, drive, drive_one, open, read_body, spawn_log_tasks, Task};
+use futures::executor::{block_on, LocalPool};
 use ringstream::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES, SECTOR_BYTES, SEGMENT_BYTES_MIN};
 use ringstream::storage::io::{SealedBytes, SegmentFile, SegmentStore};
 use ringstream::storage::record;
 use ringstream::storage::sim_file::{SimFile, SimStore};
-use ringstream::storage::{Error, Log, LogConfig, RecordHeader, RecordLoc, Recovered, RecoveryReport};
+use ringstream::storage::{Error, Log, LogConfig, RecordHeader, RecordLoc, Recovered};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
@@ -32,65 +34,14 @@ use std::task::{Context, Poll};
 use std::thread;
 use std::time::Duration;
 
-type Task = Pin<Box<dyn Future<Output = ()>>>;
-
-/// Small segments so a few hundred records cross several rollovers.
+/// The rig's segments (`common::sim::config`): a few hundred records cross
+/// several rollovers. No test but the backpressure one ever sees `Full`.
 const SEGMENT_BYTES: u64 = SEGMENT_BYTES_MIN;
-/// Large enough that no test except the backpressure one ever sees `Full`.
-const PENDING_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// Body lengths are 1..=BODY_BYTES_MAX, so records straddle 4 KiB blocks.
 const BODY_BYTES_MAX: u64 = 3000;
 
-fn config() -> LogConfig {
-    LogConfig { segment_bytes: SEGMENT_BYTES, pending_bytes_max: PENDING_BYTES_MAX }
-}
-
 // ---------------------------------------------------------------------------
-// Executor harness
-
-/// Runs `tasks` next to the log's writer and preparer until nothing can make
-/// progress, and panics unless every task finished: a stall here is a lost
-/// wake-up or a deadlock in the log.
-fn drive<S: SegmentStore + 'static>(log: &Rc<Log<S>>, tasks: Vec<Task>) {
-    let mut pool = LocalPool::new();
-    let spawner = pool.spawner();
-    spawn_background(&spawner, log);
-    let expected = tasks.len();
-    let done = Rc::new(Cell::new(0usize));
-    for task in tasks {
-        let done = done.clone();
-        spawner
-            .spawn_local(async move {
-                task.await;
-                done.set(done.get() + 1);
-            })
-            .expect("spawn");
-    }
-    pool.run_until_stalled();
-    assert_eq!(
-        done.get(),
-        expected,
-        "log stalled: {} of {expected} client tasks never finished",
-        expected - done.get()
-    );
-    // Dropping the pool drops the writer and preparer with it.
-}
-
-/// `drive` for one future with a result.
-fn drive_one<S: SegmentStore + 'static, T: 'static>(log: &Rc<Log<S>>, fut: impl Future<Output = T> + 'static) -> T {
-    let out = Rc::new(RefCell::new(None));
-    let o = out.clone();
-    drive(log, vec![Box::pin(async move { *o.borrow_mut() = Some(fut.await) })]);
-    let value = out.borrow_mut().take();
-    value.expect("drive checked that the task finished")
-}
-
-fn spawn_background<S: SegmentStore + 'static>(spawner: &LocalSpawner, log: &Rc<Log<S>>) {
-    let l = log.clone();
-    spawner.spawn_local(async move { l.run_writer().await }).expect("spawn writer");
-    let l = log.clone();
-    spawner.spawn_local(async move { l.run_preparer().await }).expect("spawn preparer");
-}
+// Executor harness (the rest is `common::sim`)
 
 /// The slowest test takes ~5 s in a debug build; far beyond that, the log is spinning.
 const TEST_TIME_MAX: Duration = Duration::from_secs(120);
@@ -115,12 +66,6 @@ fn watchdog(test: impl FnOnce() + Send + 'static) {
             panic!("test still running after {TEST_TIME_MAX:?}: the log hangs or spins")
         }
     }
-}
-
-fn open<S: SegmentStore>(store: S, cfg: LogConfig) -> (Rc<Log<S>>, Vec<Recovered>, RecoveryReport) {
-    let (log, recovered, report) = block_on(Log::open(store, cfg)).expect("open");
-    assert_eq!(report.records, recovered.len(), "report and recovered records disagree");
-    (Rc::new(log), recovered, report)
 }
 
 /// `SimStore` as the log sees it in these tests: every write and sync first
@@ -236,21 +181,6 @@ impl SegmentStore for TestStore {
     }
     async fn remove(&self, no: u64) -> io::Result<()> {
         self.sim.remove(no).await
-    }
-    fn upload_source(&self, no: u64) -> io::Result<ringstream::tier::Source> {
-        self.sim.upload_source(no)
-    }
-    fn write_skeleton(&self, no: u64, bytes: &[u8]) -> io::Result<()> {
-        self.sim.write_skeleton(no, bytes)
-    }
-    fn read_skeleton(&self, no: u64) -> io::Result<Vec<u8>> {
-        self.sim.read_skeleton(no)
-    }
-    fn remove_skeleton(&self, no: u64) -> io::Result<()> {
-        self.sim.remove_skeleton(no)
-    }
-    fn list_skeletons(&self) -> io::Result<Vec<(u64, u64)>> {
-        self.sim.list_skeletons()
     }
     fn describe(&self) -> String {
         "simulator with yielding I/O".into()
@@ -381,12 +311,6 @@ fn append_all<S: SegmentStore + 'static>(log: &Rc<Log<S>>, streams: std::ops::Ra
     assert_eq!(j.appended.len() as u64, n);
     assert!(j.acked.iter().all(|&a| a), "a healthy log failed an append");
     j.appended.clone()
-}
-
-fn read_body<S: SegmentStore>(log: &Log<S>, loc: RecordLoc) -> Vec<u8> {
-    let mut out = Vec::new();
-    log.read_body(loc, 0..loc.body_len as usize, &mut out).unwrap_or_else(|e| panic!("reading {loc:?}: {e}"));
-    out
 }
 
 /// Recovery found exactly a prefix of `expected`, at least `must` long, with
@@ -972,7 +896,7 @@ fn a_second_flush_in_flight_is_acknowledged_only_after_the_first_body() {
     let gate = Rc::new(Gate::default());
     let (log, _, _) = open(TestStore { gate: Some(gate.clone()), ..TestStore::new(sim.clone()) }, config());
     let mut pool = LocalPool::new();
-    spawn_background(&pool.spawner(), &log);
+    spawn_log_tasks(&pool.spawner(), &log);
     pool.run_until_stalled();
     let mut all = Vec::new();
     let append = |all: &mut Vec<Appended>| {

@@ -11,15 +11,16 @@
 //!   after the restart, and a sweep then leaves exactly one object per
 //!   remote segment: nothing lost, no orphan kept.
 
-use futures::executor::{block_on, LocalPool};
-use futures::task::LocalSpawnExt;
-use ringstream::limits::SEGMENT_BYTES_MIN;
+mod common;
+
+use common::sim::{config, drive_until};
+use futures::executor::block_on;
 use ringstream::storage::error::Error;
 use ringstream::storage::io::SegmentStore;
 use ringstream::storage::sim_file::SimStore;
-use ringstream::storage::{Log, LogConfig, RecordHeader, RecordLoc, Tiering};
+use ringstream::storage::tiered::TierFiles;
+use ringstream::storage::{Log, RecordHeader, RecordLoc};
 use ringstream::tier::TierClient;
-use std::future::Future;
 use std::rc::Rc;
 
 const KIND_DATA: u8 = 2;
@@ -30,35 +31,20 @@ fn keep(_: &RecordHeader, body: &[u8]) -> usize {
     META_BYTES.min(body.len())
 }
 
-fn config() -> LogConfig {
-    LogConfig { segment_bytes: SEGMENT_BYTES_MIN, pending_bytes_max: 4 * 1024 * 1024 }
-}
-
 fn body(i: u64) -> Vec<u8> {
     let len = 500 + (i * 7919) % 2500;
     (0..len).map(|j| (i.wrapping_mul(31) ^ j.wrapping_mul(17)) as u8).collect()
 }
 
-/// Runs `fut` next to the log's writer and preparer; the tier thread's
-/// answers wake the pool from another thread.
-fn run<T: 'static>(log: &Rc<Log<SimStore>>, fut: impl Future<Output = T> + 'static) -> T {
-    let mut pool = LocalPool::new();
-    let (l, p) = (log.clone(), log.clone());
-    pool.spawner().spawn_local(async move { l.run_writer().await }).unwrap();
-    pool.spawner().spawn_local(async move { p.run_preparer().await }).unwrap();
-    pool.run_until(fut)
-}
-
 fn open(store: SimStore, client: &TierClient) -> (Rc<Log<SimStore>>, Vec<(RecordHeader, RecordLoc)>) {
-    let tier = Tiering { client: client.clone(), shard: 0 };
-    let (log, recovered, _) = block_on(Log::open_tiered(store, config(), Some(tier))).expect("open");
-    (Rc::new(log), recovered.iter().map(|r| (r.header, r.loc)).collect())
+    let (log, recovered, _) = common::sim::open_tiered(store, config(), client);
+    (log, recovered.iter().map(|r| (r.header, r.loc)).collect())
 }
 
 /// Appends `n` records and waits until they are durable.
 fn fill(log: &Rc<Log<SimStore>>, n: u64) -> Vec<(RecordHeader, RecordLoc)> {
     let l = log.clone();
-    run(log, async move {
+    drive_until(log, async move {
         let mut out = Vec::new();
         let mut last = 0;
         for i in 0..n {
@@ -74,13 +60,13 @@ fn fill(log: &Rc<Log<SimStore>>, n: u64) -> Vec<(RecordHeader, RecordLoc)> {
 
 fn tier(log: &Rc<Log<SimStore>>, no: u64) -> Result<u64, Error> {
     let l = log.clone();
-    run(log, async move { l.tier_segment(no, keep).await })
+    drive_until(log, async move { l.tier_segment(no, keep).await })
 }
 
 /// Reads a whole record body, fetching cold blocks as the shard does.
 fn read(log: &Rc<Log<SimStore>>, loc: RecordLoc) -> Result<Vec<u8>, Error> {
     let l = log.clone();
-    run(log, async move {
+    drive_until(log, async move {
         loop {
             let mut out = Vec::new();
             match l.read_body(loc, 0..loc.body_len as usize, &mut out) {
@@ -170,7 +156,7 @@ fn a_crash_at_any_step_of_a_move_loses_nothing_and_leaves_no_orphan() {
             assert_eq!(read(&log, *loc).unwrap(), body(i as u64), "crash at op {k}: record {i}");
         }
         let l = log.clone();
-        run(&log, async move { l.sweep_remote().await }).unwrap();
+        drive_until(&log, async move { l.sweep_remote().await }).unwrap();
         assert_eq!(objects(&client), log.remote_segments().0 as usize, "crash at op {k}: orphaned objects");
         let remote = log.remote_segments().0;
         assert!(remote == 1 || remote == 2, "crash at op {k}: {remote} remote segments");

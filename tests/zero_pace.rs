@@ -7,8 +7,8 @@
 use glommio::{LocalExecutorBuilder, Placement};
 use ringstream::limits::{ZERO_AHEAD_DONE_AT, ZERO_CHUNK_BYTES};
 use ringstream::storage::dma_file::DiskStore;
-use ringstream::storage::log::{Log, LogConfig};
 use ringstream::storage::record::RecordHeader;
+use ringstream::storage::{Log, LogConfig};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};

@@ -7,6 +7,7 @@
 //! This is the only storage file that knows glommio.
 
 use super::io::{SealedBytes, SegmentFile, SegmentStore, ZeroPace};
+use super::tiered::TierFiles;
 use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, ZERO_CHUNK_BYTES};
 use glommio::io::{BufferedFile, DmaBuffer, DmaFile, OpenOptions};
 use std::io;
@@ -282,6 +283,28 @@ impl SegmentStore for DiskStore {
         self.sync_dir()
     }
 
+    fn tier_files(&self) -> Option<&dyn TierFiles> {
+        Some(self)
+    }
+
+    fn write_is_durable(&self) -> bool {
+        self.direct
+    }
+
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn describe(&self) -> String {
+        if self.direct {
+            format!("{}: O_DIRECT|O_DSYNC via io_uring, durable at write completion", self.dir.display())
+        } else {
+            format!("{}: buffered via io_uring (no O_DIRECT), fdatasync per batch", self.dir.display())
+        }
+    }
+}
+
+impl TierFiles for DiskStore {
     fn upload_source(&self, no: u64) -> io::Result<crate::tier::Source> {
         Ok(crate::tier::Source::File(self.path_of(no)))
     }
@@ -317,21 +340,5 @@ impl SegmentStore for DiskStore {
         }
         out.sort();
         Ok(out)
-    }
-
-    fn write_is_durable(&self) -> bool {
-        self.direct
-    }
-
-    fn location(&self) -> String {
-        self.dir.display().to_string()
-    }
-
-    fn describe(&self) -> String {
-        if self.direct {
-            format!("{}: O_DIRECT|O_DSYNC via io_uring, durable at write completion", self.dir.display())
-        } else {
-            format!("{}: buffered via io_uring (no O_DIRECT), fdatasync per batch", self.dir.display())
-        }
     }
 }

@@ -70,6 +70,13 @@ impl Error {
             _ => Error::Io { op, segment, source },
         }
     }
+
+    /// An operation that needs a sealed segment named one that is not
+    /// (unknown, still written, or being moved).
+    pub fn not_sealed(op: &'static str, segment: u64) -> Error {
+        let source = io::Error::new(io::ErrorKind::InvalidInput, "segment is not sealed");
+        Error::Io { op, segment, source }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

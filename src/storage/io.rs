@@ -1,6 +1,7 @@
 //! The file backend the log is generic over: real O_DIRECT files through
 //! io_uring in production, an in-memory model with crash injection in tests.
 
+use super::tiered::TierFiles;
 use std::io;
 use std::rc::Rc;
 
@@ -65,17 +66,11 @@ pub trait SegmentStore {
     async fn finish(&self, no: u64, at: u64, tail: &[u8]) -> io::Result<()>;
     /// Deletes a segment durably.
     async fn remove(&self, no: u64) -> io::Result<()>;
-    /// What tiering uploads for sealed segment `no`: its file's path, or
-    /// its bytes where there is no file.
-    fn upload_source(&self, no: u64) -> io::Result<crate::tier::Source>;
-    /// Durably writes the skeleton of segment `no` (tiered storage: what
-    /// recovery needs of a segment whose bytes are in the object store).
-    fn write_skeleton(&self, no: u64, bytes: &[u8]) -> io::Result<()>;
-    fn read_skeleton(&self, no: u64) -> io::Result<Vec<u8>>;
-    /// Deletes a skeleton durably.
-    fn remove_skeleton(&self, no: u64) -> io::Result<()>;
-    /// Segment numbers with a skeleton, with the skeletons' lengths, ascending.
-    fn list_skeletons(&self) -> io::Result<Vec<(u64, u64)>>;
+    /// What the tier layer keeps beside these segments (skeletons of remote
+    /// segments, what an upload reads); None: this store cannot tier.
+    fn tier_files(&self) -> Option<&dyn TierFiles> {
+        None
+    }
     /// Describes the backend for the boot log ("O_DIRECT via io_uring", ...).
     fn describe(&self) -> String;
     /// Where the segments are, for error messages (a directory, say).

@@ -27,9 +27,11 @@ pub const RECORD_ALIGN: usize = 8;
 /// segment but the one being written (see [`seal`]). The layer above uses
 /// kinds below it and never sees a seal.
 pub const KIND_SEAL: u8 = 0xFF;
-/// The log's other record of its own, written with tiered storage: segment
-/// N (body: its number and length, two u64) is in the object store from now
-/// on. Recovery consumes it; the layer above never sees it.
+/// Storage's other record of its own, written by the tier layer
+/// (`storage/tiered/`) through the log: segment N (body: its number and
+/// length, two u64) is in the object store from now on. The local log
+/// hands it up at recovery like any record; the tier layer takes it out,
+/// so the layer above storage never sees it.
 pub const KIND_TIER: u8 = 0xFE;
 /// The log's filler: a flush that many records share is padded with one to
 /// the next block boundary, so the flush after it starts on a fresh block

@@ -19,6 +19,7 @@
 //! Never a substitute for the real files: only fault-injection tests use it.
 
 use super::io::{SealedBytes, SegmentFile, SegmentStore};
+use super::tiered::TierFiles;
 use crate::limits::SECTOR_BYTES;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -303,6 +304,20 @@ impl SegmentStore for SimStore {
         self.disk.borrow_mut().files.remove(&no);
         Ok(())
     }
+    fn tier_files(&self) -> Option<&dyn TierFiles> {
+        Some(self)
+    }
+
+    fn describe(&self) -> String {
+        "in-memory simulator".into()
+    }
+
+    fn location(&self) -> String {
+        "in-memory simulator".into()
+    }
+}
+
+impl TierFiles for SimStore {
     fn upload_source(&self, no: u64) -> io::Result<crate::tier::Source> {
         let d = self.disk.borrow();
         let f = d.files.get(&no).ok_or_else(|| io::Error::other("no such file"))?;
@@ -323,12 +338,5 @@ impl SegmentStore for SimStore {
     }
     fn list_skeletons(&self) -> io::Result<Vec<(u64, u64)>> {
         Ok(self.disk.borrow().skeletons.iter().map(|(no, s)| (*no, s.len() as u64)).collect())
-    }
-    fn describe(&self) -> String {
-        "in-memory simulator".into()
-    }
-
-    fn location(&self) -> String {
-        "in-memory simulator".into()
     }
 }

@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod auth;
+pub mod sim;
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};

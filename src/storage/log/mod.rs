@@ -17,22 +17,24 @@
 //! flushed and synced before any byte of its successor, so after a crash only
 //! the newest segment can have a torn tail, and every older one must end in
 //! its seal.
+//!
+//! The local log holds only the segments on the local disk and knows
+//! nothing of remote ones: the tier layer above it (`storage/tiered/`)
+//! appends its own records here like any others, removes the segments it
+//! moved, and at boot tells [`LocalLog::open`] the newest segment it holds.
 
 mod preparer;
 mod recovery;
-mod tier;
 mod writer;
-
-pub use tier::{KeepFn, TierStats, Tiering};
 
 use super::error::{Error, Result};
 use super::io::{SealedBytes, SegmentFile, SegmentStore};
 use super::record::{self, DecodeError, RecordHeader, SEAL_FRAMED_BYTES};
+use super::stats::LogStats;
 use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, RECORD_HEADER_BYTES};
-use crate::metrics::Histo;
 use crate::notify::Notify;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
@@ -72,43 +74,6 @@ pub struct RecoveryReport {
     pub active_segment: u64,
 }
 
-/// Counters for the metrics endpoint and the benchmarks.
-#[derive(Debug, Clone)]
-pub struct LogStats {
-    pub flushes: u64,
-    pub records_flushed: u64,
-    pub bytes_flushed: u64,
-    /// Bytes of pad records (flushes padded to a block, see `writer.rs`).
-    pub bytes_padded: u64,
-    pub max_records_per_flush: u64,
-    /// Records per flush.
-    pub batch_records: Histo,
-    /// Microseconds from the first write of a flush to the end of its sync.
-    pub flush_io_us: Histo,
-    /// Microseconds of each segment write (with O_DSYNC: write + sync in one).
-    pub write_us: Histo,
-    /// Microseconds of each fdatasync (none when writes are durable by themselves).
-    pub sync_us: Histo,
-    pub tier: TierStats,
-}
-
-impl Default for LogStats {
-    fn default() -> Self {
-        LogStats {
-            flushes: 0,
-            records_flushed: 0,
-            bytes_flushed: 0,
-            bytes_padded: 0,
-            max_records_per_flush: 0,
-            batch_records: Histo::batch_records(),
-            flush_io_us: Histo::latency_us(),
-            write_us: Histo::latency_us(),
-            sync_us: Histo::latency_us(),
-            tier: TierStats::default(),
-        }
-    }
-}
-
 enum SegData<F> {
     /// Written by this process and not yet sealed-and-durable: served from memory.
     /// `cut_len` of `buf` is handed to flushes (in flight or done); what
@@ -116,8 +81,6 @@ enum SegData<F> {
     Mirror { buf: Vec<u8>, records: u64, cut_len: usize, sealed: bool, file: Option<Rc<F>> },
     /// Sealed and durable: served from the mapped file.
     Mapped(Rc<dyn SealedBytes>),
-    /// In the object store (tiered storage): served from fetched blocks.
-    Remote(tier::RemoteSeg),
 }
 
 struct State<F> {
@@ -148,7 +111,8 @@ struct State<F> {
     stats: LogStats,
 }
 
-pub struct Log<S: SegmentStore> {
+/// One shard's log of local segments (see the module docs).
+pub struct LocalLog<S: SegmentStore> {
     store: S,
     cfg: LogConfig,
     st: RefCell<State<S::File>>,
@@ -161,13 +125,8 @@ pub struct Log<S: SegmentStore> {
     zero_pace: Notify,
     zero_gate: Cell<u64>,
     stopped: Cell<bool>,
-    tier: Option<Tiering>,
-    /// Rung when a segment becomes sealed and durable (for the tiering task).
+    /// Rung when a segment becomes sealed and durable (for the layer above).
     sealed: Notify,
-    cache: RefCell<tier::BlockCache>,
-    /// The segments `tier_segment` is moving now.
-    moving: RefCell<BTreeSet<u64>>,
-    sweep_due: Cell<bool>,
 }
 
 /// The memory image of a new segment: its whole length reserved at once
@@ -198,7 +157,7 @@ struct FlushJob {
     sealed: bool,
 }
 
-impl<S: SegmentStore> Log<S> {
+impl<S: SegmentStore> LocalLog<S> {
     pub fn store(&self) -> &S {
         &self.store
     }
@@ -208,12 +167,12 @@ impl<S: SegmentStore> Log<S> {
     }
 
     /// Frames a record into the active segment. Returns where it lives and
-    /// the lsn to wait for with [`Log::durable`].
+    /// the lsn to wait for with [`LocalLog::durable`].
     pub fn append(&self, h: RecordHeader, body: &[u8]) -> Result<(RecordLoc, u64)> {
         self.append_parts(h, &[body])
     }
 
-    /// [`Log::append`] of a body given in parts laid end to end: each part
+    /// [`LocalLog::append`] of a body given in parts laid end to end: each part
     /// is copied once, into the segment.
     pub fn append_parts(&self, mut h: RecordHeader, body: &[&[u8]]) -> Result<(RecordLoc, u64)> {
         assert_ne!(h.kind, record::KIND_SEAL, "seals are the log's own records");
@@ -340,27 +299,8 @@ impl<S: SegmentStore> Log<S> {
                 out.extend_from_slice(bytes[body].get(range).ok_or_else(corrupt)?);
                 Ok(())
             }
-            Some(SegData::Remote(_)) => {
-                drop(st);
-                self.read_remote(loc, range, out)
-            }
             None => Err(corrupt()),
         }
-    }
-
-    /// What recovery replays of the record at `loc`: its whole body, but of
-    /// a remote segment only the leading bytes its skeleton kept (all of it
-    /// but append data and snapshot blobs).
-    pub fn read_recovered(&self, loc: RecordLoc, out: &mut Vec<u8>) -> Result<()> {
-        let st = self.st.borrow();
-        if let Some(SegData::Remote(r)) = st.segments.get(&loc.segment) {
-            let corrupt = || Error::Corrupt { segment: loc.segment, position: loc.pos };
-            let sk = r.skeleton.as_ref().ok_or_else(corrupt)?;
-            out.extend_from_slice(sk.meta_at(loc.pos).ok_or_else(corrupt)?);
-            return Ok(());
-        }
-        drop(st);
-        self.read_body(loc, 0..loc.body_len as usize, out)
     }
 
     /// Stops the writer and preparer loops after their current step.
@@ -377,33 +317,52 @@ impl<S: SegmentStore> Log<S> {
     }
 
     /// Resolves when a segment became sealed and durable since the last
-    /// call (or the log stops). One waiter: the tiering task.
+    /// call (or the log stops). One waiter: the layer above's task that
+    /// moves sealed segments.
     pub async fn segment_sealed(&self) {
         self.sealed.wait().await
     }
 
-    /// Segments that are sealed and durable (never written again), local or
-    /// remote, ascending: the ones [`Log::remove_segment`] may delete.
+    /// Segments that are sealed and durable (never written again),
+    /// ascending: the ones [`LocalLog::remove_segment`] may delete.
     pub fn sealed_segments(&self) -> Vec<u64> {
+        self.sealed_files().into_iter().map(|(no, _)| no).collect()
+    }
+
+    /// [`LocalLog::sealed_segments`] with their files' lengths.
+    pub fn sealed_files(&self) -> Vec<(u64, u64)> {
         let st = self.st.borrow();
-        let sealed = |s: &SegData<_>| matches!(s, SegData::Mapped(_) | SegData::Remote(_));
-        st.segments.iter().filter(|(_, s)| sealed(s)).map(|(&no, _)| no).collect()
+        let mapped = |(&no, s): (&u64, &SegData<_>)| match s {
+            SegData::Mapped(m) => Some((no, m.bytes().len() as u64)),
+            SegData::Mirror { .. } => None,
+        };
+        st.segments.iter().filter_map(mapped).collect()
+    }
+
+    /// Bytes the segment files take on the local disk: the sealed ones, the
+    /// active one and those prepared ahead at full size. The one prepared
+    /// ahead counts even before the preparer made it: it is always made
+    /// right after a rollover, and a task that wakes on rollovers to free
+    /// room must not see room that is not there.
+    pub fn file_bytes(&self) -> u64 {
+        let st = self.st.borrow();
+        let files: u64 = st
+            .segments
+            .values()
+            .map(|s| match s {
+                SegData::Mirror { .. } => self.cfg.segment_bytes,
+                SegData::Mapped(m) => m.bytes().len() as u64,
+            })
+            .sum();
+        files + st.prepared.len().max(1) as u64 * self.cfg.segment_bytes
     }
 
     /// Deletes a sealed segment for good (file and directory entry, durably).
     /// The caller guarantees no record in it is needed any more: recovery
     /// without it must rebuild the same state. Reads of it fail from now on.
     pub async fn remove_segment(&self, no: u64) -> Result<()> {
-        if self.is_moving(no) {
-            return Err(tier::not_sealed("remove while moving to the object store", no));
-        }
-        let remote = match self.st.borrow().segments.get(&no) {
-            Some(SegData::Mapped(_)) => false,
-            Some(SegData::Remote(_)) => true,
-            _ => return Err(tier::not_sealed("remove", no)),
-        };
-        if remote {
-            return self.remove_remote(no).await;
+        if !matches!(self.st.borrow().segments.get(&no), Some(SegData::Mapped(_))) {
+            return Err(Error::not_sealed("remove", no));
         }
         self.st.borrow_mut().segments.remove(&no);
         self.store.remove(no).await.map_err(|source| Error::io("remove", no, source))

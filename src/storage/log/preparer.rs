@@ -20,7 +20,7 @@ use crate::storage::io::ZeroPace;
 /// The pace of a segment made ahead: each chunk waits for the active
 /// segment to fill further.
 struct AheadPace<'a, S: SegmentStore> {
-    log: &'a Log<S>,
+    log: &'a LocalLog<S>,
     no: u64,
 }
 
@@ -32,7 +32,7 @@ impl<S: SegmentStore> ZeroPace for AheadPace<'_, S> {
     }
 }
 
-impl<S: SegmentStore> Log<S> {
+impl<S: SegmentStore> LocalLog<S> {
     /// Creates the active segment and, with `ahead`, the next one too, so
     /// rollover never waits for a file to be zero-filled.
     pub(super) async fn prepare_missing(&self, ahead: bool) -> Result<()> {

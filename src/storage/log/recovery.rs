@@ -1,161 +1,75 @@
 //! Opening a log: scan every segment, verify each record, cut a torn tail,
-//! seal the newest segment, and hand the records back for the shard to replay.
+//! seal the newest segment, and hand the records back for the layers above
+//! to replay (docs/recovery.md, steps 1 to 4).
 
-use super::tier::{self, Skeleton};
 use super::*;
-use std::collections::HashSet;
 
-impl<S: SegmentStore> Log<S> {
+/// What the scan of one segment found.
+struct Scan {
+    segment: u64,
+    /// Where its valid records end.
+    end: u64,
+    /// Records before `end`, pads included (what its seal counts).
+    records: u64,
+    /// The scan stopped at zeros, the end of the file or a seal, not at a
+    /// record that does not verify.
+    clean: bool,
+    /// It ends in its own seal.
+    sealed: bool,
+}
+
+fn io(op: &'static str, segment: u64) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::io(op, segment, source)
+}
+
+impl<S: SegmentStore> LocalLog<S> {
     /// Recovers the log in `store` and returns it with every valid record in
     /// log order. A torn tail of the newest segment is cut; an older segment
     /// that does not end in its seal (an invalid record, or a clean-looking
     /// end before the seal) is corruption and fails the open. The newest
     /// segment is sealed before writing resumes in a new one.
-    pub async fn open(store: S, cfg: LogConfig) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
-        Self::open_tiered(store, cfg, None).await
-    }
-
-    /// [`Log::open`] with tiered storage: segments in the object store are
-    /// recovered from their skeletons, and a move that a crash interrupted
-    /// is finished or dropped (see `tier.rs`).
-    pub async fn open_tiered(
+    ///
+    /// `held_above`: the newest segment whose records a layer above holds
+    /// instead of this directory (tiered storage). It counts as a newer
+    /// segment with data: older local segments must be sealed, and new
+    /// segments are numbered after it.
+    pub async fn open(
         store: S,
         cfg: LogConfig,
-        tier: Option<Tiering>,
+        held_above: Option<u64>,
     ) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
         assert!(cfg.segment_bytes.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
-        let io = |op, segment| move |source| Error::io(op, segment, source);
         let list = store.list().await.map_err(io("list", 0))?;
-        let mut skeletons = BTreeMap::new();
-        for (no, skel_len) in store.list_skeletons().map_err(io("list skeletons", 0))? {
-            let bytes = store.read_skeleton(no).map_err(io("read skeleton", no))?;
-            let (sk, seg_len) = Skeleton::decode(no, bytes)?;
-            skeletons.insert(no, (sk, seg_len, skel_len));
-        }
-        if tier.is_none() && !skeletons.is_empty() {
-            let source = std::io::Error::other("segments are in an object store: start with --tier");
-            return Err(Error::io("open", *skeletons.keys().next().expect("not empty"), source));
-        }
-        let local: HashSet<u64> = list.iter().map(|l| l.0).collect();
         let mut recovered = Vec::new();
-        // Segments the log's tier records say are remote.
-        let mut tiered: HashSet<u64> = skeletons.values().flat_map(|(sk, _, _)| sk.tiered()).collect();
-        // (segment, valid end, number of records, ended cleanly, sealed)
-        let mut scans: Vec<(u64, u64, usize, bool, bool)> = Vec::new();
-        let mut order: Vec<u64> = local.iter().chain(skeletons.keys()).copied().collect();
-        order.sort();
-        order.dedup();
-        for no in order {
-            if !local.contains(&no) {
-                let (sk, _, _) = &skeletons[&no];
-                for e in &sk.entries {
-                    let loc = RecordLoc { segment: no, pos: e.pos, body_len: e.header.body_len };
-                    if e.header.kind != record::KIND_TIER {
-                        recovered.push(Recovered { header: e.header, loc });
-                    }
-                }
-                scans.push((no, 0, sk.entries.len().max(1), true, true));
-                continue;
-            }
+        let mut scans = Vec::with_capacity(list.len());
+        for &(no, _) in &list {
             let map = store.map(no).map_err(io("map", no))?;
-            let bytes = map.bytes();
-            let mut pos = 0usize;
-            let mut count = 0usize;
-            let mut sealed = false;
-            let clean = loop {
-                if pos >= bytes.len() {
-                    break true;
-                }
-                match record::decode(no, &bytes[pos..]) {
-                    Ok((h, body, _)) if h.kind == record::KIND_SEAL => {
-                        // A seal anywhere but after this segment's records is
-                        // not ours here: treat it like any invalid record.
-                        sealed = record::is_seal_of(&h, &bytes[pos..][body], pos as u64, count as u64);
-                        break sealed;
-                    }
-                    Ok((h, _, framed)) if h.kind == record::KIND_PAD => {
-                        pos += framed;
-                        count += 1;
-                    }
-                    Ok((h, body, framed)) if h.kind == record::KIND_TIER => {
-                        tiered.extend(tier::decode_tier_body(&bytes[pos..][body]).map(|(no, _)| no));
-                        pos += framed;
-                        count += 1;
-                    }
-                    Ok((h, _body, framed)) => {
-                        // No assertion on what a record says: these are disk
-                        // bytes, not our state (a record written twice still
-                        // verifies). The shard's replay checks each stream's
-                        // records are contiguous and fails the boot if not.
-                        recovered.push(Recovered {
-                            header: h,
-                            loc: RecordLoc { segment: no, pos: pos as u64, body_len: h.body_len },
-                        });
-                        pos += framed;
-                        count += 1;
-                    }
-                    Err(DecodeError::End) => break true,
-                    Err(DecodeError::Truncated | DecodeError::Invalid) => break false,
-                }
-            };
-            scans.push((no, pos as u64, count, clean, sealed));
+            scans.push(scan(no, map.bytes(), &mut recovered));
         }
-        let last_with_data = scans.iter().rev().find(|s| s.2 > 0).map(|s| s.0);
         let mut report = RecoveryReport { records: recovered.len(), ..Default::default() };
+        let newest_with_data = scans.iter().rev().find(|s| s.records > 0).map(|s| s.segment).max(held_above);
         let mut segments = BTreeMap::new();
-        for &(no, end, count, clean, sealed) in &scans {
-            if !local.contains(&no) {
-                continue;
+        for s in &scans {
+            if let Some(map) = settle(&store, s, newest_with_data, &mut report).await? {
+                segments.insert(s.segment, SegData::Mapped(map));
             }
-            let newer_data = last_with_data.is_some_and(|l| l > no);
-            // Older segments were sealed and synced before their successors
-            // got a byte: one that does not end in its seal lost records.
-            if newer_data && !sealed {
-                return Err(Error::Corrupt { segment: no, position: end });
-            }
-            if count == 0 && !newer_data {
-                // A segment prepared ahead and never used, or whose first
-                // batch was torn: nothing acknowledged lives there.
-                store.remove(no).await.map_err(io("remove", no))?;
-                if !clean {
-                    report.torn_tail = Some((no, 0));
-                }
-                continue;
-            }
-            if !clean {
-                report.torn_tail = Some((no, end));
-            }
-            if !sealed {
-                // The newest segment with records: cut a torn tail, seal.
-                let mut tail = Vec::with_capacity(SEAL_FRAMED_BYTES);
-                record::seal(no, end, count as u64, &mut tail);
-                store.finish(no, end, &tail).await.map_err(io("seal", no))?;
-                report.sealed_at_boot = Some(no);
-            }
-            segments.insert(no, SegData::Mapped(store.map(no).map_err(io("map", no))?));
-        }
-        for (no, (sk, len, skel_len)) in skeletons {
-            if local.contains(&no) && !tiered.contains(&no) {
-                // Uploaded, but its tier record never became durable: the
-                // segment stays local (the object is overwritten or swept).
-                store.remove_skeleton(no).map_err(io("remove skeleton", no))?;
-                continue;
-            }
-            if local.contains(&no) {
-                // Its tier record is durable: finish the move.
-                segments.remove(&no);
-                store.remove(no).await.map_err(io("remove after upload", no))?;
-            }
-            segments.insert(no, SegData::Remote(tier::RemoteSeg { len, skel_len, skeleton: Some(Rc::new(sk)) }));
         }
         report.segments = segments.len();
-        // After every segment there was, local (even one removed above) or remote.
-        let last = list.last().map(|l| l.0).into_iter().chain(segments.keys().next_back().copied()).max();
-        let active = last.map(|l| l + 1).unwrap_or(0);
+        // After every segment there was: local (even one removed above) or held above.
+        let active = list.last().map(|l| l.0).max(held_above).map_or(0, |l| l + 1);
         report.active_segment = active;
+        let log = Self::with_segments(store, cfg, segments, active);
+        // Create the active segment now so the first append does not wait
+        // for it; the preparer task makes the next one in the background.
+        log.prepare_missing(false).await?;
+        Ok((log, recovered, report))
+    }
+
+    /// A log of the recovered `segments`, writing next into `active`.
+    fn with_segments(store: S, cfg: LogConfig, mut segments: BTreeMap<u64, SegData<S::File>>, active: u64) -> Self {
         let buf = new_mirror(&cfg);
         segments.insert(active, SegData::Mirror { buf, records: 0, cut_len: 0, sealed: false, file: None });
-        let log = Log {
+        LocalLog {
             store,
             cfg,
             st: RefCell::new(State {
@@ -180,14 +94,80 @@ impl<S: SegmentStore> Log<S> {
             zero_gate: Cell::new(u64::MAX),
             stopped: Cell::new(false),
             sealed: Notify::default(),
-            sweep_due: Cell::new(tier.is_some()),
-            tier,
-            cache: RefCell::default(),
-            moving: RefCell::default(),
-        };
-        // Create the active segment now so the first append does not wait
-        // for it; the preparer task makes the next one in the background.
-        log.prepare_missing(false).await?;
-        Ok((log, recovered, report))
+        }
     }
+}
+
+/// Scans segment `no` from its start, pushing each record of the layers
+/// above onto `out`, and says where and how its records end.
+fn scan(no: u64, bytes: &[u8], out: &mut Vec<Recovered>) -> Scan {
+    let mut s = Scan { segment: no, end: 0, records: 0, clean: false, sealed: false };
+    let mut pos = 0usize;
+    s.clean = loop {
+        if pos >= bytes.len() {
+            break true;
+        }
+        match record::decode(no, &bytes[pos..]) {
+            Ok((h, body, _)) if h.kind == record::KIND_SEAL => {
+                // A seal anywhere but after this segment's records is not
+                // ours here: treat it like any invalid record.
+                s.sealed = record::is_seal_of(&h, &bytes[pos..][body], pos as u64, s.records);
+                break s.sealed;
+            }
+            Ok((h, _body, framed)) => {
+                // No assertion on what a record says: these are disk bytes,
+                // not our state (a record written twice still verifies).
+                // The shard's replay checks each stream's records are
+                // contiguous and fails the boot if not.
+                if h.kind != record::KIND_PAD {
+                    let loc = RecordLoc { segment: no, pos: pos as u64, body_len: h.body_len };
+                    out.push(Recovered { header: h, loc });
+                }
+                pos += framed;
+                s.records += 1;
+            }
+            Err(DecodeError::End) => break true,
+            Err(DecodeError::Truncated | DecodeError::Invalid) => break false,
+        }
+    };
+    s.end = pos as u64;
+    s
+}
+
+/// Decides what the end of a scanned segment means: fails the open on one
+/// that lost records, removes one that holds none, cuts a torn tail and
+/// seals the newest. Returns the segment mapped, or None if it was removed.
+async fn settle<S: SegmentStore>(
+    store: &S,
+    s: &Scan,
+    newest_with_data: Option<u64>,
+    report: &mut RecoveryReport,
+) -> Result<Option<Rc<dyn SealedBytes>>> {
+    let no = s.segment;
+    let newer_data = newest_with_data.is_some_and(|l| l > no);
+    // Older segments were sealed and synced before their successors got a
+    // byte: one that does not end in its seal lost records.
+    if newer_data && !s.sealed {
+        return Err(Error::Corrupt { segment: no, position: s.end });
+    }
+    if s.records == 0 && !newer_data {
+        // A segment prepared ahead and never used, or whose first batch was
+        // torn: nothing acknowledged lives there.
+        store.remove(no).await.map_err(io("remove", no))?;
+        if !s.clean {
+            report.torn_tail = Some((no, 0));
+        }
+        return Ok(None);
+    }
+    if !s.clean {
+        report.torn_tail = Some((no, s.end));
+    }
+    if !s.sealed {
+        // The newest segment with records: cut a torn tail, seal.
+        let mut tail = Vec::with_capacity(SEAL_FRAMED_BYTES);
+        record::seal(no, s.end, s.records, &mut tail);
+        store.finish(no, s.end, &tail).await.map_err(io("seal", no))?;
+        report.sealed_at_boot = Some(no);
+    }
+    store.map(no).map(Some).map_err(io("map", no))
 }

@@ -55,7 +55,7 @@ enum Step {
     Busy,
 }
 
-impl<S: SegmentStore> Log<S> {
+impl<S: SegmentStore> LocalLog<S> {
     /// A write, sync or segment creation failed: from now on every waiter
     /// and every append fails with the first error. After a failed
     /// fdatasync the kernel may have dropped the dirty pages and a later

@@ -1,0 +1,58 @@
+//! Removing remote segments, and the sweep of objects no remote segment
+//! names (left by an upload whose move did not finish, or a failed delete).
+
+use super::files::TierFiles;
+use super::state::Tier;
+use super::Log;
+use crate::storage::error::{Error, Result};
+use crate::storage::io::SegmentStore;
+use crate::tier::TierClient;
+
+impl<S: SegmentStore> Log<S> {
+    /// Whether an orphan sweep is due (at boot, and after a failed delete).
+    pub fn sweep_due(&self) -> bool {
+        self.tier.as_ref().is_some_and(|t| t.sweep_due.get())
+    }
+
+    /// Deletes every object of this shard that no remote segment names.
+    /// Returns how many it deleted.
+    pub async fn sweep_remote(&self) -> Result<usize> {
+        self.tier("sweep the object store").sweep().await
+    }
+}
+
+impl Tier {
+    /// Deletes a remote segment: its skeleton (after which recovery no
+    /// longer knows it), then its object; an object left behind by a failed
+    /// delete is an orphan for the next sweep.
+    pub(super) async fn remove(&self, files: &dyn TierFiles, no: u64) -> Result<()> {
+        files.remove_skeleton(no).map_err(|source| Error::io("remove skeleton", no, source))?;
+        self.remote.borrow_mut().remove(&no);
+        self.cache.borrow_mut().forget(no);
+        match self.link.client.delete(self.key(no)).await {
+            Ok(()) => self.stats.borrow_mut().remote_deleted += 1,
+            Err(e) => {
+                tracing::warn!("shard {}: deleting remote segment {no}: {e} (the next sweep retries)", self.link.shard);
+                self.sweep_due.set(true);
+            }
+        }
+        Ok(())
+    }
+
+    async fn sweep(&self) -> Result<usize> {
+        let unavailable = |e: std::io::Error| Error::ObjectStore { op: "sweep", segment: 0, reason: e.to_string() };
+        let client = &self.link.client;
+        let keys = client.list(client.shard_prefix(self.link.shard)).await.map_err(unavailable)?;
+        let mut deleted = 0;
+        for (key, _) in keys {
+            let Some(no) = TierClient::segment_of(&key) else { continue };
+            if !self.moving.borrow().contains(&no) && !self.is_remote(no) {
+                client.delete(key).await.map_err(unavailable)?;
+                deleted += 1;
+            }
+        }
+        self.stats.borrow_mut().remote_deleted += deleted as u64;
+        self.sweep_due.set(false);
+        Ok(deleted)
+    }
+}
