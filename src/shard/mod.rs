@@ -84,8 +84,6 @@ pub struct Shard<S: SegmentStore> {
     reclaim_sealed: Cell<usize>,
     /// The quota counters this shard counts its streams into, by bucket.
     counted: RefCell<HashMap<String, Arc<BucketUsage>>>,
-    /// Blocks of a remote segment the last read needed (see `tiering`).
-    cold: Cell<Option<storage::error::ColdNeed>>,
     /// This shard's share of `--hot-bytes` (0 without tiering).
     hot_budget: Cell<u64>,
 }
@@ -107,10 +105,6 @@ impl<S: SegmentStore> Shard<S> {
             storage::Error::Full => Error::Overloaded { retry_after_secs: crate::limits::RETRY_AFTER_SECS },
             storage::Error::TooLarge(_) => Error::TooLarge,
             storage::Error::NoSpace { .. } => Error::InsufficientStorage(at()),
-            storage::Error::Cold(ref need) => {
-                self.note_cold(need.clone());
-                Error::Unavailable(at())
-            }
             _ => Error::Unavailable(at()),
         }
     }

@@ -44,7 +44,6 @@ impl<S: SegmentStore> Shard<S> {
             reclaim_due: Cell::new(true),
             reclaim_sealed: Cell::new(0),
             counted: RefCell::default(),
-            cold: Cell::new(None),
             hot_budget: Cell::new(0),
         };
         let mut replay = Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };

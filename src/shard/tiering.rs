@@ -21,6 +21,20 @@ pub fn recovery_prefix(h: &RecordHeader, body: &[u8]) -> usize {
     }
 }
 
+/// Why a synchronous read of durable state stopped: it needs blocks of a
+/// remote segment fetched first (run it again after), or it failed.
+#[derive(Debug)]
+pub(super) enum ReadStop {
+    Cold(ColdNeed),
+    Failed(Error),
+}
+
+impl From<Error> for ReadStop {
+    fn from(e: Error) -> Self {
+        ReadStop::Failed(e)
+    }
+}
+
 impl<S: SegmentStore> Shard<S> {
     /// The `ringstream_tier_*` samples of this shard.
     pub(super) fn tier_metrics(&self, out: &mut Samples, t: &storage::TierStats) {
@@ -42,14 +56,17 @@ impl<S: SegmentStore> Shard<S> {
         out.sample(Family::TierStoreUp, id, "", u64::from(up));
     }
 
-    /// Runs `read` (a synchronous read of durable state); when it reached
-    /// blocks of a remote segment that are not cached, fetches them and runs
-    /// it again. A store that does not answer makes it a 503 + Retry-After.
-    pub(super) async fn with_cold<T>(&self, mut read: impl FnMut() -> Result<T, Error>) -> Result<T, Error> {
+    /// Runs `read` (a synchronous read of durable state); when it stopped
+    /// at blocks of a remote segment that are not cached, fetches them and
+    /// runs it again. A store that does not answer makes it a 503 +
+    /// Retry-After.
+    pub(super) async fn with_cold<T>(&self, mut read: impl FnMut() -> Result<T, ReadStop>) -> Result<T, Error> {
         for _ in 0..COLD_FETCHES_PER_READ_MAX {
-            let r = read();
-            let Some(need) = self.cold.take() else { return r };
-            self.log.fetch_cold(need).await.map_err(|e| self.storage_err(e))?;
+            match read() {
+                Ok(v) => return Ok(v),
+                Err(ReadStop::Failed(e)) => return Err(e),
+                Err(ReadStop::Cold(need)) => self.log.fetch_cold(need).await.map_err(|e| self.storage_err(e))?,
+            }
         }
         Err(Error::Unavailable(format!(
             "shard {}: a read needed more than {COLD_FETCHES_PER_READ_MAX} block fetches",
@@ -57,9 +74,12 @@ impl<S: SegmentStore> Shard<S> {
         )))
     }
 
-    /// Remembers the blocks a read must fetch (see [`Shard::with_cold`]).
-    pub(super) fn note_cold(&self, need: ColdNeed) {
-        self.cold.set(Some(need));
+    /// A storage error met by a read: blocks to fetch, or a failure.
+    pub(super) fn read_stop(&self, e: storage::Error) -> ReadStop {
+        match e {
+            storage::Error::Cold(need) => ReadStop::Cold(need),
+            e => ReadStop::Failed(self.storage_err(e)),
+        }
     }
 
     /// The tiering task: whenever this shard's local segment files exceed

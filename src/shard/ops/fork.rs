@@ -3,6 +3,7 @@
 use crate::protocol::rules;
 use crate::protocol::{json, Error, Offset, StreamKey};
 use crate::shard::message::ForkData;
+use crate::shard::tiering::ReadStop;
 use crate::shard::Shard;
 use crate::storage::{io::SegmentStore, RecordLoc};
 
@@ -44,7 +45,7 @@ impl<S: SegmentStore> Shard<S> {
             let piece = self
                 .with_cold(|| {
                     let mut piece = Vec::new();
-                    self.log.read_body(loc, range.clone(), &mut piece).map_err(|e| self.storage_err(e))?;
+                    self.log.read_body(loc, range.clone(), &mut piece).map_err(|e| self.read_stop(e))?;
                     Ok(piece)
                 })
                 .await?;
@@ -65,7 +66,7 @@ impl<S: SegmentStore> Shard<S> {
         offset: Option<Offset>,
         sub_offset: u64,
         content_type: Option<&str>,
-    ) -> Result<(u64, Vec<Piece>), Error> {
+    ) -> Result<(u64, Vec<Piece>), ReadStop> {
         let state = self.state.borrow();
         let s = state.get(source).ok_or(Error::NotFound)?;
         let v = s.visible(self.log.durable_lsn());
@@ -87,7 +88,7 @@ impl<S: SegmentStore> Shard<S> {
                 let off = c.data_off as usize + from;
                 self.log
                     .read_body(c.loc, off..c.data_off as usize + c.len as usize, &mut rest)
-                    .map_err(|e| self.storage_err(e))?;
+                    .map_err(|e| self.read_stop(e))?;
                 json::prefix_len_of_messages(&rest, sub_offset as usize)
             } else {
                 let rest = c.len as usize - from;
@@ -99,7 +100,7 @@ impl<S: SegmentStore> Shard<S> {
         }
         if point as usize > crate::limits::REQUEST_BODY_BYTES_MAX as usize {
             // Forks copy what they inherit into one record.
-            return Err(Error::TooLarge);
+            return Err(Error::TooLarge.into());
         }
         let pieces = chunks
             .iter()

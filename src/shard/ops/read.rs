@@ -7,6 +7,7 @@ use crate::protocol::offset::ReadFrom;
 use crate::protocol::rules;
 use crate::protocol::{json, Error, Live, Offset, Outcome, ReadOutcome, ReadReq, StreamKey};
 use crate::shard::state::State;
+use crate::shard::tiering::ReadStop;
 use crate::shard::{Reply, Shard};
 use crate::storage::{self, io::SegmentStore};
 use futures_channel::oneshot;
@@ -42,7 +43,7 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     /// One catch-up round of an SSE connection: a read now, with a cursor.
-    pub(in crate::shard) fn read_sse(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, Error> {
+    pub(in crate::shard) fn read_sse(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, ReadStop> {
         let client = req.cursor.clone();
         let mut r = self.read(key, req)?;
         r.cursor = self.cursor_unless_closed(&r, client.as_deref());
@@ -110,7 +111,7 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
-    pub(in crate::shard) fn read(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, Error> {
+    pub(in crate::shard) fn read(&self, key: &StreamKey, req: ReadReq) -> Result<ReadOutcome, ReadStop> {
         let mut state = self.state.borrow_mut();
         let s = state.get_mut(key).ok_or(Error::NotFound)?;
         s.last_access_ms = (self.now_ms)();
@@ -144,7 +145,7 @@ impl<S: SegmentStore> Shard<S> {
                 // client reads on from the next offset), so one answer costs
                 // at most one fetch, whatever the cache holds.
                 Err(storage::Error::Cold(_)) if !body.is_empty() => break,
-                r => r.map_err(|e| self.storage_err(e))?,
+                r => r.map_err(|e| self.read_stop(e))?,
             }
             pos += take as u64;
             if from + take < c.len as usize {

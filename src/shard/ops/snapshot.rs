@@ -10,6 +10,7 @@ use crate::quota::BucketUsage;
 use crate::shard::records;
 use crate::shard::state::State;
 use crate::shard::stream::Snap;
+use crate::shard::tiering::ReadStop;
 use crate::shard::{Reply, Shard};
 use crate::storage::{self, io::SegmentStore, RecordLoc};
 use std::sync::Arc;
@@ -76,14 +77,14 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     /// A published snapshot's blob, from its record.
-    pub(in crate::shard) fn read_blob(&self, snap: &Snap) -> Result<Vec<u8>, Error> {
+    pub(in crate::shard) fn read_blob(&self, snap: &Snap) -> Result<Vec<u8>, ReadStop> {
         let mut blob = Vec::with_capacity(snap.len as usize);
         let from = snap.data_off as usize;
-        self.log.read_body(snap.loc, from..from + snap.len as usize, &mut blob).map_err(|e| self.storage_err(e))?;
+        self.log.read_body(snap.loc, from..from + snap.len as usize, &mut blob).map_err(|e| self.read_stop(e))?;
         Ok(blob)
     }
 
-    pub(in crate::shard) fn snapshot_read(&self, key: &StreamKey, offset: Offset) -> Reply {
+    pub(in crate::shard) fn snapshot_read(&self, key: &StreamKey, offset: Offset) -> Result<Outcome, ReadStop> {
         let mut state = self.state.borrow_mut();
         let s = state.get_mut(key).ok_or(Error::NotFound)?;
         s.last_access_ms = (self.now_ms)();
@@ -115,7 +116,7 @@ impl<S: SegmentStore> Shard<S> {
 
     /// `GET .../bootstrap`: the current snapshot, then each message after it,
     /// up to about one read's worth (the client continues from the offset).
-    pub(in crate::shard) fn bootstrap(&self, key: &StreamKey) -> Reply {
+    pub(in crate::shard) fn bootstrap(&self, key: &StreamKey) -> Result<Outcome, ReadStop> {
         let mut state = self.state.borrow_mut();
         let s = state.get_mut(key).ok_or(Error::NotFound)?;
         s.last_access_ms = (self.now_ms)();
@@ -138,7 +139,7 @@ impl<S: SegmentStore> Shard<S> {
             match self.log.read_body(c.loc, off..off + c.len as usize, &mut data) {
                 // As in `read`: cold blocks after some messages end this answer.
                 Err(storage::Error::Cold(_)) if !messages.is_empty() => break,
-                r => r.map_err(|e| self.storage_err(e))?,
+                r => r.map_err(|e| self.read_stop(e))?,
             }
             if s.json {
                 messages.extend(json::split_messages(&data).map(<[u8]>::to_vec));
