@@ -5,10 +5,11 @@
 //! reader's GET with an offset. Neither touches a socket, so the numbers are the
 //! per-request overhead before a shard gets the operation.
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringstream::http::parse::{parse_head, BodyKind, ChunkProgress, ChunkedDecoder, ParseLimits};
 use ringstream::http::route::{route, Route};
 use ringstream::limits::{REQUEST_BODY_BYTES_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEADER_COUNT_MAX};
+use std::hint::black_box;
 
 mod common;
 

@@ -2,9 +2,10 @@
 //! (validate, compact, flatten one array level) and `wrap_array` (stored chunks
 //! back to a response body). Throughput is in input bytes.
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringstream::protocol::json::{normalize, wrap_array};
 use std::fmt::Write;
+use std::hint::black_box;
 
 mod common;
 

@@ -2,8 +2,9 @@
 //! path and `record::decode` on recovery and mapped reads. Both run CRC32C over
 //! the header and the whole body, so throughput is reported in body bytes.
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringstream::storage::record::{self, RecordHeader};
+use std::hint::black_box;
 
 mod common;
 

@@ -1,9 +1,10 @@
 //! Micro-benchmark of shard ownership: `shard_for` runs on every stream request
 //! (and `shard_for_bucket` on bucket requests) before it is dispatched.
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ringstream::protocol::StreamKey;
 use ringstream::shard::router::{shard_for, shard_for_bucket};
+use std::hint::black_box;
 
 mod common;
 
