@@ -71,11 +71,13 @@ mod tests {
     #[test]
     fn each_ring_wakes_every_waiter_on_other_threads() {
         let bell = Arc::new(Bell::new(2));
+        let (woke_tx, woke_rx) = std::sync::mpsc::channel();
         let waiters: Vec<_> = (0..2)
             .map(|slot| {
-                let b = bell.clone();
+                let (b, woke) = (bell.clone(), woke_tx.clone());
                 std::thread::spawn(move || {
                     let first = futures::executor::block_on(b.wait(slot, 0));
+                    woke.send(first).unwrap();
                     let second = futures::executor::block_on(b.wait(slot, first));
                     (first, second)
                 })
@@ -84,6 +86,11 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert!(waiters.iter().all(|w| !w.is_finished()), "nothing rang yet");
         assert_eq!(bell.ring(), 1);
+        // Both saw the first ring (however late a thread started) before
+        // the second: a thread that started after both rings would see
+        // ring 2 first and wait for a third.
+        let firsts = [woke_rx.recv().unwrap(), woke_rx.recv().unwrap()];
+        assert_eq!(firsts, [1, 1]);
         std::thread::sleep(Duration::from_millis(20));
         assert!(waiters.iter().all(|w| !w.is_finished()), "one ring wakes each waiter once");
         assert_eq!(bell.ring(), 2);
