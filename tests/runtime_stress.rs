@@ -3,7 +3,8 @@
 //! (a round trip over a Unix socket, a cross-executor mailbox woken by
 //! glommio's foreign wakers as the server's mesh is, glommio's shared channel,
 //! O_DIRECT writes and fdatasync, timers, `spawn_blocking`, `spawn_local` in
-//! loops), plus a loop of executor boots.
+//! loops), plus a loop of executor boots, and the other way round: an idle
+//! executor that must sleep.
 //!
 //! glommio 0.9.0 parks an executor that still has runnable tasks when a
 //! preemption is pending (see vendor/glommio/PATCHES.md): there, one of these
@@ -590,4 +591,49 @@ fn socket_completion_reaches_a_busy_executor() {
     writer.join().unwrap();
     assert!(worst < Duration::from_millis(100), "a socket read completed {worst:?} after its byte was sent");
     eprintln!("slowest socket completion beside a busy task: {worst:?}");
+}
+
+/// How many times the calling thread gave up its CPU of its own accord: for
+/// an executor's thread, each sleep that blocked, so each wake-up (counted
+/// by the kernel).
+fn voluntary_switches() -> u64 {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let count = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"));
+    count.expect("the kernel reports voluntary_ctxt_switches").trim().parse().unwrap()
+}
+
+/// An idle shard sleeps (vendor/glommio PATCHES.md, patch 9): an executor
+/// with the server's preemption timer, after a burst of tasks, waits a
+/// second for a socket read with nothing else to run. Its thread wakes for
+/// the kept preemption timer once and for the read (2-3 times measured);
+/// when each wake-up armed a new preemption timer it woke every period
+/// (about 90 times with 10 ms).
+#[test]
+fn an_idle_executor_sleeps() {
+    use futures_lite::AsyncReadExt;
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        std::thread::sleep(Duration::from_secs(1));
+        (&theirs).write_all(&[1]).unwrap();
+    });
+    let wakeups = LocalExecutorBuilder::new(Placement::Unbound)
+        .preempt_timer(Duration::from_micros(ringstream::limits::EXECUTOR_PREEMPT_TIMER_US))
+        .io_memory(IO_MEMORY)
+        .spawn(move || async move {
+            for i in 0..100u32 {
+                assert_eq!(glommio::spawn_local(yielding(i)).await, i);
+            }
+            // Safety: the fd comes from a socket this test owns and hands over.
+            let mut sock = unsafe { UnixStream::from_raw_fd(ours.into_raw_fd()) };
+            let before = voluntary_switches();
+            let mut byte = [0u8; 1];
+            sock.read_exact(&mut byte).await.unwrap();
+            voluntary_switches() - before
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    writer.join().unwrap();
+    assert!(wakeups <= 5, "an idle executor woke {wakeups} times in a second");
 }

@@ -909,15 +909,21 @@ impl Reactor {
         (next_timer, woke)
     }
 
-    /// Processes new events, blocking until the first event or the timeout.
-    pub(crate) fn react(&self, timeout: impl Fn() -> Option<Duration>) -> io::Result<bool> {
+    /// Processes new events and, if `may_sleep`, blocks until the first
+    /// event or the timeout. `timeout` is the preemption timer the task
+    /// queues need, `None` while none is active.
+    pub(crate) fn react(
+        &self,
+        timeout: impl Fn() -> Option<Duration>,
+        may_sleep: bool,
+    ) -> io::Result<bool> {
         // Process ready timers.
         let (next_timer, woke) = self.process_external_events();
 
         // Block on I/O events.
-        match self
-            .sys
-            .wait(timeout, next_timer, woke, || self.process_shared_channels())
+        match self.sys.wait(timeout, may_sleep, next_timer, woke, || {
+            self.process_shared_channels()
+        })
         {
             // Don't wait for the next loop to process timers or shared channels
             Ok(true) => {

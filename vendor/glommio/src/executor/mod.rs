@@ -1315,6 +1315,15 @@ impl LocalExecutor {
         self.queues.borrow().spin_before_park
     }
 
+    /// The preemption timer the task queues need: none while no queue is
+    /// active. A wake-up that finds nothing to run (the previous timer
+    /// firing, say) then arms nothing that would wake the thread again once
+    /// it sleeps (ringstream patch 9, see PATCHES.md).
+    fn preempt_timer_while_active(&self) -> Option<Duration> {
+        let queues = self.queues.borrow();
+        (!queues.active_executors.is_empty()).then_some(queues.preempt_timer_duration)
+    }
+
     #[inline(always)]
     pub(crate) fn need_preempt(&self) -> bool {
         self.reactor.need_preempt()
@@ -1482,7 +1491,7 @@ impl LocalExecutor {
                 // ring ASAP (before we run the task queues). We will also use
                 // the opportunity to install the timer.
                 this.parker
-                    .poll_io(|| Some(this.preempt_timer_duration()))
+                    .poll_io(|| this.preempt_timer_while_active())
                     .expect("Failed to poll io! This is actually pretty bad!");
 
                 // run user code

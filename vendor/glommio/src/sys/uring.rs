@@ -1814,11 +1814,11 @@ impl Reactor {
     ///
     /// * The first is the preempt timer. It is designed to take the current
     ///   task queue out of the cpu. If nothing else fires in the latency ring
-    ///   the preempt timer will, making need_preempt return true. Currently, we
-    ///   always install a preempt timer in the upper layers but from the point
-    ///   of view of the io_uring implementation it is optional: it is perfectly
-    ///   valid not to have one. Preempt timers are installed by Glommio
-    ///   executor runtime.
+    ///   the preempt timer will, making need_preempt return true. The
+    ///   executor asks for one only while a task queue is active (it is
+    ///   evaluated after the completions that may wake tasks are consumed):
+    ///   a turn that will run nothing arms none (ringstream patch 9).
+    ///   Preempt timers are installed by Glommio executor runtime.
     ///
     /// * The second is the user timer. It is installed per a user request when
     ///   the user creates a `Timer` (or `TimerAction`).
@@ -1849,9 +1849,16 @@ impl Reactor {
     ///   to the point where we *leave* this method. For instance: if we spin
     ///   here for 3ms and the preempt timer is 10ms that would leave the next
     ///   task queue just 7ms to run.
+    ///
+    /// The thread sleeps only if `may_sleep` (the executor found nothing to
+    /// run), no preempt timer is wanted and nothing is pending. Upstream
+    /// lets a missing preempt timer mean "may sleep"; ringstream patch 9
+    /// separates the two so that a turn that must not sleep can still want
+    /// no timer.
     pub(crate) fn wait<Preempt, F>(
         &self,
         preempt_timer: Preempt,
+        may_sleep: bool,
         user_timer: Option<Duration>,
         mut woke: usize,
         process_remote_channels: F,
@@ -1905,7 +1912,8 @@ impl Reactor {
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
         // If we generated any event so far, we can't sleep. Need to handle them.
-        let should_sleep = preempt_timer().is_none()
+        let should_sleep = may_sleep
+            && preempt_timer().is_none()
             && (woke == 0)
             && poll_ring.can_sleep()
             && main_ring.can_sleep()
@@ -1974,9 +1982,10 @@ impl Reactor {
     /// Whether the armed latency-ring timer can stand for the one this turn
     /// needs (ringstream patch 5). With a task queue to run (`preempt`): it
     /// fires no later than a new preemption timer would, and not within half
-    /// a period. Asleep: no later than the next user timer (firing early
-    /// only wakes us to look again), or at any time when there is none (one
-    /// wake-up, then we sleep without it).
+    /// a period. With none (asleep, or a turn that will run nothing): no
+    /// later than the next user timer (firing early only wakes us to look
+    /// again), or at any time when there is none (one wake-up, which arms
+    /// nothing since nothing runs, then we sleep without it: patch 9).
     fn latency_timer_fits(&self, now: Instant, preempt: Option<Duration>, user: Option<Duration>) -> bool {
         let Some(deadline) = self.latency_timer_armed() else {
             return false;
@@ -2242,6 +2251,82 @@ mod tests {
         assert!(arms <= 10, "the link was armed {arms} times for 100 sleeps");
     }
 
+    /// How many times the calling thread gave up its CPU of its own accord:
+    /// for an executor, each sleep in `io_uring_enter` that blocked, so
+    /// each wake-up (counted by the kernel, not by the code under test).
+    fn voluntary_switches() -> u64 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .expect("the kernel reports voluntary_ctxt_switches");
+        line.trim().parse().unwrap()
+    }
+
+    /// Runs `idle` on an executor whose preemption timer is 10 ms, after a
+    /// burst of tasks (so the timer is armed as under load), and returns how
+    /// many times the executor's thread slept while `idle` ran.
+    fn sleeps_while<F, Fut>(idle: F) -> u64
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ex = crate::LocalExecutorBuilder::default()
+            .preempt_timer(Duration::from_millis(10))
+            .spawn(move || async move {
+                for i in 0..100u32 {
+                    assert_eq!(crate::spawn_local(async move { i }).await, i);
+                }
+                let before = voluntary_switches();
+                idle().await;
+                tx.send(voluntary_switches() - before).unwrap();
+            })
+            .unwrap();
+        let sleeps = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the idle executor never woke up");
+        ex.join().unwrap();
+        sleeps
+    }
+
+    // ringstream patch 9: an executor with nothing to run and no timer
+    // due sleeps until its I/O completes (here a read whose byte comes a
+    // second later). Before the patch, the preemption timer kept by patch 5
+    // was armed anew on every wake-up and woke it every 10 ms.
+    #[test]
+    fn an_idle_executor_sleeps_through_a_second() {
+        use futures_lite::AsyncReadExt;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            use std::io::Write;
+            let (mut peer, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(1));
+            peer.write_all(b"x").unwrap();
+        });
+        let sleeps = sleeps_while(move || async move {
+            let mut stream = crate::net::TcpStream::connect(addr).await.unwrap();
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).await.unwrap();
+        });
+        writer.join().unwrap();
+        // The kept preemption timer fires once, then the read completes
+        // (2 or 3 measured, the rest is slack). With the timer armed anew
+        // on every wake-up it was about 90.
+        assert!(sleeps <= 5, "an idle executor woke {sleeps} times in a second");
+    }
+
+    // ringstream patch 9: an executor whose only work is a timer a second
+    // away wakes for that timer, not for preemption timers meanwhile.
+    #[test]
+    fn an_executor_waiting_for_a_timer_wakes_only_for_it() {
+        let sleeps = sleeps_while(|| async {
+            crate::timer::sleep(Duration::from_secs(1)).await;
+        });
+        assert!(sleeps <= 5, "an executor waiting for a timer woke {sleeps} times in a second");
+    }
+
     use super::*;
 
     // ringstream patch 2: a wait that finds remote work after
@@ -2253,7 +2338,7 @@ mod tests {
         let notifier = sys::new_sleep_notifier().unwrap();
         let pool = BlockingThreadPool::new(PoolPlacement::Unbound(1), notifier.clone()).unwrap();
         let reactor = Reactor::new(notifier.clone(), 0, 128, pool).unwrap();
-        let went_to_sleep_path = reactor.wait(|| None, None, 0, || 1).unwrap();
+        let went_to_sleep_path = reactor.wait(|| None, true, None, 0, || 1).unwrap();
         assert!(went_to_sleep_path, "nothing pending: wait should have tried to sleep");
         assert!(!notifier.should_notify.load(std::sync::atomic::Ordering::Relaxed));
     }
@@ -2269,14 +2354,14 @@ mod tests {
         let need_preempt = || unsafe { std::ptr::read_volatile(head) != std::ptr::read_volatile(tail) };
 
         let period = Duration::from_millis(200);
-        reactor.wait(|| Some(period), None, 1, || 0).unwrap();
+        reactor.wait(|| Some(period), false, None, 1, || 0).unwrap();
         let first = reactor.latency_timer_armed().expect("a preemption timer is armed");
         for _ in 0..3 {
-            reactor.wait(|| Some(period), None, 1, || 0).unwrap();
+            reactor.wait(|| Some(period), false, None, 1, || 0).unwrap();
             assert_eq!(reactor.latency_timer_armed(), Some(first), "kept, not armed anew");
         }
         let short = Duration::from_millis(5);
-        reactor.wait(|| Some(short), None, 1, || 0).unwrap();
+        reactor.wait(|| Some(short), false, None, 1, || 0).unwrap();
         let second = reactor.latency_timer_armed().expect("armed anew");
         assert!(second < first, "a shorter period needs a timer that fires sooner");
         assert!(!need_preempt());
@@ -2286,6 +2371,21 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(start.elapsed() >= Duration::from_millis(2), "fired too early");
+    }
+
+    // ringstream patch 9: a turn that must not sleep but has no task queue
+    // to run wants no preemption timer; it neither sleeps nor arms one.
+    #[test]
+    fn a_turn_with_nothing_to_run_arms_no_timer() {
+        let notifier = sys::new_sleep_notifier().unwrap();
+        let pool = BlockingThreadPool::new(PoolPlacement::Unbound(1), notifier.clone()).unwrap();
+        let reactor = Reactor::new(notifier, 0, 128, pool).unwrap();
+        let slept = reactor.wait(|| None, false, None, 0, || 0).unwrap();
+        assert!(!slept, "a turn that may not sleep slept");
+        assert_eq!(reactor.latency_timer_armed(), None);
+        let period = Duration::from_millis(200);
+        reactor.wait(|| Some(period), false, None, 1, || 0).unwrap();
+        assert!(reactor.latency_timer_armed().is_some(), "a queue to run arms one");
     }
 
     #[test]
@@ -2339,13 +2439,13 @@ mod tests {
         );
 
         let start = Instant::now();
-        reactor.wait(|| None, None, 0, || 0).unwrap();
+        reactor.wait(|| None, true, None, 0, || 0).unwrap();
         let elapsed_ms = start.elapsed().as_millis();
         assert!((50..100).contains(&elapsed_ms));
 
         drop(slow); // Cancel this one.
 
-        reactor.wait(|| None, None, 0, || 0).unwrap();
+        reactor.wait(|| None, true, None, 0, || 0).unwrap();
         let elapsed_ms = start.elapsed().as_millis();
         assert!((300..350).contains(&elapsed_ms));
     }
