@@ -61,13 +61,13 @@ PEER_CACHE="${PEER_CACHE:-$HOME/.cache/ringstream-peers}"
 REF_CACHE="${REF_CACHE:-$PEER_CACHE/node-reference-$REF_VERSION}"
 ELECTRIC="$PEER_CACHE/durable-streams-$ELECTRIC_VERSION/bin/durable-streams-server"
 
-cargo build --release --quiet -p ringstream -p loadgen
-RS="${RINGSTREAM:-target/release/ringstream}"
+. scripts/lib/build.sh
+build_release loadgen
+server_binary
+RS="$SERVER_BIN"
 LG=target/release/loadgen
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-bench.XXXXXX")"
-PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
+trap 'rm -rf "$WORK"' EXIT
 
 echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" | tee "$OUT/summary.txt"
 echo "load tool and servers share these CPUs" | tee -a "$OUT/summary.txt"
@@ -116,7 +116,8 @@ if [[ ",$SERVERS," == *,electric,* ]] && [ ! -x "$ELECTRIC" ]; then
 fi
 if [[ ",$SERVERS," == *,reference,* ]]; then
   pkg="$REF_CACHE/node_modules/@durable-streams/server/package.json"
-  have="$( [ -f "$pkg" ] && node -p "require('$pkg').version" 2>/dev/null || true)"
+  have=""
+  if [ -f "$pkg" ]; then have="$(node -p "require('$pkg').version" 2>/dev/null || true)"; fi
   if [ "$have" != "$REF_VERSION" ]; then
     mkdir -p "$REF_CACHE"
     [ -f "$REF_CACHE/package.json" ] || echo '{"name":"ringstream-refserver","private":true,"type":"module"}' > "$REF_CACHE/package.json"

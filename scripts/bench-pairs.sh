@@ -20,11 +20,15 @@ PAIRS=5
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then PAIRS="$1"; shift; fi
 [ "${1:-}" = "--" ] && shift
 if [ -z "${LOADGEN:-}" ]; then
-  cargo build --release --quiet -p loadgen
+  . scripts/lib/build.sh
+  build_release loadgen
   LOADGEN=target/release/loadgen
 fi
 exec python3 - "$A" "$B" "$PAIRS" "${SHARDS:-2}" "$LOADGEN" "$@" <<'PY'
-import json, os, re, statistics, subprocess, sys, tempfile, time
+import json, os, statistics, subprocess, sys, tempfile, time
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/lib
+sys.path.insert(0, "scripts/lib")
+import server  # scripts/lib/server.py
 a, b, pairs, shards, loadgen, extra = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
 tick = os.sysconf("SC_CLK_TCK")
 def arg(name, default):
@@ -37,9 +41,8 @@ def cpu_s(pid):
 
 def run(binary):
     work = tempfile.mkdtemp(prefix="ringstream-pairs.")
-    srv = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--data-dir", f"{work}/data", "--shards", shards],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    url = "http://" + re.search(r"127\.0\.0\.1:\d+", srv.stdout.readline()).group(0)
+    srv = server.start(binary, work, "--shards", shards)  # pinned, default settings
+    url = srv.url
     out = f"{work}/report.json"
     lg = subprocess.Popen([loadgen, "--target", url, "--quiet", "--out", out, *extra], stdout=subprocess.DEVNULL)
     time.sleep(warmup + 0.3)  # creation and warm-up are not measured
@@ -47,7 +50,7 @@ def run(binary):
     time.sleep(duration - 0.6)
     c1 = cpu_s(srv.pid)
     failed = lg.wait() != 0
-    srv.terminate(); srv.wait()
+    srv.stop()
     if failed:  # the server is stopped and its directory removed first
         subprocess.run(["rm", "-rf", work])
         sys.exit(f"loadgen failed against {binary}")

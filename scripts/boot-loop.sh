@@ -11,31 +11,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BOOTS="${1:-300}"
-if [ -z "${RINGSTREAM:-}" ]; then
-  cargo build --release --quiet -p ringstream
-  RINGSTREAM=target/release/ringstream
-fi
-exec python3 - "$RINGSTREAM" "$BOOTS" "${LIMIT_MS:-3000}" "${SHARDS:-2}" "${LOAD:-2}" <<'PY'
+. scripts/lib/build.sh
+server_binary
+exec python3 - "$SERVER_BIN" "$BOOTS" "${LIMIT_MS:-3000}" "${SHARDS:-2}" "${LOAD:-2}" <<'PY'
 import os, signal, subprocess, sys, tempfile, time
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/lib
+sys.path.insert(0, "scripts/lib")
+import server  # scripts/lib/server.py
 binary, boots, limit_ms, shards, load = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
 work = tempfile.mkdtemp(prefix="ringstream-boots.")
 times, problems = [], []
 try:
     for i in range(boots):
-        err = open(os.path.join(work, "err"), "w+")
-        t0 = time.perf_counter()
-        p = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(work, "data"),
-                              "--shards", shards, "--no-pin"], stdout=subprocess.PIPE, stderr=err, text=True)
-        line = p.stdout.readline()
-        ms = (time.perf_counter() - t0) * 1000
-        if "listening on" not in line:
-            p.kill(); p.wait(); err.seek(0)
-            sys.exit(f"boot {i}: no listening line; stderr:\n{err.read()}")
+        open(os.path.join(work, "err"), "w").close()  # this boot's log only
+        try:
+            s = server.start(binary, work, "--shards", shards, "--no-pin")
+        except SystemExit as e:  # no listening line, or not ready: the log says why
+            sys.exit(f"boot {i}: {e}")
+        ms = s.boot_s * 1000  # from exec to the listening line
         times.append(ms)
-        p.send_signal(signal.SIGTERM)
-        rc = p.wait(timeout=15)
-        err.seek(0); log = err.read()
+        s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(timeout=15)
+        log = s.stderr()
         if rc != 0:
             problems.append(f"boot {i}: exit status {rc}")
         if "no progress" in log or "restarting the process" in log:

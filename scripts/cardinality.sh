@@ -14,30 +14,28 @@
 # Usage: scripts/cardinality.sh [N ...]   (SHARDS=2, DURATION=8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet -p ringstream -p loadgen
-RS=${RINGSTREAM:-target/release/ringstream}
+. scripts/lib/server.sh
+build_release loadgen
+server_binary
 LG=target/release/loadgen
 SHARDS=${SHARDS:-2}
 DURATION=${DURATION:-8}
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ringstream-cardinality.XXXXXX")
-PID=""
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$WORK"; }
-trap cleanup EXIT
+work_dir cardinality
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
-. scripts/lib/server.sh
-start() { bench_server "$RS" "$WORK/data" "$SHARDS" "$1"; }
-stop() { bench_stop; }
+# Pinned shards, default settings: the server as it runs in production.
+start() { server_start "$WORK" 0 --shards "$SHARDS"; PID=$SERVER_PID URL=$SERVER_URL SECS=$SERVER_SECS; }
+stop() { server_stop "$PID"; }
 
 for N in "${@:-10000 100000 1000000}"; do
   for n in $N; do
     rm -rf "$WORK/data"
-    start "$WORK/a.log"
+    start
     sleep 0.5
     r0=$(rss_kib "$PID")
     if [ "$n" -le 10000 ]; then
       one=$("$LG" --target "$URL" --surface v1 --prefix one --streams "$n" --connections 1 --setup-only)
-      stop; rm -rf "$WORK/data"; start "$WORK/a.log"; sleep 0.5; r0=$(rss_kib "$PID")
+      stop; rm -rf "$WORK/data"; start; sleep 0.5; r0=$(rss_kib "$PID")
     else
       one="(not run)"
     fi
@@ -48,7 +46,7 @@ for N in "${@:-10000 100000 1000000}"; do
     echo "N=$n  64 connections: $many"
     echo "N=$n  RSS $((r0 / 1024)) MiB -> $((r1 / 1024)) MiB: $(( (r1 - r0) * 1024 / n )) bytes per stream"
     stop
-    start "$WORK/b.log"
+    start
     sleep 0.5
     echo "N=$n  restart: listening after ${SECS} s; RSS $(( $(rss_kib "$PID") / 1024 )) MiB; $(du -sh "$WORK/data" | cut -f1) on disk"
     if [ "$n" -le 100000 ]; then

@@ -37,6 +37,7 @@ done
 if [ -n "$URL" ] && [ "$RESTART" = 1 ]; then echo "--restart starts its own server: not with --url" >&2; exit 2; fi
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$root/scripts/lib/server.sh"
 
 # --- Node and the pinned suite -------------------------------------------------
 . "$root/scripts/lib/node-deps.sh"
@@ -50,35 +51,19 @@ runConformanceTests({ baseUrl: process.env.CONFORMANCE_TEST_URL })
 JS
 
 # --- the server ------------------------------------------------------------------
-bin="${RINGSTREAM_BIN:-}"
-if [ -z "$bin" ] && [ -z "$URL" ]; then
-  (cd "$root" && cargo build --release --quiet --bin ringstream)
-  bin="$root/target/release/ringstream"
-fi
-data="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-conformance.XXXXXX")"
-log="$data.log"
+work_dir conformance
+data=$WORK
+KEEP_WORK=$KEEP
 pid=""
-stop() { if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi; pid=""; }
-cleanup() { stop; [ "$KEEP" = 1 ] || rm -rf "$data" "$log" "$data.out"; }
-trap cleanup EXIT
-
-port=""
+port=0
 base=""
 start() {
   if [ -n "$URL" ]; then base="${URL%/}"; return; fi
   # A short long-poll timeout: several tests wait for a 204 inside vitest's 5 s.
-  "$bin" --listen 127.0.0.1:"${port:-0}" --data-dir "$data/db" --shards 2 --no-pin \
-    --long-poll-timeout-ms 500 >"$data.out" 2>>"$log" &
-  pid=$!
-  for _ in $(seq 1 300); do
-    if grep -q "listening on" "$data.out" 2>/dev/null; then break; fi
-    if ! kill -0 "$pid" 2>/dev/null; then echo "conformance: server failed to start:" >&2; cat "$log" >&2; exit 3; fi
-    sleep 0.1
-  done
-  port="$(grep -o '127.0.0.1:[0-9]*' "$data.out" | head -1 | cut -d: -f2)"
-  [ -n "$port" ] || { echo "conformance: no listening line" >&2; cat "$log" >&2; exit 3; }
-  base="http://127.0.0.1:$port"
+  server_start "$data" "$port" "${SERVER_TEST_FLAGS[@]}" --long-poll-timeout-ms 500
+  pid=$SERVER_PID port=$SERVER_PORT base=$SERVER_URL
 }
+stop() { server_stop "$pid"; }
 
 run_suite() {
   local report="$data/report-$1.json"

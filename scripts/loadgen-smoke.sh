@@ -9,11 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/server.sh
-cargo build --release --quiet -p ringstream -p loadgen
-work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-smoke.XXXXXX")"
-pid=""
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-start_server "$work"
+build_release ringstream loadgen
+work_dir smoke
+work=$WORK
+server_start "$work" 0 "${SERVER_TEST_FLAGS[@]}" --long-poll-timeout-ms 1000
+url=$SERVER_URL
 
 target/release/loadgen --target "$url" --duration 3 --warmup 0.5 --quiet --out "$work/closed.json" >/dev/null
 target/release/loadgen --target "$url" --surface ds --rate 500 --streams 8 --connections 4 --readers 2 \

@@ -57,15 +57,13 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 t_start=$(date +%s)
 . scripts/lib/haproxy.sh
+. scripts/lib/server.sh
 haproxy_install
+server_binary
 
-bin="${RINGSTREAM_BIN:-}"
-if [ -z "$bin" ]; then
-  cargo build --release --quiet --bin ringstream
-  bin="$root/target/release/ringstream"
-fi
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-multinode.XXXXXX")"
+work_dir multinode
+work=$WORK
+KEEP_WORK=$KEEP
 mkdir -p "$work/run" "$work/expect"
 declare -a node_pid=("" "" "" "" "") node_port=("" "" "" "" "")
 hap_pids=()
@@ -82,18 +80,16 @@ show_logs() {
   echo "--- haproxy, last lines:" >&2
   tail -30 "$work/haproxy.log" >&2 2>/dev/null || true
 }
+# At exit (scripts/lib/server.sh), before the work directory goes.
 cleanup() {
-  local rc=$? i
-  trap - EXIT
-  if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then show_logs; fi
+  local i
+  if [ "$EXIT_STATUS" != 0 ] && [ "$failed" = 0 ]; then show_logs; fi
   for i in 1 2 3 4; do
-    if [ -n "${node_pid[$i]}" ]; then kill -9 "${node_pid[$i]}" 2>/dev/null || true; wait "${node_pid[$i]}" 2>/dev/null || true; fi
+    [ -z "${node_pid[$i]}" ] || server_stop "${node_pid[$i]}" KILL
   done
   for i in "${hap_pids[@]}"; do kill "$i" 2>/dev/null || true; wait "$i" 2>/dev/null || true; done
-  if [ "$KEEP" = 1 ]; then echo "multinode: kept $work" >&2; else rm -rf "$work"; fi
-  exit "$rc"
 }
-trap cleanup EXIT
+at_exit cleanup
 
 fail() { failed=1; echo "multinode: FAIL: $*" >&2; show_logs; exit 1; }
 ok() { passed=$((passed + 1)); }
@@ -101,22 +97,11 @@ say() { echo "multinode: $*"; }
 
 # --- the nodes -----------------------------------------------------------------
 # start_node I: starts node I on its port (a free one the first time), data
-# in $work/nI/data, and waits for its listening line.
+# in $work/nI/data, and waits until it is ready (scripts/lib/server.sh).
 start_node() {
-  local i=$1 _
-  mkdir -p "$work/n$i"
-  "$bin" --listen "127.0.0.1:${node_port[$i]:-0}" --data-dir "$work/n$i/data" --shards 2 --no-pin \
-    --long-poll-timeout-ms 500 >"$work/n$i/out" 2>>"$work/n$i/err" &
-  node_pid[i]=$!
-  for _ in $(seq 1 300); do
-    grep -q "listening on" "$work/n$i/out" 2>/dev/null && break
-    kill -0 "${node_pid[$i]}" 2>/dev/null || fail "node $i did not start"
-    sleep 0.05
-  done
-  local p; p="$(grep -o '127.0.0.1:[0-9]*' "$work/n$i/out" | head -1 | cut -d: -f2)"
-  [ -n "$p" ] || fail "node $i printed no listening line"
-  [ -z "${node_port[$i]}" ] || [ "$p" = "${node_port[$i]}" ] || fail "node $i came back on port $p, not ${node_port[$i]}"
-  node_port[i]=$p
+  local i=$1
+  server_start "$work/n$i" "${node_port[$i]:-0}" "${SERVER_TEST_FLAGS[@]}" --long-poll-timeout-ms 500
+  node_pid[i]=$SERVER_PID node_port[i]=$SERVER_PORT
 }
 node_url() { echo "http://127.0.0.1:${node_port[$1]}"; }
 
@@ -354,7 +339,7 @@ outage() {
     # request was sent and no answer will come, so HAProxy answers 502
     # (not another node).
     start_longpoll "$victim" "$vb"
-    kill -9 "${node_pid[$victim]}"; wait "${node_pid[$victim]}" 2>/dev/null || true
+    server_stop "${node_pid[$victim]}" KILL
     wait "$LP" || true
     [ "$(cat "$work/lp.code")" = 502 ] || fail "a long-poll in flight on node $victim when it was killed answered $(cat "$work/lp.code"), expected HAProxy's 502"
     grep -qxF "$proxy_502" "$work/lp.body" || fail "the 502 of the long-poll is not HAProxy's: $(head -c 200 "$work/lp.body")"
@@ -379,8 +364,8 @@ outage() {
     # A graceful stop answers the long-polls waiting on it (204, as at
     # their timeout) before it exits: through the proxy as well.
     start_longpoll "$victim" "$vb"
-    kill -TERM "${node_pid[$victim]}"
-    code=0; wait "${node_pid[$victim]}" || code=$?
+    server_stop "${node_pid[$victim]}" TERM
+    code=$SERVER_EXIT
     [ "$code" = 0 ] || fail "node $victim exited $code after SIGTERM"
     ok
     wait "$LP" || true

@@ -24,13 +24,15 @@ secs="${2:-10}"
 flood_conns="${FLOOD_CONNS:-256}"
 flood_body="${FLOOD_BODY:-1048576}"
 flood_threads="${FLOOD_THREADS:-2}"
-cargo build --release --quiet -p ringstream -p loadgen
-work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-overload.XXXXXX")"
-pid=""
+build_release ringstream loadgen
+work_dir overload
+work=$WORK
 sampler=""
-trap '[ -n "$sampler" ] && kill "$sampler" 2>/dev/null; [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
+stop_sampler() { [ -z "$sampler" ] || kill "$sampler" 2>/dev/null || true; }
+at_exit stop_sampler
 # shellcheck disable=SC2086 # SERVER_FLAGS is a list of flags
-start_server "$work" ${SERVER_FLAGS:-}
+server_start "$work" 0 "${SERVER_TEST_FLAGS[@]}" --long-poll-timeout-ms 1000 ${SERVER_FLAGS:-}
+pid=$SERVER_PID url=$SERVER_URL
 
 kib() { awk -v k="$1" '$1 == k":" { print $2 }' "/proc/$pid/status"; }
 # VmRSS every 100 ms, tagged with the phase in $work/phase.
@@ -70,7 +72,7 @@ moderate after
 probe after
 echo after2 >"$work/phase"
 moderate after2
-echo done >"$work/phase"
+echo "done" >"$work/phase"
 hwm="$(kib VmHWM)"
 rss_end="$(kib VmRSS)"
 

@@ -18,9 +18,6 @@ if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r scripts/python/requirements.txt >&2
   echo "$want" > "$VENV/.installed"
 fi
-cargo build --release --quiet --bin ringstream
-work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-py.XXXXXX")"
-pid=""
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-start_server "$work"
-"$VENV/bin/python" scripts/python-client-test.py "$url"
+work_dir py
+server_start "$WORK" 0 "${SERVER_TEST_FLAGS[@]}" --long-poll-timeout-ms 1000
+"$VENV/bin/python" scripts/python-client-test.py "$SERVER_URL"

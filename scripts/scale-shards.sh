@@ -14,8 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/server.sh
-cargo build --release --quiet -p ringstream -p loadgen
-RS=${RINGSTREAM:-target/release/ringstream}
+build_release loadgen
+server_binary
 LG=target/release/loadgen
 CPUS=$(nproc)
 DURATION=${DURATION:-10}
@@ -23,14 +23,12 @@ STREAMS=${STREAMS:-1000}
 LOADGEN_THREADS=${LOADGEN_THREADS:-$(( CPUS / 4 > 0 ? CPUS / 4 : 1 ))}
 OUT=${OUT:-bench-results/scale-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ringstream-scale.XXXXXX")
-PID=""
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$WORK"; }
-trap cleanup EXIT
+work_dir scale
 cpu_s() { awk -v t="$(getconf CLK_TCK)" '{print ($14 + $15) / t}' "/proc/$1/stat"; }
 metric() { curl -s "$URL/metrics" | awk -v m="$1" 'index($1, m "{") == 1 || $1 == m {s += $2} END {print s + 0}'; }
 
 echo "machine: $CPUS CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); loadgen threads $LOADGEN_THREADS" | tee "$OUT/machine.txt"
+# In this shell (not a pipeline's subshell), so the servers are stopped at exit.
 {
 echo "| shards | spread | appends/s | p50 µs | p99 µs | server CPU µs/append | requests crossing cores | connections moved |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -39,7 +37,8 @@ for S in "${@:-1 2 4 8 16}"; do
     [ "$s" -le "$CPUS" ] || continue
     for spread in rotate pinned; do
       rm -rf "$WORK/data"
-      bench_server "$RS" "$WORK/data" "$s" "$WORK/log"
+      server_start "$WORK" 0 --shards "$s"
+      PID=$SERVER_PID URL=$SERVER_URL
       c=$(( 64 * s ))
       "$LG" --target "$URL" --surface v1 --streams "$STREAMS" --setup-only --connections 64 >/dev/null
       h0=$(metric ringstream_handoffs_total); r0=$(metric ringstream_http_requests_total)
@@ -52,7 +51,7 @@ for S in "${@:-1 2 4 8 16}"; do
       wait "$L" || true
       h1=$(metric ringstream_handoffs_total); r1=$(metric ringstream_http_requests_total)
       moved=$(curl -s "$URL/metrics" | awk '/^ringstream_connections_moved_total/ && /direction="out"/ {s += $2} END {print s + 0}')
-      bench_stop
+      server_stop "$PID"
       python3 - "$OUT/s$s-$spread.json" "$s" "$spread" "$t0" "$t1" "$a0" "$a1" "$h0" "$h1" "$r0" "$r1" "$moved" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -65,4 +64,4 @@ PY
     done
   done
 done
-} | tee "$OUT/table.md"
+} > >(tee "$OUT/table.md")

@@ -9,10 +9,13 @@
 # and the TypeScript client through it, a node killed and restarted), tiered
 # storage against a real SeaweedFS (scripts/tiering.sh: budget, kill -9
 # during uploads, the store stopped and started, deletes), and a short run
-# of each fuzz target (fuzz/, cargo-fuzz).
+# of each fuzz target (fuzz/, cargo-fuzz). The release binaries are built
+# once, here; the scripts below reuse them (scripts/lib/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/build.sh
 cargo test --workspace
+build_release ringstream loadgen
 # Each criterion benchmark once, as a test (they must build and run).
 cargo test --workspace --benches
 scripts/fuzz-smoke.sh

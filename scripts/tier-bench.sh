@@ -10,28 +10,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/seaweedfs.sh
+. scripts/lib/server.sh
 case "${1:-}" in -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 seaweedfs_install
-bin="${RINGSTREAM_BIN:-}"
-if [ -z "$bin" ]; then
-  cargo build --release --quiet --bin ringstream
-  bin=target/release/ringstream
-fi
-work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-tier-bench.XXXXXX")"
-pid=""
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; seaweedfs_stop; rm -rf "$work"' EXIT
+server_binary
+work_dir tier-bench
+work=$WORK
+at_exit seaweedfs_stop
 seaweedfs_start "$work/s3"
 start() {
-  "$bin" --listen "127.0.0.1:0" --data-dir "$work/data" --shards 2 --segment-bytes $((4 << 20)) \
-    --tier s3 --tier-endpoint "$S3_ENDPOINT" --tier-bucket "$S3_BUCKET" --hot-bytes $((24 << 20)) \
-    >"$work/out" 2>>"$work/err" &
-  pid=$!
-  until grep -q "listening on" "$work/out" 2>/dev/null; do kill -0 "$pid" || { cat "$work/err" >&2; exit 1; }; sleep 0.05; done
-  url="http://$(grep -o '127.0.0.1:[0-9]*' "$work/out" | head -1)"
+  server_start "$work" 0 --shards 2 --segment-bytes $((4 << 20)) \
+    --tier s3 --tier-endpoint "$S3_ENDPOINT" --tier-bucket "$S3_BUCKET" --hot-bytes $((24 << 20))
+  pid=$SERVER_PID url=$SERVER_URL
 }
 start
 "${PYTHON:-python3}" scripts/tier-bench.py run "$url" "$work/data" > "$work/state.json"
-kill "$pid"; wait "$pid"; pid=""
+server_stop "$pid"
+[ "$SERVER_EXIT" = 0 ] || { echo "tier-bench: the server exited $SERVER_EXIT" >&2; exit 1; }
 start
 "${PYTHON:-python3}" scripts/tier-bench.py cold "$url" "$work/state.json"
 echo

@@ -27,6 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/seaweedfs.sh
+. scripts/lib/server.sh
 KEEP=0
 for a in "$@"; do
   case "$a" in
@@ -40,31 +41,20 @@ SEGMENT=$((1024 * 1024))
 HOT=$((8 * 1024 * 1024))
 SLACK=$((SHARDS * SEGMENT + 65536))
 seaweedfs_install
-bin="${RINGSTREAM_BIN:-}"
-if [ -z "$bin" ]; then
-  cargo build --release --quiet --bin ringstream
-  bin=target/release/ringstream
-fi
-work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-tiering.XXXXXX")"
+server_binary
+work_dir tiering
+work=$WORK
+KEEP_WORK=$KEEP
 pid=""
-cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  seaweedfs_stop
-  if [ "$KEEP" = 1 ]; then echo "tiering: left $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
+stop_all() { [ -z "$pid" ] || server_stop "$pid" KILL; seaweedfs_stop; }
+at_exit stop_all
 py() { "${PYTHON:-python3}" scripts/tiering-test.py "$@"; }
 
-port=""
+port=0
 start_ringstream() {
-  "$bin" --listen "127.0.0.1:${port:-0}" --data-dir "$work/data" --shards "$SHARDS" --no-pin \
-    --segment-bytes "$SEGMENT" --tier s3 --tier-endpoint "$S3_ENDPOINT" --tier-bucket "$S3_BUCKET" \
-    --hot-bytes "$HOT" >"$work/out" 2>>"$work/err" &
-  pid=$!
-  for _ in $(seq 1 300); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
-  url="http://$(grep -o '127.0.0.1:[0-9]*' "$work/out" | head -1)"
-  [ "$url" != "http://" ] || { echo "tiering: server did not start:" >&2; tail "$work/err" >&2; exit 1; }
-  port="${url##*:}"
+  server_start "$work" "$port" --shards "$SHARDS" --no-pin --segment-bytes "$SEGMENT" \
+    --tier s3 --tier-endpoint "$S3_ENDPOINT" --tier-bucket "$S3_BUCKET" --hot-bytes "$HOT"
+  pid=$SERVER_PID url=$SERVER_URL port=$SERVER_PORT
 }
 
 echo "== 1. write 6 x --hot-bytes, check the budget, the store, every byte" >&2
@@ -91,8 +81,8 @@ for _ in $(seq 1 800); do
 done
 [ "$(uploads)" -ge $((before + 4)) ] || { echo "tiering: no uploads during the burst" >&2; exit 1; }
 backlog="$(over)"
-kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid=""
-echo "killed with -9 during the burst after $(( $(ls "$work"/data/shard-*/*.skel | wc -l) )) moves (over budget: $backlog)" >&2
+server_stop "$pid" KILL; pid=""
+echo "killed with -9 during the burst after $(find "$work"/data/shard-* -name '*.skel' | wc -l) moves (over budget: $backlog)" >&2
 wait "$writer"
 start_ringstream
 py reconcile "$work/state" "$url"
@@ -102,7 +92,7 @@ py store "$work/state" "$url" "$work/data" "$S3_ENDPOINT" "$S3_BUCKET"
 
 echo "== 3. the object store stops for a while" >&2
 seaweedfs_stop
-kill "$pid"; wait "$pid" || true; pid=""
+server_stop "$pid"; pid=""
 start_ringstream
 py down "$work/state" "$url"
 seaweedfs_restart
@@ -113,12 +103,12 @@ py store "$work/state" "$url" "$work/data" "$S3_ENDPOINT" "$S3_BUCKET"
 echo "== 4. streams interleaved over many segments read back cold" >&2
 py interleave "$work/il" "$url" $((88 * 1024 * 1024))
 py settle "$url" 60
-kill "$pid"; wait "$pid" || true; pid=""
+server_stop "$pid"; pid=""
 start_ringstream
 py interleave-verify "$work/il" "$url"
 
 echo "== 5. deletes reach the object store" >&2
 py delete "$work/state" "$url" "$S3_ENDPOINT" "$S3_BUCKET" "$work/data"
-kill "$pid"; wait "$pid" || { echo "tiering: the server did not exit 0" >&2; exit 1; }
-pid=""
+server_stop "$pid"; pid=""
+[ "$SERVER_EXIT" = 0 ] || { echo "tiering: the server did not exit 0 (status $SERVER_EXIT)" >&2; exit 1; }
 echo "tiering: all checks passed" >&2

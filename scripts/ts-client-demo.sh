@@ -32,17 +32,15 @@ if [ -n "$URL" ]; then
   (cd "$CACHE" && node ringstream-ts-client-demo.mjs "${URL%/}")
   exit 0
 fi
-cargo build --release --quiet --bin ringstream
-work="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-tsdemo.XXXXXX")"
-pid=""
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
+work_dir tsdemo
+work=$WORK
 cp scripts/ts-client-demo.mjs "$CACHE/ringstream-ts-client-demo.mjs"
+start() { server_start "$1" 0 "${SERVER_TEST_FLAGS[@]}" --long-poll-timeout-ms 1000 "${@:2}"; }
 
 # 1. No access control (loopback).
-mkdir "$work/open"
-start_server "$work/open"
-(cd "$CACHE" && node ringstream-ts-client-demo.mjs "$url")
-kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+start "$work/open"
+(cd "$CACHE" && node ringstream-ts-client-demo.mjs "$SERVER_URL")
+server_stop "$SERVER_PID"
 
 # 2. An auth file with one random token, admin over the demo's buckets.
 token="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
@@ -54,5 +52,5 @@ sha256  = "$(printf '%s' "$token" | sha256sum | cut -d' ' -f1)"
 buckets = ["tsdemo*"]
 rights  = ["admin"]
 TOML
-start_server "$work/auth" --auth-file "$work/auth/auth.toml"
-(cd "$CACHE" && node ringstream-ts-client-demo.mjs "$url" "$token")
+start "$work/auth" --auth-file "$work/auth/auth.toml"
+(cd "$CACHE" && node ringstream-ts-client-demo.mjs "$SERVER_URL" "$token")

@@ -262,6 +262,8 @@ pub fn load() -> Result<Invocation, String> {
 
 /// Resolves parsed flags (which already include the environment), the
 /// config file they name, and the RUST_LOG fallback into a [`Config`].
+/// Each setting is checked in the order of the steps below; the first bad
+/// one is the error.
 pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config, String> {
     let cli = Cli::from_arg_matches(matches).map_err(|e| e.to_string())?;
     let file = match &cli.config {
@@ -269,100 +271,20 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         None => FileSettings::default(),
     };
     let r = Resolver { matches, command: Cli::command(), file_path: cli.config.as_deref() };
-    let tier_args = TierArgs {
-        kind: cli.tier,
-        endpoint: cli.tier_endpoint.clone(),
-        bucket: cli.tier_bucket.clone(),
-        region: cli.tier_region.clone(),
-        prefix: cli.tier_prefix.clone(),
-        hot_bytes: cli.hot_bytes,
-        file: FileSettings {
-            tier: file.tier.clone(),
-            tier_endpoint: file.tier_endpoint.clone(),
-            tier_bucket: file.tier_bucket.clone(),
-            tier_region: file.tier_region.clone(),
-            tier_prefix: file.tier_prefix.clone(),
-            hot_bytes: file.hot_bytes,
-            ..FileSettings::default()
-        },
-    };
-
-    let file_listen = match &file.listen {
-        Some(s) => Some(s.parse::<SocketAddr>().map_err(|e| {
-            format!("--listen: {s:?} is not an address like 127.0.0.1:4437 ({e}) (set by {})", r.file_origin("listen"))
-        })?),
-        None => None,
-    };
-    let file_direct_io = match &file.direct_io {
-        Some(s) => Some(DirectIoMode::from_str(s, true).map_err(|_| {
-            format!(
-                "--direct-io: {s:?} is not one of required, optional, disabled (set by {})",
-                r.file_origin("direct-io")
-            )
-        })?),
-        None => None,
-    };
-    let file_log_format = match &file.log_format {
-        Some(s) => Some(LogFormat::from_str(s, true).map_err(|_| {
-            format!("--log-format: {s:?} is not one of text, json (set by {})", r.file_origin("log-format"))
-        })?),
-        None => None,
-    };
-
-    let (listen, listen_from) = r.pick("listen", cli.listen, file_listen);
-    let (data_dir, _) = r.pick("data_dir", cli.data_dir, file.data_dir);
-    let (shards, from) = match r.explicit("shards") {
-        Some(from) => (cli.shards.unwrap_or(0), from),
-        None => match file.shards {
-            Some(n) => (n, r.file_origin("shards")),
-            None => (online_cpus(), "the default (online CPUs)".to_string()),
-        },
-    };
-    if shards == 0 || shards > SHARDS_MAX {
-        return Err(format!("--shards must be between 1 and {SHARDS_MAX}, got {shards} (set by {from})"));
-    }
-    let (direct_io, _) = r.pick("direct_io", cli.direct_io, file_direct_io);
-    let (long_poll_timeout_ms, from) =
-        r.pick("long_poll_timeout_ms", cli.long_poll_timeout_ms, file.long_poll_timeout_ms);
-    if long_poll_timeout_ms == 0 || long_poll_timeout_ms > LONG_POLL_TIMEOUT_MS_MAX {
-        return Err(format!(
-            "--long-poll-timeout-ms must be between 1 and {LONG_POLL_TIMEOUT_MS_MAX}, got {long_poll_timeout_ms} (set by {from})"
-        ));
-    }
-    let (segment_bytes, from) = r.pick("segment_bytes", cli.segment_bytes, file.segment_bytes);
-    if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&segment_bytes) || !segment_bytes.is_multiple_of(4096) {
-        return Err(format!(
-            "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}, got {segment_bytes} (set by {from})"
-        ));
-    }
-    let tier = resolve_tier(&r, &tier_args, shards, segment_bytes)?;
-    let max_pending_bytes =
-        r.pick_at_least("max_pending_bytes", cli.max_pending_bytes, file.max_pending_bytes, SHARD_PENDING_BYTES_MIN)?;
-    let max_connections = r.pick_at_least("max_connections", cli.max_connections, file.max_connections, 1)?;
-    let header_timeout_ms = r.pick_at_least(
-        "header_timeout_ms",
-        cli.header_timeout_ms,
-        file.header_timeout_ms,
-        CONN_REQUEST_TIMEOUT_MS_MIN,
-    )?;
-    let body_timeout_ms =
-        r.pick_at_least("body_timeout_ms", cli.body_timeout_ms, file.body_timeout_ms, CONN_REQUEST_TIMEOUT_MS_MIN)?;
+    let choices = FileChoices::parse(&r, &file)?;
+    let (listen, listen_from) = r.pick("listen", cli.listen, choices.listen);
+    let (data_dir, _) = r.pick("data_dir", cli.data_dir.clone(), file.data_dir.clone());
+    let shards = resolve_shards(&r, cli.shards, file.shards)?;
+    let (direct_io, _) = r.pick("direct_io", cli.direct_io, choices.direct_io);
+    let long_poll_timeout_ms = resolve_long_poll(&r, cli.long_poll_timeout_ms, file.long_poll_timeout_ms)?;
+    let segment_bytes = resolve_segment_bytes(&r, cli.segment_bytes, file.segment_bytes)?;
+    let tier = resolve_tier(&r, &TierArgs::new(&cli, &file), shards, segment_bytes)?;
+    let limits = Limits::resolve(&r, &cli, &file)?;
     let (no_pin, _) = r.pick("no_pin", cli.no_pin, file.no_pin);
-    let (log_level, from) = match r.explicit("log_level") {
-        Some(from) => (cli.log_level, from),
-        None => match (file.log_level, rust_log.filter(|s| !s.trim().is_empty())) {
-            (Some(l), _) => (l, r.file_origin("log-level")),
-            (None, Some(l)) => (l, "RUST_LOG".to_string()),
-            (None, None) => (cli.log_level, "the default".to_string()),
-        },
-    };
-    check_log_filter(&log_level).map_err(|e| format!("--log-level: {e} (set by {from})"))?;
-    let (log_format, _) = r.pick("log_format", cli.log_format, file_log_format);
+    let log_level = resolve_log_level(&r, cli.log_level.clone(), file.log_level.clone(), rust_log)?;
+    let (log_format, _) = r.pick("log_format", cli.log_format, choices.log_format);
     let (trust_proxy, _) = r.pick("trust_proxy", cli.trust_proxy, file.trust_proxy);
-    let (auth_file, _) = match r.explicit("auth_file") {
-        Some(from) => (cli.auth_file, from),
-        None => (file.auth_file, r.file_origin("auth-file")),
-    };
+    let auth_file = if r.explicit("auth_file").is_some() { cli.auth_file.clone() } else { file.auth_file.clone() };
     let (no_auth, _) = r.pick("no_auth", cli.no_auth, file.no_auth);
     check_access(listen, &listen_from, auth_file.is_some(), no_auth)?;
     Ok(Config {
@@ -372,10 +294,10 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         direct_io,
         long_poll_timeout_ms,
         segment_bytes,
-        max_pending_bytes,
-        max_connections,
-        header_timeout_ms,
-        body_timeout_ms,
+        max_pending_bytes: limits.max_pending_bytes,
+        max_connections: limits.max_connections,
+        header_timeout_ms: limits.header_timeout_ms,
+        body_timeout_ms: limits.body_timeout_ms,
         pin: !no_pin,
         log_level,
         log_format,
@@ -385,6 +307,153 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         tier,
         config_file: cli.config,
     })
+}
+
+/// The file's settings that are text to be parsed into a type, parsed; the
+/// error names the setting and the file.
+struct FileChoices {
+    listen: Option<SocketAddr>,
+    direct_io: Option<DirectIoMode>,
+    log_format: Option<LogFormat>,
+}
+
+impl FileChoices {
+    fn parse(r: &Resolver, file: &FileSettings) -> Result<FileChoices, String> {
+        let listen = match &file.listen {
+            Some(s) => Some(s.parse::<SocketAddr>().map_err(|e| {
+                format!(
+                    "--listen: {s:?} is not an address like 127.0.0.1:4437 ({e}) (set by {})",
+                    r.file_origin("listen")
+                )
+            })?),
+            None => None,
+        };
+        let direct_io = file_choice(r, "direct-io", &file.direct_io, "required, optional, disabled")?;
+        let log_format = file_choice(r, "log-format", &file.log_format, "text, json")?;
+        Ok(FileChoices { listen, direct_io, log_format })
+    }
+}
+
+/// A file setting that names one of a flag's values (`key`: the flag
+/// without `--`; `allowed`: its values, for the error).
+fn file_choice<T: ValueEnum>(
+    r: &Resolver,
+    key: &str,
+    value: &Option<String>,
+    allowed: &str,
+) -> Result<Option<T>, String> {
+    let Some(s) = value else { return Ok(None) };
+    T::from_str(s, true)
+        .map(Some)
+        .map_err(|_| format!("--{key}: {s:?} is not one of {allowed} (set by {})", r.file_origin(key)))
+}
+
+/// `--shards`: the flag, the file, or the online CPUs; 1 to SHARDS_MAX.
+fn resolve_shards(r: &Resolver, cli: Option<usize>, file: Option<usize>) -> Result<usize, String> {
+    let (shards, from) = match r.explicit("shards") {
+        Some(from) => (cli.unwrap_or(0), from),
+        None => match file {
+            Some(n) => (n, r.file_origin("shards")),
+            None => (online_cpus(), "the default (online CPUs)".to_string()),
+        },
+    };
+    if shards == 0 || shards > SHARDS_MAX {
+        return Err(format!("--shards must be between 1 and {SHARDS_MAX}, got {shards} (set by {from})"));
+    }
+    Ok(shards)
+}
+
+fn resolve_long_poll(r: &Resolver, cli: u64, file: Option<u64>) -> Result<u64, String> {
+    let (ms, from) = r.pick("long_poll_timeout_ms", cli, file);
+    if ms == 0 || ms > LONG_POLL_TIMEOUT_MS_MAX {
+        return Err(format!(
+            "--long-poll-timeout-ms must be between 1 and {LONG_POLL_TIMEOUT_MS_MAX}, got {ms} (set by {from})"
+        ));
+    }
+    Ok(ms)
+}
+
+fn resolve_segment_bytes(r: &Resolver, cli: u64, file: Option<u64>) -> Result<u64, String> {
+    let (bytes, from) = r.pick("segment_bytes", cli, file);
+    if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&bytes) || !bytes.is_multiple_of(4096) {
+        return Err(format!(
+            "--segment-bytes must be a multiple of 4096 between {SEGMENT_BYTES_MIN} and {SEGMENT_BYTES_MAX}, got {bytes} (set by {from})"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// The per-shard limits on pending bytes and connections, and the request
+/// deadlines, each with its lower bound.
+struct Limits {
+    max_pending_bytes: u64,
+    max_connections: usize,
+    header_timeout_ms: u64,
+    body_timeout_ms: u64,
+}
+
+impl Limits {
+    fn resolve(r: &Resolver, cli: &Cli, file: &FileSettings) -> Result<Limits, String> {
+        let min_ms = CONN_REQUEST_TIMEOUT_MS_MIN;
+        Ok(Limits {
+            max_pending_bytes: r.pick_at_least(
+                "max_pending_bytes",
+                cli.max_pending_bytes,
+                file.max_pending_bytes,
+                SHARD_PENDING_BYTES_MIN,
+            )?,
+            max_connections: r.pick_at_least("max_connections", cli.max_connections, file.max_connections, 1)?,
+            header_timeout_ms: r.pick_at_least(
+                "header_timeout_ms",
+                cli.header_timeout_ms,
+                file.header_timeout_ms,
+                min_ms,
+            )?,
+            body_timeout_ms: r.pick_at_least("body_timeout_ms", cli.body_timeout_ms, file.body_timeout_ms, min_ms)?,
+        })
+    }
+}
+
+/// `--log-level`: flag > file > RUST_LOG (when not blank) > the default;
+/// checked by [`check_log_filter`].
+fn resolve_log_level(
+    r: &Resolver,
+    cli: String,
+    file: Option<String>,
+    rust_log: Option<String>,
+) -> Result<String, String> {
+    let (level, from) = match r.explicit("log_level") {
+        Some(from) => (cli, from),
+        None => match (file, rust_log.filter(|s| !s.trim().is_empty())) {
+            (Some(l), _) => (l, r.file_origin("log-level")),
+            (None, Some(l)) => (l, "RUST_LOG".to_string()),
+            (None, None) => (cli, "the default".to_string()),
+        },
+    };
+    check_log_filter(&level).map_err(|e| format!("--log-level: {e} (set by {from})"))?;
+    Ok(level)
+}
+
+impl TierArgs {
+    fn new(cli: &Cli, file: &FileSettings) -> TierArgs {
+        TierArgs {
+            kind: cli.tier,
+            endpoint: cli.tier_endpoint.clone(),
+            bucket: cli.tier_bucket.clone(),
+            region: cli.tier_region.clone(),
+            prefix: cli.tier_prefix.clone(),
+            hot_bytes: cli.hot_bytes,
+            file: FileSettings {
+                tier: file.tier.clone(),
+                tier_endpoint: file.tier_endpoint.clone(),
+                tier_bucket: file.tier_bucket.clone(),
+                tier_region: file.tier_region.clone(),
+                tier_prefix: file.tier_prefix.clone(),
+                hot_bytes: file.hot_bytes,
+                ..FileSettings::default()
+            },
+        }
+    }
 }
 
 /// The `--tier*` and `--hot-bytes` settings: none, or every one that S3
@@ -628,6 +697,38 @@ mod tests {
         let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
         assert!(e.contains("(set by `listen` in"), "{e}");
         std::fs::remove_file(f).unwrap();
+    }
+
+    #[test]
+    fn file_choices_and_limits_name_the_value_the_setting_and_the_file() {
+        let f = temp_file("choices", "direct-io = \"sometimes\"\n");
+        let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
+        assert!(e.starts_with("--direct-io: \"sometimes\" is not one of required, optional, disabled"), "{e}");
+        assert!(e.contains("(set by `direct-io` in"), "{e}");
+        std::fs::write(&f, "log-format = \"xml\"\nlog-level = \"loud\"\n").unwrap();
+        let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
+        assert!(e.starts_with("--log-format: \"xml\" is not one of text, json"), "the file's text first: {e}");
+        std::fs::write(&f, "log-format = \"JSON\"\ndirect-io = \"disabled\"\nmax-connections = 7\n").unwrap();
+        let c = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap();
+        assert_eq!((c.log_format, c.direct_io, c.max_connections), (LogFormat::Json, DirectIoMode::Disabled, 7));
+        std::fs::write(&f, "header-timeout-ms = 1\n").unwrap();
+        let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
+        let want = format!(
+            "--header-timeout-ms must be at least {CONN_REQUEST_TIMEOUT_MS_MIN}, got 1 (set by `header-timeout-ms` in"
+        );
+        assert!(e.starts_with(&want), "{e}");
+        let e = resolve_args(&["--max-connections", "0"], None).unwrap_err();
+        assert_eq!(e, "--max-connections must be at least 1, got 0 (set by --max-connections)");
+        std::fs::remove_file(f).unwrap();
+    }
+
+    #[test]
+    fn a_blank_rust_log_is_no_setting_and_a_bad_one_is_named() {
+        assert_eq!(resolve_args(&[], Some("  ")).unwrap().log_level, resolve_args(&[], None).unwrap().log_level);
+        let e = resolve_args(&[], Some("chatty")).unwrap_err();
+        assert!(e.starts_with("--log-level: ") && e.ends_with("(set by RUST_LOG)"), "{e}");
+        let c = resolve_args(&["--log-level", "error"], Some("chatty")).unwrap();
+        assert_eq!(c.log_level, "error", "the flag beats RUST_LOG");
     }
 
     #[test]

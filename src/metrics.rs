@@ -93,6 +93,335 @@ const LATENCY_BOUNDS_US: &[u64] = &[
 /// Records per group-commit flush.
 const BATCH_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384];
 
+/// What [`Family::def`] knows of a family: its exported name, its type
+/// and its `# HELP` text.
+struct Def {
+    family: Family,
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+}
+
+/// Every family's name, type and help text, in [`Family::ALL`] order (a
+/// unit test checks the order, so `DEFS[f as usize]` is `f`'s row).
+const DEFS: [Def; 51] = [
+    Def {
+        family: Family::HttpRequests,
+        name: "ringstream_http_requests_total",
+        kind: Kind::Counter,
+        help: "HTTP requests answered, by the shard whose connection received them, by route (ds_stream, ds_bucket, v1_stream, metrics, health, other) and status code.",
+    },
+    Def {
+        family: Family::Handoffs,
+        name: "ringstream_handoffs_total",
+        kind: Kind::Counter,
+        help: "Requests this shard's connections handed to the owning shard over the cross-core mesh.",
+    },
+    Def {
+        family: Family::ShardRequests,
+        name: "ringstream_shard_requests_total",
+        kind: Kind::Counter,
+        help: "Requests run by their owning shard, by origin: local (from its own connections) or remote (handed over by another shard, including internal requests).",
+    },
+    Def {
+        family: Family::MeshCalls,
+        name: "ringstream_mesh_calls_total",
+        kind: Kind::Counter,
+        help: "Messages this shard sent over the mesh expecting a reply (hand-offs and internal requests).",
+    },
+    Def {
+        family: Family::MeshWakeups,
+        name: "ringstream_mesh_wakeups_total",
+        kind: Kind::Counter,
+        help: "Times another shard woke this shard's parked mesh task (a message to a running one needs no wake-up).",
+    },
+    Def {
+        family: Family::Connections,
+        name: "ringstream_connections",
+        kind: Kind::Gauge,
+        help: "Open client connections.",
+    },
+    Def {
+        family: Family::ConnectionsMoved,
+        name: "ringstream_connections_moved_total",
+        kind: Kind::Counter,
+        help: "Client connections moved between shards (to the shard their requests kept going to), by direction: out of or into this shard.",
+    },
+    Def {
+        family: Family::ConnectionsAccepted,
+        name: "ringstream_connections_accepted_total",
+        kind: Kind::Counter,
+        help: "Client connections accepted.",
+    },
+    Def {
+        family: Family::ConnectionsRefused,
+        name: "ringstream_connections_refused_total",
+        kind: Kind::Counter,
+        help: "Client connections refused (503, then closed) because the shard held --max-connections busy connections.",
+    },
+    Def {
+        family: Family::LiveReaders,
+        name: "ringstream_live_readers",
+        kind: Kind::Gauge,
+        help: "Live readers held by this shard's connections: kind=long_poll (long-poll requests in flight) and kind=sse (open SSE responses).",
+    },
+    Def {
+        family: Family::Appends,
+        name: "ringstream_appends_total",
+        kind: Kind::Counter,
+        help: "Append records written by the owning shard (duplicates and rejected appends excluded).",
+    },
+    Def {
+        family: Family::AppendedBytes,
+        name: "ringstream_appended_bytes_total",
+        kind: Kind::Counter,
+        help: "Stream data bytes in append records (after JSON normalisation).",
+    },
+    Def {
+        family: Family::AppendSeconds,
+        name: "ringstream_append_seconds",
+        kind: Kind::Histogram,
+        help: "Append latency on the owning shard, from the request reaching the shard to its durable acknowledgement (successful appends, duplicates included).",
+    },
+    Def {
+        family: Family::BackpressureRejections,
+        name: "ringstream_backpressure_rejections_total",
+        kind: Kind::Counter,
+        help: "Appends answered 503 because the shard's bytes waiting for disk were over --max-pending-bytes.",
+    },
+    Def {
+        family: Family::Flushes,
+        name: "ringstream_flushes_total",
+        kind: Kind::Counter,
+        help: "Group-commit flushes that carried records.",
+    },
+    Def {
+        family: Family::FlushedRecords,
+        name: "ringstream_flushed_records_total",
+        kind: Kind::Counter,
+        help: "Records made durable.",
+    },
+    Def {
+        family: Family::FlushedBytes,
+        name: "ringstream_flushed_bytes_total",
+        kind: Kind::Counter,
+        help: "Bytes written by flushes (aligned blocks, rewrites included).",
+    },
+    Def {
+        family: Family::PaddedBytes,
+        name: "ringstream_padded_bytes_total",
+        kind: Kind::Counter,
+        help: "Bytes of pad records: busy flushes end on a block boundary so the next can go out while they are in flight.",
+    },
+    Def {
+        family: Family::FlushBatchRecords,
+        name: "ringstream_flush_batch_records",
+        kind: Kind::Histogram,
+        help: "Records per group-commit flush (the batch size).",
+    },
+    Def {
+        family: Family::FlushSeconds,
+        name: "ringstream_flush_seconds",
+        kind: Kind::Histogram,
+        help: "Time of one group-commit flush's I/O: every write of the batch and its sync.",
+    },
+    Def {
+        family: Family::WriteSeconds,
+        name: "ringstream_write_seconds",
+        kind: Kind::Histogram,
+        help: "Time of one segment write. With O_DIRECT (ringstream_direct_io 1) the file is opened O_DIRECT|O_DSYNC, so the write IS the sync: it completes once the data is durable, and no fdatasync is issued. Buffered: the write only reaches the page cache; see ringstream_fdatasync_seconds.",
+    },
+    Def {
+        family: Family::FdatasyncSeconds,
+        name: "ringstream_fdatasync_seconds",
+        kind: Kind::Histogram,
+        help: "Time of one fdatasync after a buffered write. Stays empty with O_DIRECT|O_DSYNC (ringstream_direct_io 1), where the write itself is durable.",
+    },
+    Def {
+        family: Family::PendingBytes,
+        name: "ringstream_pending_bytes",
+        kind: Kind::Gauge,
+        help: "Bytes of records appended but not yet durable (backpressure input).",
+    },
+    Def {
+        family: Family::Streams,
+        name: "ringstream_streams",
+        kind: Kind::Gauge,
+        help: "Streams held by this shard (soft-deleted ones included).",
+    },
+    Def {
+        family: Family::DirectIo,
+        name: "ringstream_direct_io",
+        kind: Kind::Gauge,
+        help: "1 when segments are written with O_DIRECT|O_DSYNC, 0 for buffered writes + fdatasync.",
+    },
+    Def {
+        family: Family::Segments,
+        name: "ringstream_segments",
+        kind: Kind::Gauge,
+        help: "Segments of this shard's log: sealed ones (local, or remote with tiered storage) plus the active one.",
+    },
+    Def {
+        family: Family::SegmentsReclaimed,
+        name: "ringstream_segments_reclaimed_total",
+        kind: Kind::Counter,
+        help: "Segment files deleted because no record in them was needed any more.",
+    },
+    Def {
+        family: Family::LogPoisoned,
+        name: "ringstream_log_poisoned",
+        kind: Kind::Gauge,
+        help: "1 once a write or sync of this shard's log failed: its appends fail (503) until a restart recovers the log.",
+    },
+    Def {
+        family: Family::Unauthorized,
+        name: "ringstream_unauthorized_total",
+        kind: Kind::Counter,
+        help: "Requests answered 401 (access control on), by reason: missing (no Authorization header), malformed (not one Bearer header with a well-formed token), unknown (a token the auth file does not have).",
+    },
+    Def {
+        family: Family::TokenRequests,
+        name: "ringstream_token_requests_total",
+        kind: Kind::Counter,
+        help: "Requests that presented a token of the auth file, by the token's name, whatever their answer.",
+    },
+    Def {
+        family: Family::TokenForbidden,
+        name: "ringstream_token_forbidden_total",
+        kind: Kind::Counter,
+        help: "Requests answered 403 by token name: the token's grants cover the bucket but lack the right.",
+    },
+    Def {
+        family: Family::TokenHidden,
+        name: "ringstream_token_hidden_total",
+        kind: Kind::Counter,
+        help: "Requests answered 404 by token name because the token's grants do not cover the bucket.",
+    },
+    Def {
+        family: Family::QuotaRefusals,
+        name: "ringstream_quota_refusals_total",
+        kind: Kind::Counter,
+        help: "Writes refused by the owning shard because they would pass a bucket quota, by quota: max_streams (429) or max_bytes (507).",
+    },
+    Def {
+        family: Family::TierLocalBytes,
+        name: "ringstream_tier_local_bytes",
+        kind: Kind::Gauge,
+        help: "Tiered storage: bytes of this shard's segment files on the local disk (active and prepared segments at full size, sealed ones, skeletons of remote ones).",
+    },
+    Def {
+        family: Family::TierHotBudgetBytes,
+        name: "ringstream_tier_hot_budget_bytes",
+        kind: Kind::Gauge,
+        help: "Tiered storage: this shard's share of --hot-bytes; local bytes above it are being moved (or wait for the object store).",
+    },
+    Def {
+        family: Family::TierRemoteSegments,
+        name: "ringstream_tier_remote_segments",
+        kind: Kind::Gauge,
+        help: "Tiered storage: this shard's segments that are in the object store.",
+    },
+    Def {
+        family: Family::TierRemoteBytes,
+        name: "ringstream_tier_remote_bytes",
+        kind: Kind::Gauge,
+        help: "Tiered storage: bytes of this shard's segments in the object store.",
+    },
+    Def {
+        family: Family::TierUploads,
+        name: "ringstream_tier_uploads_total",
+        kind: Kind::Counter,
+        help: "Tiered storage: segment moves to the object store, by result (ok: uploaded, verified, recorded, local file deleted; error: retried later).",
+    },
+    Def {
+        family: Family::TierUploadedBytes,
+        name: "ringstream_tier_uploaded_bytes_total",
+        kind: Kind::Counter,
+        help: "Tiered storage: bytes of segments moved to the object store.",
+    },
+    Def {
+        family: Family::TierColdReads,
+        name: "ringstream_tier_cold_reads_total",
+        kind: Kind::Counter,
+        help: "Tiered storage: records read from remote segments (cached: from fetched blocks) and block fetches (fetched; unavailable: the store did not answer, the read got 503).",
+    },
+    Def {
+        family: Family::TierFetchedBytes,
+        name: "ringstream_tier_fetched_bytes_total",
+        kind: Kind::Counter,
+        help: "Tiered storage: bytes fetched from the object store by cold reads.",
+    },
+    Def {
+        family: Family::TierRemoteDeleted,
+        name: "ringstream_tier_remote_deleted_total",
+        kind: Kind::Counter,
+        help: "Tiered storage: objects deleted from the object store (reclaimed segments, orphans of interrupted moves).",
+    },
+    Def {
+        family: Family::TierStoreUp,
+        name: "ringstream_tier_store_up",
+        kind: Kind::Gauge,
+        help: "Tiered storage: 1 while the object store answered its last request, 0 while it does not (/readyz says degraded).",
+    },
+    Def {
+        family: Family::BuildInfo,
+        name: "ringstream_build_info",
+        kind: Kind::Gauge,
+        help: "Always 1; the labels say what is running: version, commit (git), rustc, profile.",
+    },
+    Def {
+        family: Family::DiskFreeBytes,
+        name: "ringstream_disk_free_bytes",
+        kind: Kind::Gauge,
+        help: "Bytes available to the server on the data directory's file system (statvfs f_bavail).",
+    },
+    Def {
+        family: Family::DiskSizeBytes,
+        name: "ringstream_disk_size_bytes",
+        kind: Kind::Gauge,
+        help: "Size in bytes of the data directory's file system.",
+    },
+    Def {
+        family: Family::ProcessCpuSeconds,
+        name: "process_cpu_seconds_total",
+        kind: Kind::Counter,
+        help: "User and system CPU time of the process, in seconds.",
+    },
+    Def {
+        family: Family::ProcessResidentMemoryBytes,
+        name: "process_resident_memory_bytes",
+        kind: Kind::Gauge,
+        help: "Resident memory of the process, in bytes.",
+    },
+    Def {
+        family: Family::ProcessOpenFds,
+        name: "process_open_fds",
+        kind: Kind::Gauge,
+        help: "Open file descriptors of the process.",
+    },
+    Def {
+        family: Family::ProcessMaxFds,
+        name: "process_max_fds",
+        kind: Kind::Gauge,
+        help: "The process's limit on open file descriptors.",
+    },
+    Def {
+        family: Family::ProcessStartTimeSeconds,
+        name: "process_start_time_seconds",
+        kind: Kind::Gauge,
+        help: "When the process started, in seconds since the UNIX epoch.",
+    },
+];
+
+// The table's order is checked when the crate compiles: row i is family i.
+const _: () = {
+    let mut i = 0;
+    while i < DEFS.len() {
+        assert!(DEFS[i].family as usize == i, "DEFS is not in Family order");
+        i += 1;
+    }
+};
+
 impl Family {
     pub const ALL: [Family; 51] = [
         Family::HttpRequests,
@@ -153,15 +482,15 @@ impl Family {
     }
 
     pub fn name(self) -> &'static str {
-        self.def().0
+        self.def().name
     }
 
     pub fn kind(self) -> Kind {
-        self.def().1
+        self.def().kind
     }
 
     pub fn help(self) -> &'static str {
-        self.def().2
+        self.def().help
     }
 
     /// One sample for the whole process, without a `shard` label.
@@ -177,219 +506,8 @@ impl Family {
         }
     }
 
-    fn def(self) -> (&'static str, Kind, &'static str) {
-        use Kind::*;
-        match self {
-            Family::HttpRequests => (
-                "ringstream_http_requests_total",
-                Counter,
-                "HTTP requests answered, by the shard whose connection received them, by route (ds_stream, ds_bucket, v1_stream, metrics, health, other) and status code.",
-            ),
-            Family::Handoffs => (
-                "ringstream_handoffs_total",
-                Counter,
-                "Requests this shard's connections handed to the owning shard over the cross-core mesh.",
-            ),
-            Family::ShardRequests => (
-                "ringstream_shard_requests_total",
-                Counter,
-                "Requests run by their owning shard, by origin: local (from its own connections) or remote (handed over by another shard, including internal requests).",
-            ),
-            Family::MeshCalls => (
-                "ringstream_mesh_calls_total",
-                Counter,
-                "Messages this shard sent over the mesh expecting a reply (hand-offs and internal requests).",
-            ),
-            Family::MeshWakeups => (
-                "ringstream_mesh_wakeups_total",
-                Counter,
-                "Times another shard woke this shard's parked mesh task (a message to a running one needs no wake-up).",
-            ),
-            Family::Connections => ("ringstream_connections", Gauge, "Open client connections."),
-            Family::ConnectionsMoved => (
-                "ringstream_connections_moved_total",
-                Counter,
-                "Client connections moved between shards (to the shard their requests kept going to), by direction: out of or into this shard.",
-            ),
-            Family::ConnectionsAccepted => {
-                ("ringstream_connections_accepted_total", Counter, "Client connections accepted.")
-            }
-            Family::ConnectionsRefused => (
-                "ringstream_connections_refused_total",
-                Counter,
-                "Client connections refused (503, then closed) because the shard held --max-connections busy connections.",
-            ),
-            Family::LiveReaders => (
-                "ringstream_live_readers",
-                Gauge,
-                "Live readers held by this shard's connections: kind=long_poll (long-poll requests in flight) and kind=sse (open SSE responses).",
-            ),
-            Family::Appends => (
-                "ringstream_appends_total",
-                Counter,
-                "Append records written by the owning shard (duplicates and rejected appends excluded).",
-            ),
-            Family::AppendedBytes => {
-                ("ringstream_appended_bytes_total", Counter, "Stream data bytes in append records (after JSON normalisation).")
-            }
-            Family::AppendSeconds => (
-                "ringstream_append_seconds",
-                Histogram,
-                "Append latency on the owning shard, from the request reaching the shard to its durable acknowledgement (successful appends, duplicates included).",
-            ),
-            Family::BackpressureRejections => (
-                "ringstream_backpressure_rejections_total",
-                Counter,
-                "Appends answered 503 because the shard's bytes waiting for disk were over --max-pending-bytes.",
-            ),
-            Family::Flushes => ("ringstream_flushes_total", Counter, "Group-commit flushes that carried records."),
-            Family::FlushedRecords => ("ringstream_flushed_records_total", Counter, "Records made durable."),
-            Family::FlushedBytes => {
-                ("ringstream_flushed_bytes_total", Counter, "Bytes written by flushes (aligned blocks, rewrites included).")
-            }
-            Family::PaddedBytes => (
-                "ringstream_padded_bytes_total",
-                Counter,
-                "Bytes of pad records: busy flushes end on a block boundary so the next can go out while they are in flight.",
-            ),
-            Family::FlushBatchRecords => {
-                ("ringstream_flush_batch_records", Histogram, "Records per group-commit flush (the batch size).")
-            }
-            Family::FlushSeconds => (
-                "ringstream_flush_seconds",
-                Histogram,
-                "Time of one group-commit flush's I/O: every write of the batch and its sync.",
-            ),
-            Family::WriteSeconds => (
-                "ringstream_write_seconds",
-                Histogram,
-                "Time of one segment write. With O_DIRECT (ringstream_direct_io 1) the file is opened O_DIRECT|O_DSYNC, so the write IS the sync: it completes once the data is durable, and no fdatasync is issued. Buffered: the write only reaches the page cache; see ringstream_fdatasync_seconds.",
-            ),
-            Family::FdatasyncSeconds => (
-                "ringstream_fdatasync_seconds",
-                Histogram,
-                "Time of one fdatasync after a buffered write. Stays empty with O_DIRECT|O_DSYNC (ringstream_direct_io 1), where the write itself is durable.",
-            ),
-            Family::PendingBytes => {
-                ("ringstream_pending_bytes", Gauge, "Bytes of records appended but not yet durable (backpressure input).")
-            }
-            Family::Streams => ("ringstream_streams", Gauge, "Streams held by this shard (soft-deleted ones included)."),
-            Family::DirectIo => (
-                "ringstream_direct_io",
-                Gauge,
-                "1 when segments are written with O_DIRECT|O_DSYNC, 0 for buffered writes + fdatasync.",
-            ),
-            Family::Segments => ("ringstream_segments", Gauge, "Segments of this shard's log: sealed ones (local, or remote with tiered storage) plus the active one."),
-            Family::SegmentsReclaimed => (
-                "ringstream_segments_reclaimed_total",
-                Counter,
-                "Segment files deleted because no record in them was needed any more.",
-            ),
-            Family::LogPoisoned => (
-                "ringstream_log_poisoned",
-                Gauge,
-                "1 once a write or sync of this shard's log failed: its appends fail (503) until a restart recovers the log.",
-            ),
-            Family::TierLocalBytes => (
-                "ringstream_tier_local_bytes",
-                Gauge,
-                "Tiered storage: bytes of this shard's segment files on the local disk (active and prepared segments at full size, sealed ones, skeletons of remote ones).",
-            ),
-            Family::TierHotBudgetBytes => (
-                "ringstream_tier_hot_budget_bytes",
-                Gauge,
-                "Tiered storage: this shard's share of --hot-bytes; local bytes above it are being moved (or wait for the object store).",
-            ),
-            Family::TierRemoteSegments => (
-                "ringstream_tier_remote_segments",
-                Gauge,
-                "Tiered storage: this shard's segments that are in the object store.",
-            ),
-            Family::TierRemoteBytes => (
-                "ringstream_tier_remote_bytes",
-                Gauge,
-                "Tiered storage: bytes of this shard's segments in the object store.",
-            ),
-            Family::TierUploads => (
-                "ringstream_tier_uploads_total",
-                Counter,
-                "Tiered storage: segment moves to the object store, by result (ok: uploaded, verified, recorded, local file deleted; error: retried later).",
-            ),
-            Family::TierUploadedBytes => (
-                "ringstream_tier_uploaded_bytes_total",
-                Counter,
-                "Tiered storage: bytes of segments moved to the object store.",
-            ),
-            Family::TierColdReads => (
-                "ringstream_tier_cold_reads_total",
-                Counter,
-                "Tiered storage: records read from remote segments (cached: from fetched blocks) and block fetches (fetched; unavailable: the store did not answer, the read got 503).",
-            ),
-            Family::TierFetchedBytes => (
-                "ringstream_tier_fetched_bytes_total",
-                Counter,
-                "Tiered storage: bytes fetched from the object store by cold reads.",
-            ),
-            Family::TierRemoteDeleted => (
-                "ringstream_tier_remote_deleted_total",
-                Counter,
-                "Tiered storage: objects deleted from the object store (reclaimed segments, orphans of interrupted moves).",
-            ),
-            Family::TierStoreUp => (
-                "ringstream_tier_store_up",
-                Gauge,
-                "Tiered storage: 1 while the object store answered its last request, 0 while it does not (/readyz says degraded).",
-            ),
-            Family::BuildInfo => (
-                "ringstream_build_info",
-                Gauge,
-                "Always 1; the labels say what is running: version, commit (git), rustc, profile.",
-            ),
-            Family::DiskFreeBytes => (
-                "ringstream_disk_free_bytes",
-                Gauge,
-                "Bytes available to the server on the data directory's file system (statvfs f_bavail).",
-            ),
-            Family::DiskSizeBytes => {
-                ("ringstream_disk_size_bytes", Gauge, "Size in bytes of the data directory's file system.")
-            }
-            Family::ProcessCpuSeconds => {
-                ("process_cpu_seconds_total", Counter, "User and system CPU time of the process, in seconds.")
-            }
-            Family::ProcessResidentMemoryBytes => {
-                ("process_resident_memory_bytes", Gauge, "Resident memory of the process, in bytes.")
-            }
-            Family::ProcessOpenFds => ("process_open_fds", Gauge, "Open file descriptors of the process."),
-            Family::ProcessMaxFds => ("process_max_fds", Gauge, "The process's limit on open file descriptors."),
-            Family::ProcessStartTimeSeconds => {
-                ("process_start_time_seconds", Gauge, "When the process started, in seconds since the UNIX epoch.")
-            }
-            Family::Unauthorized => (
-                "ringstream_unauthorized_total",
-                Counter,
-                "Requests answered 401 (access control on), by reason: missing (no Authorization header), malformed (not one Bearer header with a well-formed token), unknown (a token the auth file does not have).",
-            ),
-            Family::TokenRequests => (
-                "ringstream_token_requests_total",
-                Counter,
-                "Requests that presented a token of the auth file, by the token's name, whatever their answer.",
-            ),
-            Family::TokenForbidden => (
-                "ringstream_token_forbidden_total",
-                Counter,
-                "Requests answered 403 by token name: the token's grants cover the bucket but lack the right.",
-            ),
-            Family::TokenHidden => (
-                "ringstream_token_hidden_total",
-                Counter,
-                "Requests answered 404 by token name because the token's grants do not cover the bucket.",
-            ),
-            Family::QuotaRefusals => (
-                "ringstream_quota_refusals_total",
-                Counter,
-                "Writes refused by the owning shard because they would pass a bucket quota, by quota: max_streams (429) or max_bytes (507).",
-            ),
-        }
+    fn def(self) -> &'static Def {
+        &DEFS[self.index()]
     }
 }
 
@@ -661,6 +779,22 @@ mod tests {
             assert_eq!(counter, f.kind() == Kind::Counter, "{}: counters and only counters end in _total", f.name());
             assert!(!f.help().contains('\n') && !f.help().contains('\\'), "{}: help needs escaping", f.name());
         }
+    }
+
+    #[test]
+    fn the_table_has_one_row_per_family_in_order_and_no_name_twice() {
+        assert_eq!(DEFS.len(), Family::ALL.len());
+        for (row, f) in DEFS.iter().zip(Family::ALL) {
+            assert_eq!(row.family, f, "row {} of DEFS is not {f:?}", f.index());
+            assert_eq!((f.name(), f.kind(), f.help()), (row.name, row.kind, row.help));
+        }
+        let mut names: Vec<&str> = DEFS.iter().map(|d| d.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), DEFS.len(), "two families share a name");
+        assert_eq!(Family::TierStoreUp.name(), "ringstream_tier_store_up");
+        assert_eq!(Family::QuotaRefusals.kind(), Kind::Counter);
+        assert!(Family::Unauthorized.help().starts_with("Requests answered 401"));
     }
 
     #[test]

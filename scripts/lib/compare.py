@@ -20,6 +20,10 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/lib
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import server  # noqa: E402 (scripts/lib/server.py, beside this file)
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 # name -> (connections, open-loop rate (0 = closed loop), loadgen --spread).
@@ -50,9 +54,6 @@ def cpu_seconds(pid):
 
 
 def command(name, port, data, a):
-    if name == "ringstream":
-        extra = ["--shards", str(a.shards)] if a.shards else []
-        return [a.ringstream, "--listen", f"127.0.0.1:{port}", "--data-dir", data, *extra], None
     if name == "electric":
         return [a.electric, "--host", "127.0.0.1", "--port", str(port), "--data-dir", data], None
     if name == "floor":  # no storage at all: what HTTP over these sockets costs (loadgen/src/bin/http-floor.rs)
@@ -64,6 +65,9 @@ def command(name, port, data, a):
 
 
 def start(name, a, work):
+    if name == "ringstream":  # pinned shards, default settings (scripts/lib/server.py)
+        s = server.start(a.ringstream, work, *(["--shards", str(a.shards)] if a.shards else []))
+        return s.proc, s.url
     port = free_port()
     data = os.path.join(work, "data")
     os.makedirs(data)

@@ -122,7 +122,9 @@ haproxy_install() {
 LD_LIBRARY_PATH="$(_haproxy_libpath "$root")\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$root/usr/sbin/haproxy" "\$@"
 SH
   chmod +x "$wrapper"
-  local v; v="$("$wrapper" -v 2>&1 | head -1)"
+  # sed reads to the end: `head -1` would leave haproxy to die of SIGPIPE,
+  # and with pipefail the first install failed with status 141.
+  local v; v="$("$wrapper" -v 2>&1 | sed -n 1p)"
   case "$v" in
     *"version $HAPROXY_UPSTREAM_VERSION-"*|*"version $HAPROXY_UPSTREAM_VERSION "*) ;;
     *) _haproxy_log "the unpacked haproxy reports '$v', expected $HAPROXY_UPSTREAM_VERSION"; return 1 ;;

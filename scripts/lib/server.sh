@@ -1,34 +1,130 @@
-# Sourced by scripts that need a throwaway release server.
-# start_server WORKDIR [extra flags...]: starts target/release/ringstream on a
-# free loopback port with data in WORKDIR/data (2 shards, unpinned, 1 s
-# long-poll), waits for its "listening" line, and sets $pid and $url.
-# The caller builds the binary first and kills $pid on exit.
-start_server() {
-  local work="$1"; shift
-  target/release/ringstream --listen 127.0.0.1:0 --data-dir "$work/data" --shards 2 --no-pin \
-    --long-poll-timeout-ms 1000 "$@" >"$work/out" 2>"$work/err" &
-  pid=$!
-  for _ in $(seq 1 300); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
-  url="http://$(grep -o '127.0.0.1:[0-9]*' "$work/out" | head -1)"
-  if [ "$url" = "http://" ]; then
-    echo "$(basename "$0"): server did not start:" >&2; cat "$work/err" >&2; exit 3
-  fi
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # SERVER_* and SERVER_TEST_FLAGS are for the scripts that source this
+# Sourced by every shell script that runs a ringstream server: one way to
+# start one on a loopback port, wait until it is ready, stop it, and clean
+# up when the script ends, however it ends. (Python drivers use
+# scripts/lib/server.py, which keeps the same contract.) Sources build.sh.
+#
+# server_start DIR PORT [FLAG...]: runs $SERVER_BIN (server_binary's choice,
+#   built once per run) with --listen 127.0.0.1:PORT (0: a free port; the
+#   port of an earlier run to come back on it), --data-dir DIR/data and the
+#   FLAGs; stdout to DIR/out, stderr appended to DIR/err. Waits for its
+#   "listening on" line, then for /readyz to answer 200 (30 s each), and
+#   sets SERVER_PID, SERVER_PORT, SERVER_URL and SERVER_SECS (from exec to
+#   the listening line). A server that exits first, or that comes back on
+#   another port, ends the script (status 3) with the tail of DIR/err.
+# server_stop PID [SIGNAL]: sends SIGNAL (TERM) and waits; SERVER_EXIT is
+#   its exit status (0 after a clean shutdown, 137 after KILL). Returns 0.
+# work_dir NAME: sets WORK to a new temporary directory, removed at exit
+#   unless KEEP_WORK=1 then (it is printed instead).
+# at_exit COMMAND: run COMMAND (eval'd, with EXIT_STATUS set) at exit, the
+#   last registered first, before the servers still running are stopped
+#   (TERM, KILL after 5 s) and WORK is removed. This file owns the EXIT
+#   trap: scripts register with at_exit instead of trapping EXIT.
+
+# shellcheck source=scripts/lib/build.sh
+. "$(dirname "${BASH_SOURCE[0]}")/build.sh"
+
+# The settings of a test server: 2 shards, unpinned (several servers and
+# their clients share a small machine).
+SERVER_TEST_FLAGS=(--shards 2 --no-pin)
+_RS_SERVERS=()
+_RS_AT_EXIT=()
+WORK=""
+
+at_exit() { _RS_AT_EXIT+=("$1"); }
+
+work_dir() {
+  WORK="$(mktemp -d "${TMPDIR:-/tmp}/ringstream-$1.XXXXXX")"
 }
 
-# bench_server BINARY DATA_DIR SHARDS LOG: starts BINARY as benchmarks run it
-# (pinned shards, default settings) on a free loopback port, waits for its
-# "listening" line, and sets $PID, $URL and $SECS (exec to listening). Exits
-# with the log when the server ends first. bench_stop: SIGTERM, then waits.
-bench_server() {
-  local bin=$1 data=$2 shards=$3 log=$4 t0
-  t0=$(date +%s.%N)
-  "$bin" --listen 127.0.0.1:0 --data-dir "$data" --shards "$shards" >"$log" 2>&1 &
-  PID=$!
-  until grep -q "listening on" "$log"; do
-    kill -0 "$PID" 2>/dev/null || { cat "$log" >&2; exit 1; }
+server_start() {
+  local dir=$1 port=$2 t0 got
+  shift 2
+  [ -n "${SERVER_BIN:-}" ] || server_binary
+  mkdir -p "$dir"
+  t0=$(date +%s%N)
+  "$SERVER_BIN" --listen "127.0.0.1:$port" --data-dir "$dir/data" "$@" >"$dir/out" 2>>"$dir/err" &
+  SERVER_PID=$!
+  _RS_SERVERS+=("$SERVER_PID")
+  _server_wait_line "$dir" "$t0"
+  got="$(grep -o '127.0.0.1:[0-9]*' "$dir/out" | head -1 | cut -d: -f2)"
+  [ "$port" = 0 ] || [ "$got" = "$port" ] || _server_failed "$dir" "came back on port $got, not $port"
+  SERVER_PORT=$got
+  SERVER_URL="http://127.0.0.1:$got"
+  _server_wait_ready "$dir"
+}
+
+# The listening line (polled every 10 ms), or the server's end.
+_server_wait_line() {
+  local dir=$1 t0=$2 _
+  for _ in $(seq 1 3000); do
+    if grep -q "listening on" "$dir/out" 2>/dev/null; then
+      SERVER_SECS="$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')"
+      return 0
+    fi
+    kill -0 "$SERVER_PID" 2>/dev/null || _server_failed "$dir" "exited before listening"
     sleep 0.01
   done
-  URL="http://$(grep "listening on" "$log" | grep -o '127.0.0.1:[0-9]*' | head -1)"
-  SECS=$(echo "$(date +%s.%N) - $t0" | bc)
+  _server_failed "$dir" "printed no listening line in 30 s"
 }
-bench_stop() { kill -TERM "$PID"; wait "$PID" || true; PID=""; }
+
+_server_wait_ready() {
+  local dir=$1 _ code=""
+  for _ in $(seq 1 300); do
+    code="$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$SERVER_URL/readyz" || true)"
+    [ "$code" = 200 ] && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || _server_failed "$dir" "exited before it was ready"
+    sleep 0.1
+  done
+  _server_failed "$dir" "answered /readyz with $code for 30 s"
+}
+
+_server_failed() {
+  echo "$(basename "$0"): the server ($SERVER_BIN, data in $1/data) $2:" >&2
+  tail -20 "$1/err" >&2 2>/dev/null || true
+  exit 3
+}
+
+server_stop() {
+  local pid=$1 i
+  kill -"${2:-TERM}" "$pid" 2>/dev/null || true
+  SERVER_EXIT=0
+  wait "$pid" 2>/dev/null || SERVER_EXIT=$?
+  for i in "${!_RS_SERVERS[@]}"; do
+    [ "${_RS_SERVERS[$i]}" != "$pid" ] || unset '_RS_SERVERS[i]'
+  done
+  return 0
+}
+
+_rs_stop_all() {
+  local p _ alive
+  [ ${#_RS_SERVERS[@]} -gt 0 ] || return 0
+  for p in "${_RS_SERVERS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    alive=0
+    for p in "${_RS_SERVERS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 1 ] || break
+    sleep 0.1
+  done
+  for p in "${_RS_SERVERS[@]}"; do
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  _RS_SERVERS=()
+}
+
+_rs_exit() {
+  EXIT_STATUS=$?
+  trap - EXIT
+  local i
+  for ((i = ${#_RS_AT_EXIT[@]} - 1; i >= 0; i--)); do eval "${_RS_AT_EXIT[$i]}" || true; done
+  _rs_stop_all
+  if [ -n "$WORK" ]; then
+    if [ "${KEEP_WORK:-0}" = 1 ]; then echo "$(basename "$0"): kept $WORK" >&2; else rm -rf "$WORK"; fi
+  fi
+  exit "$EXIT_STATUS"
+}
+trap _rs_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
