@@ -553,93 +553,99 @@ impl ChunkedDecoder {
 
     fn step(&mut self, b: u8) -> Result<(), ParseError> {
         match self.state {
-            ChunkState::Size => {
-                self.count_line_byte()?;
-                if let Some(d) = hex_val(b) {
-                    self.size = self
-                        .size
-                        .checked_mul(16)
-                        .and_then(|s| s.checked_add(u64::from(d)))
-                        .ok_or(ParseError::Bad("chunk size overflows"))?;
-                    self.size_digits += 1;
-                    return Ok(());
-                }
-                if self.size_digits == 0 {
-                    return Err(ParseError::Bad("missing chunk size"));
-                }
-                // Refuse before any data of an oversized chunk is buffered.
-                if self.size > self.limit - self.declared {
-                    return Err(ParseError::BodyTooLarge);
-                }
-                self.state = match b {
-                    b'\r' => ChunkState::SizeLf,
-                    b';' | b' ' | b'\t' => ChunkState::SizeTail,
-                    _ => return Err(ParseError::Bad("invalid chunk size")),
-                };
-            }
-            ChunkState::SizeTail => {
-                self.count_line_byte()?;
-                match b {
-                    b'\r' => self.state = ChunkState::SizeLf,
-                    b'\t' => {}
-                    // Bare LF and other controls are where lenient parsers disagree.
-                    0..=0x1f | 0x7f => return Err(ParseError::Bad("invalid byte in chunk extension")),
-                    _ => {}
-                }
-            }
-            ChunkState::SizeLf => {
-                if b != b'\n' {
-                    return Err(ParseError::Bad("expected LF after chunk size"));
-                }
-                self.line_len = 0;
-                self.size_digits = 0;
-                if self.size == 0 {
-                    self.state = ChunkState::TrailerStart;
-                } else {
-                    self.declared += self.size;
-                    self.state = ChunkState::Data;
-                }
-            }
+            ChunkState::Size => self.size_byte(b),
+            ChunkState::SizeTail => self.extension_byte(b),
+            ChunkState::SizeLf => self.size_line_end(b),
             ChunkState::DataCr | ChunkState::DataLf => {
                 let expected = if self.state == ChunkState::DataCr { b'\r' } else { b'\n' };
                 if b != expected {
                     return Err(ParseError::Bad("missing CRLF after chunk data"));
                 }
                 self.state = if b == b'\r' { ChunkState::DataLf } else { ChunkState::Size };
+                Ok(())
             }
-            ChunkState::TrailerStart => {
-                self.count_trailer_byte()?;
-                self.state = match b {
-                    b'\r' => ChunkState::FinalLf,
-                    b'\n' => return Err(ParseError::Bad("bare LF in chunked trailer")),
-                    _ => ChunkState::TrailerLine,
-                };
-            }
-            ChunkState::TrailerLine => {
-                self.count_trailer_byte()?;
-                match b {
-                    b'\r' => self.state = ChunkState::TrailerLf,
-                    b'\n' => return Err(ParseError::Bad("bare LF in chunked trailer")),
-                    _ => {}
-                }
-            }
-            ChunkState::TrailerLf => {
-                self.count_trailer_byte()?;
-                if b != b'\n' {
-                    return Err(ParseError::Bad("expected LF in chunked trailer"));
-                }
-                self.state = ChunkState::TrailerStart;
-            }
-            ChunkState::FinalLf => {
-                self.count_trailer_byte()?;
-                if b != b'\n' {
-                    return Err(ParseError::Bad("expected LF at end of chunked body"));
-                }
-                self.state = ChunkState::Done;
+            ChunkState::TrailerStart | ChunkState::TrailerLine | ChunkState::TrailerLf | ChunkState::FinalLf => {
+                self.trailer_byte(b)
             }
             // decode() handles these without calling step().
-            ChunkState::Data | ChunkState::Done | ChunkState::Failed => {}
+            ChunkState::Data | ChunkState::Done | ChunkState::Failed => Ok(()),
         }
+    }
+
+    /// A byte of a chunk-size line's hex digits, or what ends them.
+    fn size_byte(&mut self, b: u8) -> Result<(), ParseError> {
+        self.count_line_byte()?;
+        if let Some(d) = hex_val(b) {
+            self.size = self
+                .size
+                .checked_mul(16)
+                .and_then(|s| s.checked_add(u64::from(d)))
+                .ok_or(ParseError::Bad("chunk size overflows"))?;
+            self.size_digits += 1;
+            return Ok(());
+        }
+        if self.size_digits == 0 {
+            return Err(ParseError::Bad("missing chunk size"));
+        }
+        // Refuse before any data of an oversized chunk is buffered.
+        if self.size > self.limit - self.declared {
+            return Err(ParseError::BodyTooLarge);
+        }
+        self.state = match b {
+            b'\r' => ChunkState::SizeLf,
+            b';' | b' ' | b'\t' => ChunkState::SizeTail,
+            _ => return Err(ParseError::Bad("invalid chunk size")),
+        };
+        Ok(())
+    }
+
+    /// A byte of a chunk extension (skipped up to the line's CR).
+    fn extension_byte(&mut self, b: u8) -> Result<(), ParseError> {
+        self.count_line_byte()?;
+        match b {
+            b'\r' => self.state = ChunkState::SizeLf,
+            b'\t' => {}
+            // Bare LF and other controls are where lenient parsers disagree.
+            0..=0x1f | 0x7f => return Err(ParseError::Bad("invalid byte in chunk extension")),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The LF ending a chunk-size line: the chunk's data, or the trailer
+    /// after the last chunk.
+    fn size_line_end(&mut self, b: u8) -> Result<(), ParseError> {
+        if b != b'\n' {
+            return Err(ParseError::Bad("expected LF after chunk size"));
+        }
+        self.line_len = 0;
+        self.size_digits = 0;
+        if self.size == 0 {
+            self.state = ChunkState::TrailerStart;
+        } else {
+            self.declared += self.size;
+            self.state = ChunkState::Data;
+        }
+        Ok(())
+    }
+
+    /// A byte of the trailer section, up to the final CRLF.
+    fn trailer_byte(&mut self, b: u8) -> Result<(), ParseError> {
+        self.count_trailer_byte()?;
+        self.state = match (self.state, b) {
+            (ChunkState::TrailerStart | ChunkState::TrailerLine, b'\n') => {
+                return Err(ParseError::Bad("bare LF in chunked trailer"))
+            }
+            (ChunkState::TrailerStart, b'\r') => ChunkState::FinalLf,
+            (ChunkState::TrailerStart, _) => ChunkState::TrailerLine,
+            (ChunkState::TrailerLine, b'\r') => ChunkState::TrailerLf,
+            (ChunkState::TrailerLine, _) => ChunkState::TrailerLine,
+            (ChunkState::TrailerLf, b'\n') => ChunkState::TrailerStart,
+            (ChunkState::TrailerLf, _) => return Err(ParseError::Bad("expected LF in chunked trailer")),
+            (ChunkState::FinalLf, b'\n') => ChunkState::Done,
+            (ChunkState::FinalLf, _) => return Err(ParseError::Bad("expected LF at end of chunked body")),
+            (other, _) => other,
+        };
         Ok(())
     }
 
