@@ -26,11 +26,10 @@ mod stream;
 pub mod tiering;
 
 use crate::metrics::{Family, Histo, Samples};
-use crate::protocol::persist::{self, AppendRecord, StateRecord};
 use crate::protocol::{Error, Live, Outcome, StreamKey, StreamOp, Surface};
 use crate::quota::BucketUsage;
 use crate::storage::io::SegmentStore;
-use crate::storage::{self, Log, RecordHeader};
+use crate::storage::{self, Log};
 use mesh::Peers;
 pub use message::{Reply, ShardRequest};
 use state::State;

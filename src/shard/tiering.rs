@@ -2,9 +2,14 @@
 //! beyond the hot budget to the object store, what a segment's skeleton
 //! keeps of each record, and reads that fetch cold blocks before answering.
 
-use super::*;
+use super::Shard;
 use crate::limits::{TIER_MOVES_MAX, TIER_RETRY_MAX_MS, TIER_RETRY_MIN_MS, TIER_UPLOAD_BYTES_MAX};
+use crate::metrics::{Family, Samples};
+use crate::protocol::persist::{self, AppendRecord, StateRecord};
+use crate::protocol::Error;
 use crate::storage::error::ColdNeed;
+use crate::storage::{self, io::SegmentStore, RecordHeader};
+use std::time::Duration;
 
 /// Most block fetches one read may need before it gives up (503): a read
 /// returns at most `READ_CHUNK_BYTES_MAX`, a fork copies at most
