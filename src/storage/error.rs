@@ -71,6 +71,11 @@ impl Error {
         }
     }
 
+    /// [`Error::io`] as a `map_err` argument: `.map_err(Error::io_at("read", seg))`.
+    pub fn io_at(op: &'static str, segment: u64) -> impl FnOnce(io::Error) -> Error {
+        move |source| Error::io(op, segment, source)
+    }
+
     /// An operation that needs a sealed segment named one that is not
     /// (unknown, still written, or being moved).
     pub fn not_sealed(op: &'static str, segment: u64) -> Error {

@@ -18,10 +18,6 @@ struct Scan {
     sealed: bool,
 }
 
-fn io(op: &'static str, segment: u64) -> impl FnOnce(std::io::Error) -> Error {
-    move |source| Error::io(op, segment, source)
-}
-
 impl<S: SegmentStore> LocalLog<S> {
     /// Recovers the log in `store` and returns it with every valid record in
     /// log order. A torn tail of the newest segment is cut; an older segment
@@ -39,11 +35,11 @@ impl<S: SegmentStore> LocalLog<S> {
         held_above: Option<u64>,
     ) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
         assert!(cfg.segment_bytes.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
-        let list = store.list().await.map_err(io("list", 0))?;
+        let list = store.list().await.map_err(Error::io_at("list", 0))?;
         let mut recovered = Vec::new();
         let mut scans = Vec::with_capacity(list.len());
         for &(no, _) in &list {
-            let map = store.map(no).map_err(io("map", no))?;
+            let map = store.map(no).map_err(Error::io_at("map", no))?;
             scans.push(scan(no, map.bytes(), &mut recovered));
         }
         let mut report = RecoveryReport { records: recovered.len(), ..Default::default() };
@@ -153,7 +149,7 @@ async fn settle<S: SegmentStore>(
     if s.records == 0 && !newer_data {
         // A segment prepared ahead and never used, or whose first batch was
         // torn: nothing acknowledged lives there.
-        store.remove(no).await.map_err(io("remove", no))?;
+        store.remove(no).await.map_err(Error::io_at("remove", no))?;
         if !s.clean {
             report.torn_tail = Some((no, 0));
         }
@@ -166,8 +162,8 @@ async fn settle<S: SegmentStore>(
         // The newest segment with records: cut a torn tail, seal.
         let mut tail = Vec::with_capacity(SEAL_FRAMED_BYTES);
         record::seal(no, s.end, s.records, &mut tail);
-        store.finish(no, s.end, &tail).await.map_err(io("seal", no))?;
+        store.finish(no, s.end, &tail).await.map_err(Error::io_at("seal", no))?;
         report.sealed_at_boot = Some(no);
     }
-    store.map(no).map(Some).map_err(io("map", no))
+    store.map(no).map(Some).map_err(Error::io_at("map", no))
 }

@@ -22,10 +22,6 @@ struct Loaded {
     skel_len: u64,
 }
 
-fn io(op: &'static str, segment: u64) -> impl FnOnce(std::io::Error) -> Error {
-    move |source| Error::io(op, segment, source)
-}
-
 impl<S: SegmentStore> Log<S> {
     /// [`Log::open`] with tiered storage: recovers the local log (see
     /// [`LocalLog::open`]) and the remote segments from their skeletons, and
@@ -58,8 +54,8 @@ impl<S: SegmentStore> Log<S> {
 fn load_skeletons<S: SegmentStore>(store: &S) -> Result<BTreeMap<u64, Loaded>> {
     let Some(files) = store.tier_files() else { return Ok(BTreeMap::new()) };
     let mut out = BTreeMap::new();
-    for (no, skel_len) in files.list_skeletons().map_err(io("list skeletons", 0))? {
-        let bytes = files.read_skeleton(no).map_err(io("read skeleton", no))?;
+    for (no, skel_len) in files.list_skeletons().map_err(Error::io_at("list skeletons", 0))? {
+        let bytes = files.read_skeleton(no).map_err(Error::io_at("read skeleton", no))?;
         let (skeleton, seg_len) = Skeleton::decode(no, bytes)?;
         out.insert(no, Loaded { skeleton, seg_len, skel_len });
     }
@@ -129,7 +125,7 @@ async fn settle_moves<S: SegmentStore>(
             // Uploaded, but its tier record never became durable: the
             // segment stays local (the object is overwritten or swept).
             let files = local.store().tier_files().expect("skeletons were listed");
-            files.remove_skeleton(no).map_err(io("remove skeleton", no))?;
+            files.remove_skeleton(no).map_err(Error::io_at("remove skeleton", no))?;
             continue;
         }
         if held.contains(&no) {
