@@ -8,10 +8,12 @@
 //!
 //! `router` picks the owner, `message` is what travels to it (data plane
 //! and control plane), `dispatch` is the one road there, `mesh` carries it
-//! between cores, `control` answers other shards; the
-//! operations live one concern a file: `create`, `append`, `read`,
-//! `snapshot`, `lifecycle`, `fork`, `bucket`, `reclaim`, `recover`, over the
-//! state model in `stream`; `usage` keeps bucket quotas.
+//! between cores, `control` answers other shards. The shard's tables are a
+//! `state::State` (synchronous, unit-tested); `records` builds every
+//! record and applies it to the state, for the operations in `ops` (one
+//! concern a file: plan on the state, append, apply, await durability) and
+//! for `recover`; `stream` is a stream's state model; `tiering` moves
+//! segments to the object store and runs reads that need cold blocks.
 
 mod control;
 mod dispatch;
