@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 /// A shard's maps keyed by stream: every request looks its stream up a few
 /// times, so the hasher is aHash (randomly keyed per process) rather than
 /// std's SipHash.
-pub(super) type StreamMap<V> = HashMap<StreamKey, V, ahash::RandomState>;
+type StreamMap<V> = HashMap<StreamKey, V, ahash::RandomState>;
 
 /// What one segment holds that recovery may need besides stream data (see
 /// `ops::reclaim`): a delete record is needed while an older segment still
@@ -144,18 +144,13 @@ impl State {
     /// A record holding the stream's whole configuration (create, state,
     /// snapshot) was written in `segment`.
     pub(super) fn note_state(&mut self, s: &mut Stream, segment: u64) {
-        s.state_seg = segment;
-        s.meta_segs.clear();
-        self.index(segment).state_uids.insert(s.uid);
+        pin_state(&mut self.seg_index, s, segment);
     }
 
     /// [`State::note_state`] for a stream already in the table.
     pub(super) fn note_state_of(&mut self, key: &StreamKey, segment: u64) {
         if let Some(s) = self.streams.get_mut(key) {
-            s.state_seg = segment;
-            s.meta_segs.clear();
-            let uid = s.uid;
-            self.index(segment).state_uids.insert(uid);
+            pin_state(&mut self.seg_index, s, segment);
         }
     }
 
@@ -190,6 +185,14 @@ impl State {
         here.deleted_uids.iter().any(|uid| older().any(|i| i.state_uids.contains(uid)))
             || here.bucket_deletes.iter().any(|b| older().any(|i| i.bucket_creates.contains(b)))
     }
+}
+
+/// `segment` now holds the stream's latest whole-state record: older
+/// data-less records no longer pin theirs.
+fn pin_state(seg_index: &mut BTreeMap<u64, SegIndex>, s: &mut Stream, segment: u64) {
+    s.state_seg = segment;
+    s.meta_segs.clear();
+    seg_index.entry(segment).or_default().state_uids.insert(s.uid);
 }
 
 #[cfg(test)]
