@@ -93,7 +93,8 @@ mod protoimpl {
 #[allow(renamed_and_removed_lints)]
 #[allow(bare_trait_objects)]
 mod protos {
-    include!(concat!(env!("OUT_DIR"), "/protos/mod.rs"));
+    // ringstream: generated once and checked in (PATCHES.md, change 1).
+    include!("protos/mod.rs");
 
     use self::eraftpb::Snapshot;
 

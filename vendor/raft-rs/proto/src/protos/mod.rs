@@ -1,0 +1,5 @@
+pub mod eraftpb {
+include!("eraftpb.rs");
+include!("wrapper_eraftpb.rs");
+}
+
