@@ -33,6 +33,9 @@
 //! - [`protocol`]: the Durable Streams rules as pure functions; no I/O.
 //! - [`storage`]: per-shard segment logs, recovery, tiering to an object
 //!   store; no HTTP, no protocol.
+//! - [`cell`]: replicated cells: the cell's configuration, peer
+//!   authentication, the peer link's frames and one Raft group's driver
+//!   (raft-rs); not yet on a request path.
 //! - [`tier`]: the object store client, on a thread of its own (tokio and
 //!   `object_store` appear only there).
 //!
@@ -48,6 +51,7 @@ pub mod alloc;
 pub mod auth;
 pub mod bell;
 pub mod build_info;
+pub mod cell;
 pub mod cli;
 pub mod config;
 pub mod http;
