@@ -1,0 +1,405 @@
+//! One Raft group as a replica drives it: tikv's raft-rs `RawNode`, sans-I/O.
+//!
+//! The owner (a shard's executor in a cell; the seeded scheduler in
+//! `tests/cell_sim.rs`) calls [`Group::tick`] on its timer, [`Group::step`]
+//! for each message from a peer and [`Group::propose`] for new data, then
+//! drains [`Group::ready`] into [`Work`]: messages to send at once, entries
+//! and a hard state to make durable, messages to send only once they are,
+//! committed entries to apply, and the answers to proposals. When a write
+//! is durable the owner says so with [`Group::persisted`].
+//!
+//! An answer is never given early: a proposal is [`Answer::Committed`] only
+//! when its entry, with the term it was proposed in, is in a committed
+//! prefix (durable on a majority: a leader counts itself only once its own
+//! write is durable, raft-rs's `on_persist_ready`). A leader that loses its
+//! role answers its pending proposals [`Answer::Unknown`] (a later leader
+//! may still commit them, so the client must retry idempotently); an entry
+//! replaced by another term's is [`Answer::Lost`].
+
+use raft::prelude::{Entry, HardState, Message};
+use raft::{Config, RawNode, StateRole, Storage};
+use std::collections::BTreeMap;
+
+/// What the group needs of the storage under its `RawNode` besides reading:
+/// raft-rs reads back what [`Group::ready`] hands out before it is durable,
+/// so the store takes it first (durability is the owner's, reported
+/// through [`Group::persisted`]).
+pub trait GroupStore: Storage {
+    /// Appends `entries`, first replacing any entries from `entries[0]`'s
+    /// index on (a follower's conflicting suffix).
+    fn append(&mut self, entries: &[Entry]);
+    /// The term, vote and commit index to keep.
+    fn set_hard_state(&mut self, hs: &HardState);
+}
+
+/// Where a proposal went: its log position, to be answered by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proposal {
+    pub index: u64,
+    pub term: u64,
+}
+
+/// Why a proposal was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// Only the leader proposes; `leader` is the one this replica knows of.
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader { leader: Option<u64> },
+    /// The leader is handing over or has too much uncommitted data.
+    #[error("the leader cannot take proposals now")]
+    Busy,
+}
+
+/// The outcome of a proposal, by its index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// In the committed prefix with its own term: acknowledge it.
+    Committed { index: u64 },
+    /// This replica stopped leading before it committed: the entry may
+    /// still be committed by another leader, or not.
+    Unknown { index: u64 },
+    /// Another term's entry was committed at its index: it never will be.
+    Lost { index: u64 },
+}
+
+/// A replica's role, leader and term after a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoleChange {
+    pub role: StateRole,
+    pub leader: Option<u64>,
+    pub term: u64,
+}
+
+/// One turn of the group's output, in the order the owner handles it.
+#[derive(Debug, Default)]
+pub struct Work {
+    /// Give this number to [`Group::persisted`] once `entries` and
+    /// `hard_state` are durable (writes complete in order).
+    pub number: u64,
+    /// Send now: a leader's appends and heartbeats go out while its own
+    /// write runs (the Raft thesis, 10.2.1).
+    pub send: Vec<Message>,
+    /// Make durable, replacing any entries from the first one's index on.
+    pub entries: Vec<Entry>,
+    pub hard_state: Option<HardState>,
+    /// Send only once this turn's write is durable (votes, follower acks).
+    pub send_when_durable: Vec<Message>,
+    /// Committed, in index order: apply them before the next turn.
+    pub apply: Vec<Entry>,
+    pub answers: Vec<Answer>,
+    pub role: Option<RoleChange>,
+}
+
+/// The settings every replica of a cell runs with, `ticks` of the owner's
+/// timer apart. Pre-vote keeps a node that was cut off from deposing a
+/// working leader when it comes back; check-quorum makes a leader that
+/// cannot hear a majority step down, so it stops taking proposals.
+pub fn config(id: u64, applied: u64) -> Config {
+    Config {
+        id,
+        applied,
+        election_tick: 10,
+        heartbeat_tick: 2,
+        pre_vote: true,
+        check_quorum: true,
+        max_size_per_msg: 1 << 20,
+        max_inflight_msgs: 256,
+        ..Config::default()
+    }
+}
+
+/// One replica of one group.
+pub struct Group<S: GroupStore> {
+    node: RawNode<S>,
+    /// Proposals of this replica's leadership not yet answered: index → term.
+    pending: BTreeMap<u64, u64>,
+}
+
+impl<S: GroupStore> Group<S> {
+    /// A replica over `store` (empty, or what survived a restart; its
+    /// `initial_state` names the voters).
+    pub fn new(config: &Config, store: S, logger: &slog::Logger) -> raft::Result<Self> {
+        Ok(Group { node: RawNode::new(config, store, logger)?, pending: BTreeMap::new() })
+    }
+
+    /// One tick of the owner's timer; true when the group has work.
+    pub fn tick(&mut self) -> bool {
+        self.node.tick()
+    }
+
+    /// A message from a peer. Messages of an older term or for a replica
+    /// that has moved on are ignored by raft-rs itself.
+    pub fn step(&mut self, msg: Message) -> raft::Result<()> {
+        self.node.step(msg)
+    }
+
+    /// Proposes `data` as one entry; answered later by its index.
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<Proposal, Refused> {
+        if self.node.raft.state != StateRole::Leader {
+            return Err(Refused::NotLeader { leader: self.leader() });
+        }
+        self.node.propose(vec![], data).map_err(|_| Refused::Busy)?;
+        let p = Proposal { index: self.node.raft.raft_log.last_index(), term: self.node.raft.term };
+        self.pending.insert(p.index, p.term);
+        Ok(p)
+    }
+
+    /// The next turn of work, or None when there is nothing to do.
+    pub fn ready(&mut self) -> Option<Work> {
+        if !self.node.has_ready() {
+            return None;
+        }
+        let mut rd = self.node.ready();
+        debug_assert!(rd.snapshot().is_empty(), "no replica compacts its log yet, so none sends snapshots");
+        let mut w = Work {
+            number: rd.number(),
+            send: rd.take_messages(),
+            entries: rd.take_entries(),
+            hard_state: rd.hs().cloned(),
+            send_when_durable: rd.take_persisted_messages(),
+            apply: rd.take_committed_entries(),
+            ..Work::default()
+        };
+        if let Some(ss) = rd.ss() {
+            w.role = Some(RoleChange { role: ss.raft_state, leader: known(ss.leader_id), term: self.node.raft.term });
+        }
+        let store = self.node.mut_store();
+        if !w.entries.is_empty() {
+            store.append(&w.entries);
+        }
+        if let Some(hs) = &w.hard_state {
+            store.set_hard_state(hs);
+        }
+        self.node.advance_append_async(rd);
+        w.answers = self.answer(&w.apply, w.role);
+        self.node.advance_apply();
+        Some(w)
+    }
+
+    /// The write of turn `number` (and of every turn before it) is durable.
+    pub fn persisted(&mut self, number: u64) {
+        self.node.on_persist_ready(number);
+    }
+
+    /// Answers pending proposals: those committed now, and all the rest
+    /// when this replica stopped leading.
+    fn answer(&mut self, committed: &[Entry], role: Option<RoleChange>) -> Vec<Answer> {
+        let mut out = Vec::new();
+        for e in committed {
+            if let Some(term) = self.pending.remove(&e.index) {
+                let index = e.index;
+                out.push(if term == e.term { Answer::Committed { index } } else { Answer::Lost { index } });
+            }
+        }
+        if role.is_some_and(|r| r.role != StateRole::Leader) {
+            out.extend(std::mem::take(&mut self.pending).into_keys().map(|index| Answer::Unknown { index }));
+        }
+        out
+    }
+
+    /// The leader this replica knows of.
+    pub fn leader(&self) -> Option<u64> {
+        known(self.node.raft.leader_id)
+    }
+
+    /// This replica's role now.
+    pub fn role(&self) -> StateRole {
+        self.node.raft.state
+    }
+
+    /// This replica's current term.
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    /// The highest index known committed.
+    pub fn commit(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
+    /// The storage under the group.
+    pub fn store(&self) -> &S {
+        self.node.store()
+    }
+
+    /// How many proposals wait for an answer.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// raft-rs says "no leader" with id 0 (`raft::INVALID_ID`).
+fn known(id: u64) -> Option<u64> {
+    (id != raft::INVALID_ID).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::storage::MemStorage;
+    use raft::GetEntriesContext;
+    use raft::RaftState;
+
+    /// raft-rs's in-memory storage, as the unit tests' store.
+    struct Mem(MemStorage);
+
+    impl Storage for Mem {
+        fn initial_state(&self) -> raft::Result<RaftState> {
+            self.0.initial_state()
+        }
+        fn entries(
+            &self,
+            lo: u64,
+            hi: u64,
+            max: impl Into<Option<u64>>,
+            cx: GetEntriesContext,
+        ) -> raft::Result<Vec<Entry>> {
+            self.0.entries(lo, hi, max, cx)
+        }
+        fn term(&self, idx: u64) -> raft::Result<u64> {
+            self.0.term(idx)
+        }
+        fn first_index(&self) -> raft::Result<u64> {
+            self.0.first_index()
+        }
+        fn last_index(&self) -> raft::Result<u64> {
+            self.0.last_index()
+        }
+        fn snapshot(&self, idx: u64, to: u64) -> raft::Result<raft::prelude::Snapshot> {
+            self.0.snapshot(idx, to)
+        }
+    }
+
+    impl GroupStore for Mem {
+        fn append(&mut self, entries: &[Entry]) {
+            self.0.wl().append(entries).expect("entries follow the log");
+        }
+        fn set_hard_state(&mut self, hs: &HardState) {
+            self.0.wl().set_hardstate(hs.clone());
+        }
+    }
+
+    fn logger() -> slog::Logger {
+        slog::Logger::root(slog::Discard, slog::o!())
+    }
+
+    fn group(id: u64, voters: &[u64]) -> Group<Mem> {
+        let store = Mem(MemStorage::new_with_conf_state((voters.to_vec(), vec![])));
+        Group::new(&config(id, 0), store, &logger()).unwrap()
+    }
+
+    /// Drains one replica's work, making its writes durable at once;
+    /// returns the messages it sends and its answers.
+    fn drain(g: &mut Group<Mem>) -> (Vec<Message>, Vec<Answer>) {
+        let (mut msgs, mut answers) = (Vec::new(), Vec::new());
+        while let Some(w) = g.ready() {
+            msgs.extend(w.send);
+            g.persisted(w.number);
+            msgs.extend(w.send_when_durable);
+            answers.extend(w.answers);
+        }
+        (msgs, answers)
+    }
+
+    /// Runs three replicas with instant, lossless links until quiet.
+    fn settle(gs: &mut [Group<Mem>]) -> Vec<Answer> {
+        let mut answers = Vec::new();
+        loop {
+            let mut inflight = Vec::new();
+            for g in gs.iter_mut() {
+                let (m, a) = drain(g);
+                inflight.extend(m);
+                answers.extend(a);
+            }
+            if inflight.is_empty() {
+                return answers;
+            }
+            for m in inflight {
+                gs[(m.to - 1) as usize].step(m).unwrap();
+            }
+        }
+    }
+
+    fn elect_one(gs: &mut [Group<Mem>]) {
+        gs[0].node.campaign().unwrap();
+        settle(gs);
+        assert_eq!(gs[0].role(), StateRole::Leader);
+    }
+
+    #[test]
+    fn a_follower_refuses_proposals_and_names_the_leader() {
+        let mut gs: Vec<_> = (1..=3).map(|id| group(id, &[1, 2, 3])).collect();
+        elect_one(&mut gs);
+        assert_eq!(gs[1].propose(b"x".to_vec()), Err(Refused::NotLeader { leader: Some(1) }));
+        assert_eq!(gs[0].leader(), Some(1));
+    }
+
+    #[test]
+    fn a_proposal_is_answered_once_a_majority_holds_it() {
+        let mut gs: Vec<_> = (1..=3).map(|id| group(id, &[1, 2, 3])).collect();
+        elect_one(&mut gs);
+        let p = gs[0].propose(b"batch".to_vec()).unwrap();
+        // The leader's own durable write is not a majority: nothing yet.
+        let (sent, answers) = drain(&mut gs[0]);
+        assert!(answers.is_empty());
+        assert_eq!(gs[0].pending(), 1);
+        // One follower's ack makes two of three.
+        for m in sent.into_iter().filter(|m| m.to == 2) {
+            gs[1].step(m).unwrap();
+        }
+        let (acks, _) = drain(&mut gs[1]);
+        for m in acks {
+            gs[0].step(m).unwrap();
+        }
+        let (_, answers) = drain(&mut gs[0]);
+        assert_eq!(answers, vec![Answer::Committed { index: p.index }]);
+        assert_eq!(gs[0].commit(), p.index);
+    }
+
+    #[test]
+    fn a_deposed_leader_answers_its_pending_proposals_unknown() {
+        let mut gs: Vec<_> = (1..=3).map(|id| group(id, &[1, 2, 3])).collect();
+        elect_one(&mut gs);
+        let p = gs[0].propose(b"cut off".to_vec()).unwrap();
+        drain(&mut gs[0]); // its appends are lost: the leader is cut off
+        let mut old = gs.remove(0);
+        // 2 and 3 stop hearing from 1, elect one of them, and 1 hears of it.
+        for _ in 0..200 {
+            for g in gs.iter_mut() {
+                g.tick();
+            }
+            let answers = settle_some(&mut gs, &mut old);
+            if !answers.is_empty() {
+                assert_eq!(answers, vec![Answer::Unknown { index: p.index }]);
+                assert_ne!(old.role(), StateRole::Leader);
+                assert!(gs.iter().any(|g| g.role() == StateRole::Leader));
+                return;
+            }
+        }
+        panic!("the old leader never learned of the new term");
+    }
+
+    /// Runs `rest` until quiet, then lets `old` hear their messages.
+    fn settle_some(rest: &mut [Group<Mem>], old: &mut Group<Mem>) -> Vec<Answer> {
+        let mut to_old = Vec::new();
+        loop {
+            let mut inflight = Vec::new();
+            for g in rest.iter_mut() {
+                inflight.extend(drain(g).0);
+            }
+            if inflight.is_empty() {
+                break;
+            }
+            for m in inflight {
+                match m.to {
+                    1 => to_old.push(m),
+                    to => rest[(to - 2) as usize].step(m).unwrap(),
+                }
+            }
+        }
+        for m in to_old {
+            old.step(m).unwrap();
+        }
+        drain(old).1
+    }
+}
