@@ -78,7 +78,28 @@ fn layers_import_only_what_the_architecture_allows() {
         &["crate::http", "crate::shard", "crate::storage", "crate::server", "crate::protocol", "crate::auth"],
         &[],
     ));
+    // Replicated cells' core: consensus and the peer link, sans-I/O but for
+    // streams it is handed; it knows nothing of HTTP, shards or the log yet.
+    errors.extend(check(
+        "cell",
+        &["crate::http", "crate::shard", "crate::storage", "crate::server", "crate::protocol", "crate::auth"],
+        &[],
+    ));
     assert!(errors.is_empty(), "layering violations:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn consensus_only_in_the_cell() {
+    // Without --cell no consensus code may be on a request path: raft-rs is
+    // used only under src/cell/.
+    let mut errors = Vec::new();
+    for f in rust_files(&src()).into_iter().filter(|f| !f.starts_with(src().join("cell"))) {
+        let code = code_of(&f);
+        if code.contains("raft::") || code.contains("use raft") {
+            errors.push(format!("{}: uses raft-rs outside src/cell/", f.display()));
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
 #[test]
