@@ -227,6 +227,10 @@ pub const CELL_VOTERS_MAX: usize = 7;
 pub const CELL_SECRET_BYTES_MIN: usize = 16;
 /// Replicated cells: longest shared secret, bytes (the file is read whole).
 pub const CELL_SECRET_BYTES_MAX: usize = 4096;
+/// Replicated cells: largest frame on a peer link, bytes after its length
+/// prefix (kind and body). A longer length is refused before anything is
+/// allocated for it; Raft's messages are kept well under it by their sender.
+pub const CELL_FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
