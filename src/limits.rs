@@ -215,6 +215,23 @@ pub const AUTH_TOKEN_BYTES_MAX: usize = 1024;
 /// refused and the previous grants stay.
 pub const RELOAD_COUNT_TIMEOUT_MS: u64 = 10_000;
 
+/// Replicated cells: fewest voters in a cell (`--cell`). Fewer tolerate no
+/// failure at all: two need both for a majority.
+pub const CELL_VOTERS_MIN: usize = 3;
+/// Replicated cells: most voters in a cell. Each commit waits on a majority,
+/// so more voters make every append slower for failures a cell of 7 (which
+/// tolerates 3) does not plan for.
+pub const CELL_VOTERS_MAX: usize = 7;
+/// Replicated cells: shortest shared secret (`--cell-secret-file`), bytes:
+/// 128 bits, what HMAC-SHA256 needs against guessing.
+pub const CELL_SECRET_BYTES_MIN: usize = 16;
+/// Replicated cells: longest shared secret, bytes (the file is read whole).
+pub const CELL_SECRET_BYTES_MAX: usize = 4096;
+/// Replicated cells: largest frame on a peer link, bytes after its length
+/// prefix (kind and body). A longer length is refused before anything is
+/// allocated for it; Raft's messages are kept well under it by their sender.
+pub const CELL_FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
+
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(DIRECT_IO_ALIGNMENT_BYTES.is_multiple_of(SECTOR_BYTES));
@@ -232,3 +249,5 @@ const _: () = assert!(SHUTDOWN_DRAIN_MS + 1_000 <= SHUTDOWN_TIMEOUT_MS);
 const _: () = assert!(CONN_REQUEST_TIMEOUT_MS_MIN <= CONN_HEADER_TIMEOUT_MS);
 const _: () = assert!(CONN_REQUEST_TIMEOUT_MS_MIN <= CONN_BODY_TIMEOUT_MS);
 const _: () = assert!(AUTH_TOKEN_BYTES_MAX + 64 <= REQUEST_HEADER_BYTES_MAX);
+const _: () = assert!(CELL_VOTERS_MIN % 2 == 1 && CELL_VOTERS_MAX % 2 == 1 && CELL_VOTERS_MIN <= CELL_VOTERS_MAX);
+const _: () = assert!(CELL_SECRET_BYTES_MIN <= CELL_SECRET_BYTES_MAX);
