@@ -150,7 +150,9 @@ impl<S: GroupStore> Group<S> {
             return None;
         }
         let mut rd = self.node.ready();
-        debug_assert!(rd.snapshot().is_empty(), "no replica compacts its log yet, so none sends snapshots");
+        // No replica compacts its log yet, so none sends a snapshot; taking
+        // one in silence would lose data, so a snapshot stops the replica.
+        assert!(rd.snapshot().is_empty(), "a Raft snapshot arrived: this build does not install snapshots");
         let mut w = Work {
             number: rd.number(),
             send: rd.take_messages(),
