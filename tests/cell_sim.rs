@@ -12,12 +12,17 @@
 //!   committed prefixes of all replicas are identical);
 //! - each replica applies committed entries once, in index order;
 //! - after healing every replica has applied the same log, and every
-//!   acknowledged proposal is in it at its acknowledged index, once.
+//!   acknowledged proposal is in it at its acknowledged index, once;
+//! - a read (asked at any replica, served once it has applied up to the
+//!   read index the leader confirmed) sees every proposal acknowledged
+//!   before it was asked.
 //!
 //! `CELL_SIM_SEED=N` replays seed N alone (the failing seed is printed);
 //! `CELL_SIM_SEEDS=K` runs seeds 0..K (default 24). The planted bug, a
 //! leader that acknowledges once its own write is durable rather than a
-//! majority's, must be caught: `the_checker_catches_acks_before_a_majority`.
+//! majority's, must be caught (`the_checker_catches_acks_before_a_majority`),
+//! and so must reads served from a replica's own log without a read index
+//! (`the_checker_catches_reads_without_a_read_index`).
 
 use raft::prelude::{Entry, HardState, Message, Snapshot};
 use raft::storage::MemStorage;
@@ -133,10 +138,18 @@ struct Checker {
     leaders: HashMap<u64, u64>,
     chosen: BTreeMap<u64, (u64, Vec<u8>)>,
     acked: Vec<(u64, Vec<u8>)>,
+    /// `acked_top[k]`: the highest index among the first k acknowledgements.
+    acked_top: Vec<u64>,
     violations: Vec<String>,
 }
 
 impl Checker {
+    fn ack(&mut self, index: u64, data: Vec<u8>) {
+        let top = self.acked_top.last().copied().unwrap_or(0).max(index);
+        self.acked.push((index, data));
+        self.acked_top.push(top);
+    }
+
     fn leader(&mut self, term: u64, id: u64) {
         if let Some(other) = self.leaders.insert(term, id).filter(|&o| o != id) {
             self.violations.push(format!("two leaders in term {term}: {other} and {id}"));
@@ -169,6 +182,15 @@ struct Sim {
     plant: bool,
     proposals: u64,
     faults: bool,
+    /// The planted read bug: serve a read from the replica's applied log at
+    /// once, without a read index.
+    plant_reads: bool,
+    /// Reads asked for: ctx → (replica, acknowledged proposals before it).
+    reads: HashMap<Vec<u8>, (usize, usize)>,
+    /// Reads with their index, waiting to be applied: (replica, index, acks before).
+    serving: Vec<(usize, u64, usize)>,
+    reads_asked: u64,
+    reads_served: u64,
     /// Faults injected: power cuts (torn writes among them), times two
     /// replicas or more were down at once, pauses, links cut.
     cuts: u64,
@@ -205,6 +227,11 @@ impl Sim {
             plant,
             proposals: 0,
             faults: true,
+            plant_reads: false,
+            reads: HashMap::new(),
+            serving: Vec::new(),
+            reads_asked: 0,
+            reads_served: 0,
             cuts: 0,
             torn: 0,
             most_down: 0,
@@ -237,6 +264,7 @@ impl Sim {
         r.writes.clear();
         r.applied.clear();
         r.proposed.clear();
+        self.serving.retain(|&(at, _, _)| at != i);
         r.next_tick = self.now + TICK_MS + self.rng.below(TICK_MS);
     }
 
@@ -361,7 +389,7 @@ impl Sim {
             if self.plant && r.group.as_ref().unwrap().role() == StateRole::Leader {
                 for e in &w.entries {
                     if let Some(data) = r.proposed.remove(&e.index) {
-                        self.check.acked.push((e.index, data));
+                        self.check.ack(e.index, data);
                     }
                 }
             }
@@ -383,6 +411,11 @@ impl Sim {
             }
             for a in w.answers {
                 self.answer(i, a);
+            }
+            for r in w.reads {
+                if let Some((at, acks)) = self.reads.remove(&r.ctx).filter(|&(at, _)| at == i) {
+                    self.serving.push((at, r.index, acks));
+                }
             }
             let last = self.replicas[i].writes.back().map_or(0, |w| w.done_at);
             let done_at = last.max(self.now + 1 + self.rng.below(4));
@@ -407,11 +440,56 @@ impl Sim {
         match a {
             Answer::Committed { index } => {
                 if let Some(data) = r.proposed.remove(&index) {
-                    self.check.acked.push((index, data));
+                    self.check.ack(index, data);
                 }
             }
             Answer::Unknown { index } | Answer::Lost { index } => {
                 r.proposed.remove(&index);
+            }
+        }
+    }
+
+    /// Clients read at random replicas, followers and cut-off leaders too.
+    fn ask_reads(&mut self) {
+        if self.plant {
+            return; // the acknowledgement bug is shown by the end state alone
+        }
+        for i in 0..self.replicas.len() {
+            if !self.live(i) || !self.rng.chance(30_000) {
+                continue;
+            }
+            self.reads_asked += 1;
+            let acks = self.check.acked.len();
+            if self.plant_reads {
+                let index = self.replicas[i].applied.len() as u64;
+                self.serving.push((i, index, acks));
+                continue;
+            }
+            let ctx = self.reads_asked.to_le_bytes().to_vec();
+            self.reads.insert(ctx.clone(), (i, acks));
+            self.replicas[i].group.as_mut().unwrap().read_index(ctx);
+        }
+    }
+
+    /// Serves the reads whose index their replica has applied: each must see
+    /// every proposal acknowledged before it was asked.
+    fn serve_reads(&mut self) {
+        let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.serving)
+            .into_iter()
+            .partition(|&(i, index, _)| self.replicas[i].applied.len() as u64 >= index);
+        self.serving = wait;
+        for (i, _, acks) in due {
+            self.reads_served += 1;
+            // Committed entries never change (checked apart), so a read sees
+            // every earlier acknowledgement if it reaches the highest one.
+            let Some(&top) = acks.checked_sub(1).and_then(|k| self.check.acked_top.get(k)) else { continue };
+            if (self.replicas[i].applied.len() as u64) < top {
+                let id = self.replicas[i].id;
+                let msg = format!(
+                    "a read at replica {id} saw {} entries, missing acknowledged index {top}",
+                    self.replicas[i].applied.len()
+                );
+                self.check.violations.push(msg);
             }
         }
     }
@@ -433,10 +511,12 @@ impl Sim {
         self.tick_all();
         self.deliver();
         self.propose();
+        self.ask_reads();
         for i in 0..self.replicas.len() {
             self.complete_writes(i);
             self.drain(i);
         }
+        self.serve_reads();
     }
 
     /// Stops the faults: every replica up and awake, every link whole.
@@ -478,8 +558,9 @@ impl Sim {
 
 /// Runs one seed: faults for `fault_ms`, then heals and lets it settle.
 /// Returns the violations, what it did, and how many were acknowledged.
-fn run(seed: u64, n: u64, plant: bool, fault_ms: u64) -> (Vec<String>, String, usize) {
-    let mut sim = Sim::new(seed, n, plant);
+fn run(seed: u64, n: u64, plant: Plant, fault_ms: u64) -> (Vec<String>, String, usize) {
+    let mut sim = Sim::new(seed, n, plant == Plant::EarlyAcks);
+    sim.plant_reads = plant == Plant::StaleReads;
     while sim.now < fault_ms {
         sim.step();
     }
@@ -498,15 +579,18 @@ fn run(seed: u64, n: u64, plant: bool, fault_ms: u64) -> (Vec<String>, String, u
             sim.complete_writes(i);
             sim.drain(i);
         }
+        sim.serve_reads();
     }
     sim.check_healed();
     let summary = format!(
-        "seed {seed}, {n} replicas: {} proposals, {} acknowledged, {} committed, {} terms; \
+        "seed {seed}, {n} replicas: {} proposals, {} acknowledged, {} committed, {} terms, {}/{} reads served; \
          {} power cuts ({} torn, at most {} down at once), {} pauses, {} links cut",
         sim.proposals,
         sim.check.acked.len(),
         sim.check.chosen.len(),
         sim.check.leaders.len(),
+        sim.reads_served,
+        sim.reads_asked,
         sim.cuts,
         sim.torn,
         sim.most_down,
@@ -514,7 +598,20 @@ fn run(seed: u64, n: u64, plant: bool, fault_ms: u64) -> (Vec<String>, String, u
         sim.links_cut
     );
     let acked = sim.check.acked.len();
+    if plant == Plant::None && sim.reads_served < 100 {
+        sim.check.violations.push(format!("only {} reads served: too few to tell", sim.reads_served));
+    }
     (sim.check.violations, summary, acked)
+}
+
+/// Which bug to plant, if any.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Plant {
+    None,
+    /// Acknowledge once the leader's own write is durable.
+    EarlyAcks,
+    /// Serve reads from a replica's applied log without a read index.
+    StaleReads,
 }
 
 fn seeds() -> Vec<u64> {
@@ -529,7 +626,7 @@ fn seeds() -> Vec<u64> {
 fn every_acknowledged_proposal_survives_the_faults() {
     for seed in seeds() {
         let n = if seed % 4 == 3 { 5 } else { 3 };
-        let (violations, summary, acked) = run(seed, n, false, 30_000);
+        let (violations, summary, acked) = run(seed, n, Plant::None, 30_000);
         eprintln!("{summary}");
         assert!(
             violations.is_empty(),
@@ -542,15 +639,25 @@ fn every_acknowledged_proposal_survives_the_faults() {
 #[test]
 fn a_seed_replays_the_same_run() {
     let seed = seeds()[0];
-    assert_eq!(run(seed, 3, false, 5_000).1, run(seed, 3, false, 5_000).1);
+    assert_eq!(run(seed, 3, Plant::None, 5_000).1, run(seed, 3, Plant::None, 5_000).1);
 }
 
 #[test]
 fn the_checker_catches_acks_before_a_majority() {
     let caught = (0..24).find_map(|seed| {
-        let (violations, summary, _) = run(seed, 3, true, 30_000);
+        let (violations, summary, _) = run(seed, 3, Plant::EarlyAcks, 30_000);
         (!violations.is_empty()).then(|| format!("{summary}: {}", violations[0]))
     });
     let caught = caught.expect("acknowledging on the leader's own write went unnoticed in 24 seeds");
+    eprintln!("planted bug caught: {caught}");
+}
+
+#[test]
+fn the_checker_catches_reads_without_a_read_index() {
+    let caught = (0..24).find_map(|seed| {
+        let (violations, summary, _) = run(seed, 3, Plant::StaleReads, 30_000);
+        (!violations.is_empty()).then(|| format!("{summary}: {}", violations[0]))
+    });
+    let caught = caught.expect("serving reads without a read index went unnoticed in 24 seeds");
     eprintln!("planted bug caught: {caught}");
 }

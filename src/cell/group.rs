@@ -62,6 +62,15 @@ pub enum Answer {
     Lost { index: u64 },
 }
 
+/// The answer to [`Group::read_index`]: a read that started before it
+/// asked sees every write committed before then once this replica has
+/// applied up to `index`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadIndex {
+    pub ctx: Vec<u8>,
+    pub index: u64,
+}
+
 /// A replica's role, leader and term after a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RoleChange {
@@ -87,6 +96,8 @@ pub struct Work {
     /// Committed, in index order: apply them before the next turn.
     pub apply: Vec<Entry>,
     pub answers: Vec<Answer>,
+    /// Read indexes confirmed by the leader of this turn.
+    pub reads: Vec<ReadIndex>,
     pub role: Option<RoleChange>,
 }
 
@@ -144,6 +155,16 @@ impl<S: GroupStore> Group<S> {
         Ok(p)
     }
 
+    /// Asks for the index a linearizable read must wait for: the leader
+    /// confirms with a heartbeat round to a majority that it still leads
+    /// (raft-rs's `ReadOnlyOption::Safe`), through the leader if this
+    /// replica follows. The answer comes in [`Work::reads`] under `ctx`, or
+    /// never (no leader, a leader that has not yet committed in its term, a
+    /// lost message): the caller retries or gives up at its deadline.
+    pub fn read_index(&mut self, ctx: Vec<u8>) {
+        self.node.read_index(ctx);
+    }
+
     /// The next turn of work, or None when there is nothing to do.
     pub fn ready(&mut self) -> Option<Work> {
         if !self.node.has_ready() {
@@ -162,6 +183,7 @@ impl<S: GroupStore> Group<S> {
             apply: rd.take_committed_entries(),
             ..Work::default()
         };
+        w.reads = rd.take_read_states().into_iter().map(|r| ReadIndex { ctx: r.request_ctx, index: r.index }).collect();
         if let Some(ss) = rd.ss() {
             w.role = Some(RoleChange { role: ss.raft_state, leader: known(ss.leader_id), term: self.node.raft.term });
         }
@@ -356,6 +378,36 @@ mod tests {
         let (_, answers) = drain(&mut gs[0]);
         assert_eq!(answers, vec![Answer::Committed { index: p.index }]);
         assert_eq!(gs[0].commit(), p.index);
+    }
+
+    #[test]
+    fn a_follower_reads_at_the_index_the_leader_confirms() {
+        let mut gs: Vec<_> = (1..=3).map(|id| group(id, &[1, 2, 3])).collect();
+        elect_one(&mut gs);
+        let p = gs[0].propose(b"before the read".to_vec()).unwrap();
+        settle(&mut gs);
+        gs[2].read_index(b"r1".to_vec());
+        let mut reads = Vec::new();
+        loop {
+            let mut inflight = Vec::new();
+            for g in gs.iter_mut() {
+                while let Some(w) = g.ready() {
+                    inflight.extend(w.send);
+                    g.persisted(w.number);
+                    inflight.extend(w.send_when_durable);
+                    if g.node.raft.id == 3 {
+                        reads.extend(w.reads);
+                    }
+                }
+            }
+            if inflight.is_empty() {
+                break;
+            }
+            for m in inflight {
+                gs[(m.to - 1) as usize].step(m).unwrap();
+            }
+        }
+        assert_eq!(reads, vec![ReadIndex { ctx: b"r1".to_vec(), index: p.index }]);
     }
 
     #[test]
