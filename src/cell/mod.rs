@@ -13,6 +13,7 @@
 //!   of its own), what must be written, sent and applied, and the
 //!   proposals answered once committed (never before a majority holds
 //!   them) or refused when they cannot be.
+//! - [`log`]: raft-rs's log lines (slog) into ours (tracing).
 //!
 //! The deterministic simulation in `tests/cell_sim.rs` steps three or five
 //! groups through dropped, duplicated and reordered messages, partitions
@@ -22,4 +23,5 @@
 pub mod auth;
 pub mod config;
 pub mod group;
+pub mod log;
 pub mod wire;
