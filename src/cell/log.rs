@@ -68,15 +68,14 @@ impl Serializer for Pairs {
 mod tests {
     use super::*;
     use std::io;
-    use std::sync::{Arc, Mutex};
 
-    /// A tracing writer into a shared buffer.
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
+    /// A tracing writer that sends what it is given to the test.
+    #[derive(Clone)]
+    struct Buf(crossbeam_channel::Sender<Vec<u8>>);
 
     impl io::Write for Buf {
         fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
+            let _ = self.0.send(b.to_vec());
             Ok(b.len())
         }
         fn flush(&mut self) -> io::Result<()> {
@@ -85,13 +84,12 @@ mod tests {
     }
 
     fn captured(max: tracing::Level, f: impl FnOnce()) -> String {
-        let buf = Buf::default();
-        let w = buf.clone();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let w = Buf(tx);
         let sub =
             tracing_subscriber::fmt().with_max_level(max).with_ansi(false).with_writer(move || w.clone()).finish();
         tracing::subscriber::with_default(sub, f);
-        let out = buf.0.lock().unwrap().clone();
-        String::from_utf8(out).unwrap()
+        String::from_utf8(rx.try_iter().flatten().collect()).unwrap()
     }
 
     #[test]
