@@ -13,6 +13,7 @@
 //! - each replica applies committed entries once, in index order;
 //! - after healing every replica has applied the same log, and every
 //!   acknowledged proposal is in it at its acknowledged index, once;
+//! - after healing the preferred replica leads (`Group::lead_toward`);
 //! - a read (asked at any replica, served once it has applied up to the
 //!   read index the leader confirmed) sees every proposal acknowledged
 //!   before it was asked.
@@ -201,6 +202,8 @@ struct Sim {
 }
 
 const TICK_MS: u64 = 10;
+/// The replica every group is steered to be led by (`Group::lead_toward`).
+const PREFERRED: u64 = 1;
 
 impl Sim {
     fn new(seed: u64, n: u64, plant: bool) -> Sim {
@@ -359,7 +362,9 @@ impl Sim {
     fn tick_all(&mut self) {
         for i in 0..self.replicas.len() {
             if self.live(i) && self.replicas[i].next_tick <= self.now {
-                self.replicas[i].group.as_mut().unwrap().tick();
+                let g = self.replicas[i].group.as_mut().unwrap();
+                g.tick();
+                g.lead_toward(PREFERRED);
                 self.replicas[i].next_tick = self.now + TICK_MS + self.rng.below(3);
             }
         }
@@ -537,6 +542,14 @@ impl Sim {
             if r.applied != first {
                 let (a, b) = (r.applied.len(), first.len());
                 self.check.violations.push(format!("replica {} applied {a} entries unlike replica 1's {b}", r.id));
+            }
+        }
+        for r in &self.replicas {
+            let leader = r.group.as_ref().and_then(|g| g.leader());
+            if leader != Some(PREFERRED) {
+                self.check
+                    .violations
+                    .push(format!("after healing replica {} follows {leader:?}, not {PREFERRED}", r.id));
             }
         }
         let mut seen = HashSet::new();

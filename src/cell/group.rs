@@ -79,6 +79,28 @@ pub struct RoleChange {
     pub term: u64,
 }
 
+/// What `/cellz` shows of one group on one replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupView {
+    pub role: StateRole,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub commit: u64,
+    pub last_index: u64,
+    /// On a leader, each other voter: how far its log matches this one's.
+    pub followers: Vec<FollowerView>,
+}
+
+/// A follower as its leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowerView {
+    pub id: u64,
+    /// The highest index known to be in its log.
+    pub matched: u64,
+    /// Entries it lacks of the leader's log.
+    pub lag: u64,
+}
+
 /// One turn of the group's output, in the order the owner handles it.
 #[derive(Debug, Default)]
 pub struct Work {
@@ -219,6 +241,45 @@ impl<S: GroupStore> Group<S> {
             out.extend(std::mem::take(&mut self.pending).into_keys().map(|index| Answer::Unknown { index }));
         }
         out
+    }
+
+    /// On the leader: hands leadership to `preferred` once it holds the
+    /// whole log (so the hand-over costs no catch-up), keeping every group
+    /// of a cell led by one node where it can be. A no-op elsewhere, while
+    /// a hand-over runs, or when `preferred` lags or is this replica.
+    pub fn lead_toward(&mut self, preferred: u64) {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader || raft.id == preferred || raft.lead_transferee.is_some() {
+            return;
+        }
+        let caught_up = raft.prs().get(preferred).is_some_and(|p| p.matched == raft.raft_log.last_index());
+        if caught_up {
+            self.node.transfer_leader(preferred);
+        }
+    }
+
+    /// The group as this replica sees it.
+    pub fn view(&self) -> GroupView {
+        let raft = &self.node.raft;
+        let last_index = raft.raft_log.last_index();
+        let mut followers: Vec<FollowerView> = match raft.state {
+            StateRole::Leader => raft
+                .prs()
+                .iter()
+                .filter(|(id, _)| **id != raft.id)
+                .map(|(id, p)| FollowerView { id: *id, matched: p.matched, lag: last_index.saturating_sub(p.matched) })
+                .collect(),
+            _ => Vec::new(),
+        };
+        followers.sort_by_key(|f| f.id);
+        GroupView {
+            role: raft.state,
+            term: raft.term,
+            leader: self.leader(),
+            commit: self.commit(),
+            last_index,
+            followers,
+        }
     }
 
     /// The leader this replica knows of.
@@ -408,6 +469,23 @@ mod tests {
             }
         }
         assert_eq!(reads, vec![ReadIndex { ctx: b"r1".to_vec(), index: p.index }]);
+    }
+
+    #[test]
+    fn the_leader_shows_each_followers_lag_and_hands_over_to_the_preferred() {
+        let mut gs: Vec<_> = (1..=3).map(|id| group(id, &[1, 2, 3])).collect();
+        elect_one(&mut gs);
+        gs[0].propose(b"one".to_vec()).unwrap();
+        settle(&mut gs);
+        let v = gs[0].view();
+        assert_eq!((v.role, v.leader, v.commit), (StateRole::Leader, Some(1), v.last_index));
+        let lags: Vec<_> = v.followers.iter().map(|f| (f.id, f.lag)).collect();
+        assert_eq!(lags, vec![(2, 0), (3, 0)]);
+        assert!(gs[1].view().followers.is_empty());
+        gs[0].lead_toward(3);
+        settle(&mut gs);
+        assert_eq!(gs[2].role(), StateRole::Leader);
+        assert_eq!(gs[0].leader(), Some(3));
     }
 
     #[test]
