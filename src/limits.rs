@@ -231,6 +231,10 @@ pub const CELL_SECRET_BYTES_MAX: usize = 4096;
 /// prefix (kind and body). A longer length is refused before anything is
 /// allocated for it; Raft's messages are kept well under it by their sender.
 pub const CELL_FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Replicated cells: frames queued for one peer (and frames arrived and
+/// not yet stepped) at most; past it a frame is dropped and counted (Raft
+/// resends what matters), so a peer that is down or slow costs bounded memory.
+pub const CELL_LINK_QUEUE_FRAMES: usize = 4096;
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));

@@ -25,10 +25,13 @@
 //! and so must reads served from a replica's own log without a read index
 //! (`the_checker_catches_reads_without_a_read_index`).
 
-use raft::prelude::{Entry, HardState, Message, Snapshot};
-use raft::storage::MemStorage;
-use raft::{GetEntriesContext, RaftState, StateRole, Storage};
-use ringstream::cell::group::{self, Answer, Group, GroupStore};
+#[path = "common/raft_mem.rs"]
+mod raft_mem;
+
+use raft::prelude::{Entry, HardState, Message};
+use raft::StateRole;
+use raft_mem::Store;
+use ringstream::cell::group::{self, Answer, Group};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 /// xorshift64*: the one source of every choice the scheduler makes.
@@ -47,46 +50,6 @@ impl Rng {
     /// True with probability `per_million` / 1,000,000.
     fn chance(&mut self, per_million: u64) -> bool {
         self.below(1_000_000) < per_million
-    }
-}
-
-/// raft-rs's in-memory store as the replica's view of its log (what it
-/// wrote, durable or not); [`Disk`] is what a power cut leaves.
-struct Store(MemStorage);
-
-impl Storage for Store {
-    fn initial_state(&self) -> raft::Result<RaftState> {
-        self.0.initial_state()
-    }
-    fn entries(
-        &self,
-        lo: u64,
-        hi: u64,
-        max: impl Into<Option<u64>>,
-        cx: GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        self.0.entries(lo, hi, max, cx)
-    }
-    fn term(&self, idx: u64) -> raft::Result<u64> {
-        self.0.term(idx)
-    }
-    fn first_index(&self) -> raft::Result<u64> {
-        self.0.first_index()
-    }
-    fn last_index(&self) -> raft::Result<u64> {
-        self.0.last_index()
-    }
-    fn snapshot(&self, idx: u64, to: u64) -> raft::Result<Snapshot> {
-        self.0.snapshot(idx, to)
-    }
-}
-
-impl GroupStore for Store {
-    fn append(&mut self, entries: &[Entry]) {
-        self.0.wl().append(entries).expect("entries follow the log");
-    }
-    fn set_hard_state(&mut self, hs: &HardState) {
-        self.0.wl().set_hardstate(hs.clone());
     }
 }
 
@@ -253,22 +216,22 @@ impl Sim {
 
     /// Boots replica `i` from its disk: what a restart after a power cut sees.
     fn start(&mut self, i: usize) {
-        let store = MemStorage::new_with_conf_state((self.voters(), vec![]));
+        let voters = self.voters();
+        let next_tick = self.now + TICK_MS + self.rng.below(TICK_MS);
+        self.serving.retain(|&(at, _, _)| at != i);
         let r = &mut self.replicas[i];
-        store.wl().append(&r.disk.entries).unwrap();
-        store.wl().set_hardstate(r.disk.hs.clone());
+        let store = Store::with(&voters, &r.disk.entries, &r.disk.hs);
         let mut cfg = group::config(r.id, 0);
         // Deterministic: raft-rs draws the election timeout from its own
         // thread_rng; a range of one leaves the scheduler's jitter to break ties.
         cfg.min_election_tick = cfg.election_tick;
         cfg.max_election_tick = cfg.election_tick + 1;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        r.group = Some(Group::new(&cfg, Store(store), &logger).unwrap());
+        r.group = Some(Group::new(&cfg, store, &logger).unwrap());
         r.writes.clear();
         r.applied.clear();
         r.proposed.clear();
-        self.serving.retain(|&(at, _, _)| at != i);
-        r.next_tick = self.now + TICK_MS + self.rng.below(TICK_MS);
+        r.next_tick = next_tick;
     }
 
     /// A power cut: writes in flight are lost, but the first may be torn

@@ -13,6 +13,9 @@
 //!   of its own), what must be written, sent and applied, and the
 //!   proposals answered once committed (never before a majority holds
 //!   them) or refused when they cannot be.
+//! - [`link`]: a replica's links to its peers on its shard's executor:
+//!   dial with backoff, accept, authenticate, frames both ways, bounded
+//!   queues (the one file here that uses glommio).
 //! - [`log`]: raft-rs's log lines (slog) into ours (tracing).
 //!
 //! The deterministic simulation in `tests/cell_sim.rs` steps three or five
@@ -23,5 +26,6 @@
 pub mod auth;
 pub mod config;
 pub mod group;
+pub mod link;
 pub mod log;
 pub mod wire;
