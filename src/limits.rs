@@ -231,6 +231,25 @@ pub const CELL_SECRET_BYTES_MAX: usize = 4096;
 /// prefix (kind and body). A longer length is refused before anything is
 /// allocated for it; Raft's messages are kept well under it by their sender.
 pub const CELL_FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Replicated cells: largest entry a leader proposes, bytes (one
+/// group-commit batch). raft-rs sends at least one entry per message
+/// whatever its size, so an entry must fit a frame with room to spare.
+pub const CELL_ENTRY_BYTES_MAX: usize = CELL_FRAME_BYTES_MAX / 2;
+/// Replicated cells: bytes a leader holds proposed and not yet committed;
+/// past it proposals are refused (busy) until commits catch up, so a leader
+/// cut off from its peers stops taking data at once, not only when
+/// check-quorum deposes it.
+pub const CELL_UNCOMMITTED_BYTES_MAX: u64 = SHARD_PENDING_BYTES_MAX;
+/// Replicated cells: committed bytes one turn of a group hands out to be
+/// applied (a restarted replica applies its log in turns of this size).
+pub const CELL_APPLY_BYTES_PER_TURN: u64 = 16 * 1024 * 1024;
+/// Replicated cells: bytes queued for one peer at most (with
+/// CELL_LINK_QUEUE_FRAMES); past either a frame is dropped and counted.
+pub const CELL_LINK_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+/// Replicated cells: peer handshakes in progress at once on one listener;
+/// a connection past it is closed at once (a flood of half-open
+/// connections cannot take the process's descriptors).
+pub const CELL_HANDSHAKES_MAX: usize = 16;
 /// Replicated cells: frames queued for one peer (and frames arrived and
 /// not yet stepped) at most; past it a frame is dropped and counted (Raft
 /// resends what matters), so a peer that is down or slow costs bounded memory.
@@ -255,3 +274,5 @@ const _: () = assert!(CONN_REQUEST_TIMEOUT_MS_MIN <= CONN_BODY_TIMEOUT_MS);
 const _: () = assert!(AUTH_TOKEN_BYTES_MAX + 64 <= REQUEST_HEADER_BYTES_MAX);
 const _: () = assert!(CELL_VOTERS_MIN % 2 == 1 && CELL_VOTERS_MAX % 2 == 1 && CELL_VOTERS_MIN <= CELL_VOTERS_MAX);
 const _: () = assert!(CELL_SECRET_BYTES_MIN <= CELL_SECRET_BYTES_MAX);
+const _: () = assert!(CELL_ENTRY_BYTES_MAX + 1024 * 1024 <= CELL_FRAME_BYTES_MAX);
+const _: () = assert!(CELL_ENTRY_BYTES_MAX <= CELL_LINK_QUEUE_BYTES);

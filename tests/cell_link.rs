@@ -8,7 +8,8 @@
 //!   survivor is printed and must stay under 5 s;
 //! - five replicas lose two leaders in turn and keep committing;
 //! - a leader whose two followers are gone acknowledges nothing;
-//! - a peer without the secret is refused, one with it delivers a frame.
+//! - a peer without the secret is refused, one with it delivers a frame,
+//!   and a frame claiming another sender closes its link.
 //!
 //! Every acknowledged proposal must be applied at its index by every
 //! replica still up.
@@ -69,7 +70,8 @@ fn start(id: u64, addrs: &[SocketAddr], work: Arc<Work>, events: Sender<Event>) 
         .name(&format!("replica-{id}"))
         .spawn(move || async move {
             let secret = Rc::new(Secret::new(vec![7; 32]).unwrap());
-            let (links, frames) = Links::start(LinkConfig { me: id, listen, peers: cfg_peers, secret }).unwrap();
+            let (links, frames) =
+                Links::start(LinkConfig { me: id, group: 0, listen, peers: cfg_peers, secret }).unwrap();
             let store = Store::with(&ids, &[], &HardState::default());
             let logger = slog::Logger::root(slog::Discard, slog::o!());
             let g = Group::new(&group::config(id, 0), store, &logger).unwrap();
@@ -84,7 +86,7 @@ async fn drive(
     id: u64,
     mut g: Group<Store>,
     links: &Links,
-    frames: &glommio::channels::local_channel::LocalReceiver<Frame>,
+    frames: &glommio::channels::local_channel::LocalReceiver<raft::prelude::Message>,
     work: &Work,
     events: &Sender<Event>,
     halt: &AtomicBool,
@@ -94,9 +96,7 @@ async fn drive(
     let mut led = false;
     while !halt.load(Ordering::Relaxed) {
         let wait = next_tick.saturating_duration_since(Instant::now());
-        if let Ok(Some(Frame::Raft { message, .. })) =
-            glommio::timer::timeout(wait, async { Ok(frames.recv().await) }).await
-        {
+        if let Ok(Some(message)) = glommio::timer::timeout(wait, async { Ok(frames.recv().await) }).await {
             let _ = g.step(message);
         }
         if Instant::now() >= next_tick {
@@ -112,7 +112,7 @@ async fn drive(
         led = g.role() == StateRole::Leader;
         while let Some(w) = g.ready() {
             for m in w.send.into_iter().chain(w.send_when_durable) {
-                links.send(0, m);
+                links.send(m);
             }
             g.persisted(w.number); // in memory: durable at once
             for e in w.apply.into_iter().filter(|e| !e.data.is_empty()) {
@@ -283,7 +283,7 @@ fn links_refuse_a_peer_without_the_secret_and_take_one_with_it() {
         .spawn(|| async {
             let addrs = free_addrs(2);
             let secret = Rc::new(Secret::new(vec![7; 32]).unwrap());
-            let cfg = LinkConfig { me: 1, listen: addrs[0], peers: vec![(2, addrs[1])], secret };
+            let cfg = LinkConfig { me: 1, group: 0, listen: addrs[0], peers: vec![(2, addrs[1])], secret };
             let (links, frames) = Links::start(cfg).unwrap();
             let to = addrs[0];
             let dial = |fill: u8| async move {
@@ -298,11 +298,12 @@ fn links_refuse_a_peer_without_the_secret_and_take_one_with_it() {
             let (mut io, shook) = dial(7).await;
             shook.unwrap();
             let mut bytes = Vec::new();
-            let message = raft::eraftpb::Message { to: 1, from: 2, term: 4, ..Default::default() };
+            let mut message = raft::eraftpb::Message { to: 1, from: 2, term: 4, ..Default::default() };
+            message.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
             ringstream::cell::wire::encode(&Frame::Raft { group: 0, message }, &mut bytes);
             futures_lite::AsyncWriteExt::write_all(&mut io, &bytes).await.unwrap();
             let got = glommio::timer::timeout(Duration::from_secs(5), async { Ok(frames.recv().await) }).await;
-            let Ok(Some(Frame::Raft { message, .. })) = got else { panic!("the frame did not arrive: {got:?}") };
+            let Ok(Some(message)) = got else { panic!("the frame did not arrive: {got:?}") };
             assert_eq!((message.from, message.term), (2, 4));
             for _ in 0..100 {
                 if links.stats().refused.get() > 0 {
@@ -311,6 +312,17 @@ fn links_refuse_a_peer_without_the_secret_and_take_one_with_it() {
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
             assert_eq!(links.stats().refused.get(), 1);
+            assert_eq!(links.stats().received.get(), 1);
+            // A message claiming another sender closes the link, refused.
+            let mut forged = raft::eraftpb::Message { to: 1, from: 3, term: 4, ..Default::default() };
+            forged.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
+            let mut bytes = Vec::new();
+            ringstream::cell::wire::encode(&Frame::Raft { group: 0, message: forged }, &mut bytes);
+            futures_lite::AsyncWriteExt::write_all(&mut io, &bytes).await.unwrap();
+            let mut rest = [0u8; 1];
+            let closed = futures_lite::AsyncReadExt::read(&mut io, &mut rest).await;
+            assert!(matches!(closed, Ok(0) | Err(_)), "the link stayed open: {closed:?}");
+            assert_eq!(links.stats().refused.get(), 2);
             assert_eq!(links.stats().received.get(), 1);
         })
         .unwrap()

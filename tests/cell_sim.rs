@@ -446,12 +446,17 @@ impl Sim {
             .into_iter()
             .partition(|&(i, index, _)| self.replicas[i].applied.len() as u64 >= index);
         self.serving = wait;
-        for (i, _, acks) in due {
+        for (i, index, acks) in due {
             self.reads_served += 1;
             // Committed entries never change (checked apart), so a read sees
             // every earlier acknowledgement if it reaches the highest one.
             let Some(&top) = acks.checked_sub(1).and_then(|k| self.check.acked_top.get(k)) else { continue };
-            if (self.replicas[i].applied.len() as u64) < top {
+            if index < top {
+                let id = self.replicas[i].id;
+                self.check
+                    .violations
+                    .push(format!("a read at replica {id} got read index {index}, below acknowledged {top}"));
+            } else if (self.replicas[i].applied.len() as u64) < top {
                 let id = self.replicas[i].id;
                 let msg = format!(
                     "a read at replica {id} saw {} entries, missing acknowledged index {top}",

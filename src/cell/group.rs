@@ -16,6 +16,7 @@
 //! may still commit them, so the client must retry idempotently); an entry
 //! replaced by another term's is [`Answer::Lost`].
 
+use crate::limits::{CELL_APPLY_BYTES_PER_TURN, CELL_ENTRY_BYTES_MAX, CELL_UNCOMMITTED_BYTES_MAX};
 use raft::prelude::{Entry, HardState, Message};
 use raft::{Config, RawNode, StateRole, Storage};
 use std::collections::BTreeMap;
@@ -23,7 +24,8 @@ use std::collections::BTreeMap;
 /// What the group needs of the storage under its `RawNode` besides reading:
 /// raft-rs reads back what [`Group::ready`] hands out before it is durable,
 /// so the store takes it first (durability is the owner's, reported
-/// through [`Group::persisted`]).
+/// through [`Group::persisted`]). A store a [`Group`] is made over must hold
+/// only what is durable: raft-rs takes all of it as persisted.
 pub trait GroupStore: Storage {
     /// Appends `entries`, first replacing any entries from `entries[0]`'s
     /// index on (a follower's conflicting suffix).
@@ -45,9 +47,13 @@ pub enum Refused {
     /// Only the leader proposes; `leader` is the one this replica knows of.
     #[error("not the leader (leader: {leader:?})")]
     NotLeader { leader: Option<u64> },
-    /// The leader is handing over or has too much uncommitted data.
+    /// The leader is handing over or holds `CELL_UNCOMMITTED_BYTES_MAX`
+    /// of uncommitted data.
     #[error("the leader cannot take proposals now")]
     Busy,
+    /// More than `CELL_ENTRY_BYTES_MAX` in one entry.
+    #[error("an entry of {len} bytes is over the {max} a peer link carries")]
+    TooLarge { len: usize, max: usize },
 }
 
 /// The outcome of a proposal, by its index.
@@ -59,6 +65,7 @@ pub enum Answer {
     /// still be committed by another leader, or not.
     Unknown { index: u64 },
     /// Another term's entry was committed at its index: it never will be.
+    /// (Rare: a deposed leader answers `Unknown` first, which ends the wait.)
     Lost { index: u64 },
 }
 
@@ -137,6 +144,8 @@ pub fn config(id: u64, applied: u64) -> Config {
         check_quorum: true,
         max_size_per_msg: 1 << 20,
         max_inflight_msgs: 256,
+        max_uncommitted_size: CELL_UNCOMMITTED_BYTES_MAX,
+        max_committed_size_per_ready: CELL_APPLY_BYTES_PER_TURN,
         ..Config::default()
     }
 }
@@ -171,6 +180,9 @@ impl<S: GroupStore> Group<S> {
         if self.node.raft.state != StateRole::Leader {
             return Err(Refused::NotLeader { leader: self.leader() });
         }
+        if data.len() > CELL_ENTRY_BYTES_MAX {
+            return Err(Refused::TooLarge { len: data.len(), max: CELL_ENTRY_BYTES_MAX });
+        }
         self.node.propose(vec![], data).map_err(|_| Refused::Busy)?;
         let p = Proposal { index: self.node.raft.raft_log.last_index(), term: self.node.raft.term };
         self.pending.insert(p.index, p.term);
@@ -183,6 +195,8 @@ impl<S: GroupStore> Group<S> {
     /// replica follows. The answer comes in [`Work::reads`] under `ctx`, or
     /// never (no leader, a leader that has not yet committed in its term, a
     /// lost message): the caller retries or gives up at its deadline.
+    /// raft-rs matches answers by `ctx` across the group, so it must be
+    /// unique in the cell (the node id in it, say).
     pub fn read_index(&mut self, ctx: Vec<u8>) {
         self.node.read_index(ctx);
     }
@@ -246,7 +260,9 @@ impl<S: GroupStore> Group<S> {
     /// On the leader: hands leadership to `preferred` once it holds the
     /// whole log (so the hand-over costs no catch-up), keeping every group
     /// of a cell led by one node where it can be. A no-op elsewhere, while
-    /// a hand-over runs, or when `preferred` lags or is this replica.
+    /// a hand-over runs, or when `preferred` lags or is this replica; under
+    /// a steady stream of proposals `preferred` may lag at every call, so
+    /// the owner calls it on every tick and it acts at the first quiet one.
     pub fn lead_toward(&mut self, preferred: u64) {
         let raft = &self.node.raft;
         if raft.state != StateRole::Leader || raft.id == preferred || raft.lead_transferee.is_some() {
@@ -486,6 +502,18 @@ mod tests {
         settle(&mut gs);
         assert_eq!(gs[2].role(), StateRole::Leader);
         assert_eq!(gs[0].leader(), Some(3));
+    }
+
+    #[test]
+    fn an_entry_too_large_for_a_link_is_refused() {
+        let mut gs: Vec<_> = (1..=3).map(|id| group(id, &[1, 2, 3])).collect();
+        elect_one(&mut gs);
+        let big = vec![0; CELL_ENTRY_BYTES_MAX + 1];
+        assert_eq!(
+            gs[0].propose(big),
+            Err(Refused::TooLarge { len: CELL_ENTRY_BYTES_MAX + 1, max: CELL_ENTRY_BYTES_MAX })
+        );
+        assert_eq!(gs[0].pending(), 0);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 
 use crate::limits::CELL_FRAME_BYTES_MAX;
 use prost::Message as _;
-use raft::eraftpb::Message;
+use raft::eraftpb::{EntryType, Message, MessageType};
 
 const LEN_BYTES: usize = 4;
 const KIND_RAFT: u8 = 1;
@@ -69,9 +69,11 @@ pub enum WireError {
     },
 }
 
-/// Appends `frame`'s bytes to `out`. The sender keeps its frames within
-/// CELL_FRAME_BYTES_MAX (raft-rs's `max_size_per_msg` bounds a message's
-/// entries); the receiver refuses a longer one.
+/// Appends `frame`'s bytes to `out`. A frame over CELL_FRAME_BYTES_MAX is
+/// refused by the receiver: the sender keeps entries within
+/// CELL_ENTRY_BYTES_MAX (`Group::propose`) and raft-rs's `max_size_per_msg`
+/// keeps a message's further entries small, and the link drops a frame
+/// that is over anyway.
 pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
     match frame {
         Frame::Raft { group, message } => {
@@ -230,5 +232,88 @@ mod tests {
                 assert!((5..=bytes.len()).contains(&used), "round {round}: used {used} of {}", bytes.len());
             }
         }
+    }
+}
+
+/// Whether a Raft message that arrived from authenticated `peer` may be
+/// stepped by replica `me`: sent by that peer to this replica, of a type
+/// raft-rs sends between replicas (never one it only makes locally, nor a
+/// proposal or a snapshot, which no replica here sends), well formed where
+/// raft-rs would index into it, and with entries of known normal type.
+/// raft-rs panics on an unknown enum value, so this runs before `step`.
+pub fn admit(peer: u64, me: u64, m: &Message) -> Result<(), String> {
+    if m.from != peer || m.to != me {
+        return Err(format!("a message from {} to {} on the link from {peer} to {me}", m.from, m.to));
+    }
+    use MessageType::*;
+    let kind = MessageType::from_i32(m.msg_type).ok_or_else(|| format!("unknown message type {}", m.msg_type))?;
+    let between_replicas = matches!(
+        kind,
+        MsgAppend
+            | MsgAppendResponse
+            | MsgRequestVote
+            | MsgRequestVoteResponse
+            | MsgRequestPreVote
+            | MsgRequestPreVoteResponse
+            | MsgHeartbeat
+            | MsgHeartbeatResponse
+            | MsgTimeoutNow
+            | MsgReadIndex
+            | MsgReadIndexResp
+    );
+    if !between_replicas {
+        return Err(format!("a {} message", kind.as_str_name()));
+    }
+    if kind == MsgReadIndex && m.entries.len() != 1 {
+        return Err(format!("a read index request with {} entries", m.entries.len()));
+    }
+    if m.snapshot.as_ref().is_some_and(|s| s.metadata.as_ref().is_some_and(|md| md.index != 0)) {
+        return Err("a snapshot".to_string());
+    }
+    match m.entries.iter().find(|e| e.entry_type != EntryType::EntryNormal as i32) {
+        Some(e) => Err(format!("an entry of type {}", e.entry_type)),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod admit_tests {
+    use super::*;
+    use raft::eraftpb::Entry;
+
+    fn msg(kind: MessageType, from: u64, to: u64) -> Message {
+        let mut m = Message { from, to, ..Default::default() };
+        m.set_msg_type(kind);
+        m
+    }
+
+    #[test]
+    fn messages_between_replicas_pass() {
+        for kind in [MessageType::MsgAppend, MessageType::MsgHeartbeat, MessageType::MsgRequestPreVote] {
+            assert_eq!(admit(2, 1, &msg(kind, 2, 1)), Ok(()));
+        }
+        let mut read = msg(MessageType::MsgReadIndex, 2, 1);
+        read.entries = vec![Entry { data: b"ctx".to_vec(), ..Default::default() }];
+        assert_eq!(admit(2, 1, &read), Ok(()));
+    }
+
+    #[test]
+    fn what_could_crash_or_mislead_a_replica_is_refused() {
+        assert!(admit(2, 1, &msg(MessageType::MsgAppend, 3, 1)).is_err(), "another sender");
+        assert!(admit(2, 1, &msg(MessageType::MsgAppend, 2, 3)).is_err(), "another recipient");
+        for kind in
+            [MessageType::MsgPropose, MessageType::MsgSnapshot, MessageType::MsgHup, MessageType::MsgTransferLeader]
+        {
+            assert!(admit(2, 1, &msg(kind, 2, 1)).is_err(), "{kind:?}");
+        }
+        let mut unknown = msg(MessageType::MsgAppend, 2, 1);
+        unknown.msg_type = 99;
+        assert!(admit(2, 1, &unknown).is_err());
+        assert!(admit(2, 1, &msg(MessageType::MsgReadIndex, 2, 1)).is_err(), "a read index without its entry");
+        let mut conf = msg(MessageType::MsgAppend, 2, 1);
+        conf.entries = vec![Entry { entry_type: EntryType::EntryConfChange as i32, ..Default::default() }];
+        assert!(admit(2, 1, &conf).is_err());
+        conf.entries[0].entry_type = 42;
+        assert!(admit(2, 1, &conf).is_err());
     }
 }
