@@ -232,6 +232,9 @@ impl<S: GroupStore> Group<S> {
         }
         self.node.advance_append_async(rd);
         w.answers = self.answer(&w.apply, w.role);
+        // Applied as soon as handed out: raft-rs uses the applied index only
+        // for membership changes, which cells do not make yet; with them,
+        // the owner's applied index goes here (`advance_apply_to`).
         self.node.advance_apply();
         Some(w)
     }
