@@ -14,20 +14,20 @@ mod common;
 #[path = "../tests/common/raft_mem.rs"]
 mod raft_mem;
 
-use raft_mem::Store;
+use raft::storage::MemStorage;
 
-fn replicas() -> Vec<Group<Store>> {
+fn replicas() -> Vec<Group<MemStorage>> {
     let logger = slog::Logger::root(slog::Discard, slog::o!());
     (1..=3)
         .map(|id| {
-            let store = Store::with(&[1, 2, 3], &[], &Default::default());
+            let store = raft_mem::store(&[1, 2, 3], &[], &Default::default());
             Group::new(&group::config(id, 0), store, &logger).unwrap()
         })
         .collect()
 }
 
 /// Runs the replicas until no message is left; counts committed answers.
-fn settle(gs: &mut [Group<Store>]) -> usize {
+fn settle(gs: &mut [Group<MemStorage>]) -> usize {
     let mut committed = 0;
     loop {
         let mut inflight: Vec<Message> = Vec::new();
@@ -48,7 +48,7 @@ fn settle(gs: &mut [Group<Store>]) -> usize {
     }
 }
 
-fn elected() -> Vec<Group<Store>> {
+fn elected() -> Vec<Group<MemStorage>> {
     let mut gs = replicas();
     for _ in 0..100 {
         for g in gs.iter_mut() {

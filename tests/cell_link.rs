@@ -20,8 +20,8 @@ mod raft_mem;
 use crossbeam_channel::{Receiver, Sender};
 use glommio::{LocalExecutorBuilder, Placement};
 use raft::prelude::HardState;
+use raft::storage::MemStorage;
 use raft::StateRole;
-use raft_mem::Store;
 use ringstream::cell::config::Secret;
 use ringstream::cell::group::{self, Answer, Group};
 use ringstream::cell::link::{LinkConfig, Links};
@@ -72,7 +72,7 @@ fn start(id: u64, addrs: &[SocketAddr], work: Arc<Work>, events: Sender<Event>) 
             let secret = Rc::new(Secret::new(vec![7; 32]).unwrap());
             let (links, frames) =
                 Links::start(LinkConfig { me: id, group: 0, listen, peers: cfg_peers, secret }).unwrap();
-            let store = Store::with(&ids, &[], &HardState::default());
+            let store = raft_mem::store(&ids, &[], &HardState::default());
             let logger = slog::Logger::root(slog::Discard, slog::o!());
             let g = Group::new(&group::config(id, 0), store, &logger).unwrap();
             drive(id, g, &links, &frames, &work, &events, &halt).await;
@@ -84,7 +84,7 @@ fn start(id: u64, addrs: &[SocketAddr], work: Arc<Work>, events: Sender<Event>) 
 /// The replica's loop: frames in, ticks, proposals while leading, work out.
 async fn drive(
     id: u64,
-    mut g: Group<Store>,
+    mut g: Group<MemStorage>,
     links: &Links,
     frames: &glommio::channels::local_channel::LocalReceiver<raft::prelude::Message>,
     work: &Work,
@@ -133,7 +133,7 @@ fn a_index(a: Answer) -> u64 {
     }
 }
 
-fn propose_some(g: &mut Group<Store>, work: &Work, proposed: &mut HashMap<u64, Vec<u8>>) {
+fn propose_some(g: &mut Group<MemStorage>, work: &Work, proposed: &mut HashMap<u64, Vec<u8>>) {
     for _ in 0..4 {
         if work.to_propose.load(Ordering::Relaxed) == 0 {
             return;

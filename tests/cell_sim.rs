@@ -27,31 +27,15 @@
 
 #[path = "common/raft_mem.rs"]
 mod raft_mem;
+#[path = "common/rng.rs"]
+mod rng;
 
 use raft::prelude::{Entry, HardState, Message};
+use raft::storage::MemStorage;
 use raft::StateRole;
-use raft_mem::Store;
 use ringstream::cell::group::{self, Answer, Group};
+use rng::Rng;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-
-/// xorshift64*: the one source of every choice the scheduler makes.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// True with probability `per_million` / 1,000,000.
-    fn chance(&mut self, per_million: u64) -> bool {
-        self.below(1_000_000) < per_million
-    }
-}
 
 /// What survives a power cut: the writes that completed.
 #[derive(Clone, Default)]
@@ -83,7 +67,7 @@ struct Write {
 
 struct Replica {
     id: u64,
-    group: Option<Group<Store>>,
+    group: Option<Group<MemStorage>>,
     disk: Disk,
     writes: VecDeque<Write>,
     next_tick: u64,
@@ -184,7 +168,7 @@ impl Sim {
             })
             .collect();
         let mut sim = Sim {
-            rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
+            rng: Rng::from_seed(seed),
             now: 0,
             replicas,
             inflight: Vec::new(),
@@ -220,7 +204,7 @@ impl Sim {
         let next_tick = self.now + TICK_MS + self.rng.below(TICK_MS);
         self.serving.retain(|&(at, _, _)| at != i);
         let r = &mut self.replicas[i];
-        let store = Store::with(&voters, &r.disk.entries, &r.disk.hs);
+        let store = raft_mem::store(&voters, &r.disk.entries, &r.disk.hs);
         let mut cfg = group::config(r.id, 0);
         // Deterministic: raft-rs draws the election timeout from its own
         // thread_rng; a range of one leaves the scheduler's jitter to break ties.
@@ -623,22 +607,24 @@ fn a_seed_replays_the_same_run() {
     assert_eq!(run(seed, 3, Plant::None, 5_000).1, run(seed, 3, Plant::None, 5_000).1);
 }
 
+/// The first violation `plant` causes in seeds 0..24, with its run's summary.
+fn caught(plant: Plant) -> Option<String> {
+    (0..24).find_map(|seed| {
+        let (violations, summary, _) = run(seed, 3, plant, 30_000);
+        (!violations.is_empty()).then(|| format!("{summary}: {}", violations[0]))
+    })
+}
+
 #[test]
 fn the_checker_catches_acks_before_a_majority() {
-    let caught = (0..24).find_map(|seed| {
-        let (violations, summary, _) = run(seed, 3, Plant::EarlyAcks, 30_000);
-        (!violations.is_empty()).then(|| format!("{summary}: {}", violations[0]))
-    });
+    let caught = caught(Plant::EarlyAcks);
     let caught = caught.expect("acknowledging on the leader's own write went unnoticed in 24 seeds");
     eprintln!("planted bug caught: {caught}");
 }
 
 #[test]
 fn the_checker_catches_reads_without_a_read_index() {
-    let caught = (0..24).find_map(|seed| {
-        let (violations, summary, _) = run(seed, 3, Plant::StaleReads, 30_000);
-        (!violations.is_empty()).then(|| format!("{summary}: {}", violations[0]))
-    });
+    let caught = caught(Plant::StaleReads);
     let caught = caught.expect("serving reads without a read index went unnoticed in 24 seeds");
     eprintln!("planted bug caught: {caught}");
 }

@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::rng::Rng;
 use common::sim::{spawn_log_tasks, try_open};
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
@@ -86,25 +87,6 @@ impl Rig {
     }
 }
 
-/// xorshift64*: reproducible from the seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Random bytes, 1..=max of them (0..=max with `empty_ok`).
-    fn bytes(&mut self, max: u64, empty_ok: bool) -> Vec<u8> {
-        let len = self.below(max + 1).max(!empty_ok as u64);
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-}
-
 #[derive(Default, Clone)]
 struct Model {
     data: Vec<u8>,
@@ -178,7 +160,7 @@ fn check(rig: &mut Rig, models: &[Option<Model>], ctx: &str) {
 }
 
 fn run(seed: u64, ops: usize) -> (u64, usize) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::from_seed(seed);
     let mut rig = boot(SimStore::new(), seed);
     let ok = |r: &Reply, what: &str, ctx: &str| assert!(r.is_ok(), "{ctx}: {what}: {r:?}");
     let r = rig.call(ShardRequest::Bucket { bucket: BUCKET.into(), op: BucketOp::Create });

@@ -34,6 +34,18 @@ pub trait GroupStore: Storage {
     fn set_hard_state(&mut self, hs: &HardState);
 }
 
+/// raft-rs's in-memory store, for what keeps replicas in memory: unit
+/// tests, the simulation (`tests/cell_sim.rs`, which models the disk
+/// beside it), the real-socket tests and the `raft_group` benchmark.
+impl GroupStore for raft::storage::MemStorage {
+    fn append(&mut self, entries: &[Entry]) {
+        self.wl().append(entries).expect("entries follow the log");
+    }
+    fn set_hard_state(&mut self, hs: &HardState) {
+        self.wl().set_hardstate(hs.clone());
+    }
+}
+
 /// Where a proposal went: its log position, to be answered by index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Proposal {
@@ -341,60 +353,19 @@ fn known(id: u64) -> Option<u64> {
 mod tests {
     use super::*;
     use raft::storage::MemStorage;
-    use raft::GetEntriesContext;
-    use raft::RaftState;
-
-    /// raft-rs's in-memory storage, as the unit tests' store.
-    struct Mem(MemStorage);
-
-    impl Storage for Mem {
-        fn initial_state(&self) -> raft::Result<RaftState> {
-            self.0.initial_state()
-        }
-        fn entries(
-            &self,
-            lo: u64,
-            hi: u64,
-            max: impl Into<Option<u64>>,
-            cx: GetEntriesContext,
-        ) -> raft::Result<Vec<Entry>> {
-            self.0.entries(lo, hi, max, cx)
-        }
-        fn term(&self, idx: u64) -> raft::Result<u64> {
-            self.0.term(idx)
-        }
-        fn first_index(&self) -> raft::Result<u64> {
-            self.0.first_index()
-        }
-        fn last_index(&self) -> raft::Result<u64> {
-            self.0.last_index()
-        }
-        fn snapshot(&self, idx: u64, to: u64) -> raft::Result<raft::prelude::Snapshot> {
-            self.0.snapshot(idx, to)
-        }
-    }
-
-    impl GroupStore for Mem {
-        fn append(&mut self, entries: &[Entry]) {
-            self.0.wl().append(entries).expect("entries follow the log");
-        }
-        fn set_hard_state(&mut self, hs: &HardState) {
-            self.0.wl().set_hardstate(hs.clone());
-        }
-    }
 
     fn logger() -> slog::Logger {
         slog::Logger::root(slog::Discard, slog::o!())
     }
 
-    fn group(id: u64, voters: &[u64]) -> Group<Mem> {
-        let store = Mem(MemStorage::new_with_conf_state((voters.to_vec(), vec![])));
+    fn group(id: u64, voters: &[u64]) -> Group<MemStorage> {
+        let store = MemStorage::new_with_conf_state((voters.to_vec(), vec![]));
         Group::new(&config(id, 0), store, &logger()).unwrap()
     }
 
     /// Drains one replica's work, making its writes durable at once;
     /// returns the messages it sends and its answers.
-    fn drain(g: &mut Group<Mem>) -> (Vec<Message>, Vec<Answer>) {
+    fn drain(g: &mut Group<MemStorage>) -> (Vec<Message>, Vec<Answer>) {
         let (mut msgs, mut answers) = (Vec::new(), Vec::new());
         while let Some(w) = g.ready() {
             msgs.extend(w.send);
@@ -406,7 +377,7 @@ mod tests {
     }
 
     /// Runs three replicas with instant, lossless links until quiet.
-    fn settle(gs: &mut [Group<Mem>]) -> Vec<Answer> {
+    fn settle(gs: &mut [Group<MemStorage>]) -> Vec<Answer> {
         let mut answers = Vec::new();
         loop {
             let mut inflight = Vec::new();
@@ -424,7 +395,7 @@ mod tests {
         }
     }
 
-    fn elect_one(gs: &mut [Group<Mem>]) {
+    fn elect_one(gs: &mut [Group<MemStorage>]) {
         gs[0].node.campaign().unwrap();
         settle(gs);
         assert_eq!(gs[0].role(), StateRole::Leader);
@@ -543,7 +514,7 @@ mod tests {
     }
 
     /// Runs `rest` until quiet, then lets `old` hear their messages.
-    fn settle_some(rest: &mut [Group<Mem>], old: &mut Group<Mem>) -> Vec<Answer> {
+    fn settle_some(rest: &mut [Group<MemStorage>], old: &mut Group<MemStorage>) -> Vec<Answer> {
         let mut to_old = Vec::new();
         loop {
             let mut inflight = Vec::new();
