@@ -173,6 +173,9 @@ impl SegmentStore for TestStore {
     async fn create(&self, no: u64, len: u64) -> io::Result<TestFile> {
         Ok(TestFile { sim: self.sim.create(no, len).await?, store: self.clone() })
     }
+    async fn reopen(&self, no: u64) -> io::Result<TestFile> {
+        Ok(TestFile { sim: self.sim.reopen(no).await?, store: self.clone() })
+    }
     fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>> {
         self.sim.map(no)
     }

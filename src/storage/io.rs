@@ -56,6 +56,13 @@ pub trait SegmentStore {
         let _ = pace;
         self.create(no, len).await
     }
+    /// Opens existing segment `no` for writing again, with the durability
+    /// of the handle `create` returns. A replicated log resumes writing its
+    /// newest segment after a restart instead of sealing it, and cuts an
+    /// uncommitted tail by rewriting the segment's end. NotFound if the
+    /// segment does not exist: it is never created here, since a missing
+    /// segment means the caller's view of the directory is wrong.
+    async fn reopen(&self, no: u64) -> io::Result<Self::File>;
     /// Maps a segment for reading. Only called for segments that are no
     /// longer written (recovery, and after rollover is durable).
     fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>>;

@@ -286,6 +286,14 @@ impl SegmentStore for SimStore {
         d.files.insert(no, FileImage { live: zeros.clone(), durable: zeros });
         Ok(SimFile { no, disk: self.disk.clone() })
     }
+    async fn reopen(&self, no: u64) -> io::Result<SimFile> {
+        let mut d = self.disk.borrow_mut();
+        d.tick()?;
+        if !d.files.contains_key(&no) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("segment {no} does not exist")));
+        }
+        Ok(SimFile { no, disk: self.disk.clone() })
+    }
     fn map(&self, no: u64) -> io::Result<Rc<dyn SealedBytes>> {
         let d = self.disk.borrow();
         let f = d.files.get(&no).ok_or_else(|| io::Error::other("no such file"))?;
@@ -338,5 +346,50 @@ impl TierFiles for SimStore {
     }
     fn list_skeletons(&self) -> io::Result<Vec<(u64, u64)>> {
         Ok(self.disk.borrow().skeletons.iter().map(|(no, s)| (*no, s.len() as u64)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::executor::block_on;
+
+    const BLOCK: usize = crate::limits::DIRECT_IO_ALIGNMENT_BYTES as usize;
+
+    fn durable(store: &SimStore, no: u64) -> Vec<u8> {
+        store.crash_image(None).map(no).unwrap().bytes().to_vec()
+    }
+
+    #[test]
+    fn reopen_needs_an_existing_segment_and_never_creates_one() {
+        let store = SimStore::new();
+        let e = block_on(store.reopen(3)).err().expect("segment 3 does not exist");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert_eq!(block_on(store.list()).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_reopened_segment_is_written_durably_by_write_and_sync() {
+        let store = SimStore::new();
+        drop(block_on(store.create(1, 2 * BLOCK as u64)).unwrap());
+        let f = block_on(store.reopen(1)).unwrap();
+        block_on(f.write_at(vec![7; BLOCK], BLOCK as u64)).unwrap();
+        assert_eq!(durable(&store, 1), vec![0; 2 * BLOCK], "durable before its sync");
+        block_on(f.sync()).unwrap();
+        assert_eq!(durable(&store, 1)[BLOCK..], vec![7; BLOCK][..]);
+        assert_eq!(durable(&store, 1)[..BLOCK], vec![0; BLOCK][..]);
+    }
+
+    #[test]
+    fn reopen_counts_as_an_op_and_fails_on_a_dead_disk() {
+        let store = SimStore::new();
+        drop(block_on(store.create(1, BLOCK as u64)).unwrap());
+        let ops = store.ops();
+        drop(block_on(store.reopen(1)).unwrap());
+        assert_eq!(store.ops(), ops + 1);
+        store.fail_after_ops(1);
+        assert!(block_on(store.reopen(1)).is_err());
+        assert!(store.is_dead());
+        assert!(block_on(store.reopen(1)).is_err());
     }
 }
