@@ -29,6 +29,11 @@ pub const ZERO_CHUNK_BYTES: u64 = 256 * 1024;
 /// denominator), its successor is ready.
 pub const ZERO_AHEAD_DONE_AT: (u64, u64) = (3, 4);
 
+/// Batch marks a replicated (batched) log keeps in memory, newest first
+/// (about 48 bytes each, so 3 MiB a shard): an older entry is found by
+/// reading the closes of the one segment it is in.
+pub const BATCH_MARKS_KEPT: usize = 65_536;
+
 /// Size of a record header on disk.
 pub const RECORD_HEADER_BYTES: usize = 32;
 /// Largest record body. A record must fit in one segment with its header.

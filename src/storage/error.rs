@@ -23,6 +23,15 @@ pub enum Error {
     Poisoned,
     #[error("too many bytes waiting for disk")]
     Full,
+    /// A batched log cut back its uncommitted tail (a replica that stopped
+    /// leading, or a follower whose tail conflicts with its leader's):
+    /// the awaited record is gone.
+    #[error("the record was discarded: the replicated log cut back its uncommitted tail")]
+    CutBack,
+    /// A replicated batch that does not fit this replica's log (another
+    /// position, a record that does not verify, no room for its close).
+    #[error("replicated batch refused: {0}")]
+    Batch(String),
     #[error("record of {0} bytes does not fit in a segment")]
     TooLarge(usize),
     /// A read reached a range of a remote segment that is not in the block
@@ -52,6 +61,8 @@ impl Clone for Error {
             Error::Corrupt { segment, position } => Error::Corrupt { segment: *segment, position: *position },
             Error::Poisoned => Error::Poisoned,
             Error::Full => Error::Full,
+            Error::CutBack => Error::CutBack,
+            Error::Batch(r) => Error::Batch(r.clone()),
             Error::TooLarge(n) => Error::TooLarge(*n),
             Error::Cold(n) => Error::Cold(n.clone()),
             Error::ObjectStore { op, segment, reason } => {

@@ -41,6 +41,24 @@ pub const KIND_TIER: u8 = 0xFE;
 pub const KIND_PAD: u8 = 0xFD;
 /// Bytes a seal occupies (header + 8-byte body), reserved in every segment.
 pub const SEAL_FRAMED_BYTES: usize = RECORD_HEADER_BYTES + 8;
+/// The close of a batch in a replicated log (`log/batches.rs`): the
+/// records since the previous close are one consensus entry, of the term
+/// and index this record names (header `stream_id` and `stream_offset`);
+/// its body is where the batch began (segment, position: two u64). Every
+/// replica writes it itself, byte for byte the same, so recovery rebuilds
+/// the entry table from the segments and cuts a batch that has none.
+pub const KIND_BATCH: u8 = 0xFC;
+/// Bytes a batch close occupies (header + 16-byte body).
+pub const BATCH_CLOSE_FRAMED_BYTES: usize = RECORD_HEADER_BYTES + 16;
+
+/// What a batch close says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchClose {
+    pub term: u64,
+    pub index: u64,
+    /// Where the batch's first byte is (segment, position).
+    pub start: (u64, u64),
+}
 
 /// What the storage layer knows about a record. The meaning of `kind` and of
 /// the body belongs to the layer above (the shard); storage only frames,
@@ -134,6 +152,31 @@ pub fn pad(segment_no: u64, framed: usize, out: &mut Vec<u8>) {
         RecordHeader { kind: KIND_PAD, stream_id: 0, incarnation: 0, stream_offset: 0, body_len: body.len() as u32 };
     let n = encode(segment_no, &h, body, out);
     debug_assert_eq!(n, framed);
+}
+
+/// Appends to `out` the close of a batch, written in segment `segment_no`.
+pub fn batch_close(segment_no: u64, c: &BatchClose, out: &mut Vec<u8>) {
+    let mut body = [0u8; 16];
+    body[..8].copy_from_slice(&c.start.0.to_le_bytes());
+    body[8..].copy_from_slice(&c.start.1.to_le_bytes());
+    let h = RecordHeader {
+        kind: KIND_BATCH,
+        stream_id: c.term,
+        incarnation: 0,
+        stream_offset: c.index,
+        body_len: body.len() as u32,
+    };
+    let n = encode(segment_no, &h, &body, out);
+    debug_assert_eq!(n, BATCH_CLOSE_FRAMED_BYTES);
+}
+
+/// The batch close a decoded record is, if it is one.
+pub fn batch_close_of(h: &RecordHeader, body: &[u8]) -> Option<BatchClose> {
+    if h.kind != KIND_BATCH || body.len() != 16 {
+        return None;
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("16 bytes"));
+    Some(BatchClose { term: h.stream_id, index: h.stream_offset, start: (u64_at(0), u64_at(8)) })
 }
 
 /// Whether a decoded record is a seal that belongs where it was found: at
@@ -268,6 +311,22 @@ mod tests {
             assert!(out[40..][body].iter().all(|&b| b == 0));
             assert_eq!(decode(10, &out[40..]).unwrap_err(), DecodeError::Invalid, "another segment");
         }
+    }
+
+    #[test]
+    fn a_batch_close_round_trips_and_is_nothing_else() {
+        let c = BatchClose { term: 7, index: 1234, start: (3, 4096) };
+        let mut out = vec![];
+        batch_close(4, &c, &mut out);
+        assert_eq!(out.len(), BATCH_CLOSE_FRAMED_BYTES);
+        let (h, body, _) = decode(4, &out).unwrap();
+        assert_eq!(batch_close_of(&h, &out[body.clone()]), Some(c));
+        assert!(!is_seal_of(&h, &out[body], 1234, 0));
+        assert_eq!(decode(5, &out).unwrap_err(), DecodeError::Invalid, "another segment");
+        let mut sealed = vec![];
+        seal(5, 0, 0, &mut sealed);
+        let (h, body, _) = decode(5, &sealed).unwrap();
+        assert_eq!(batch_close_of(&h, &sealed[body]), None, "a seal is no close");
     }
 
     #[test]

@@ -18,14 +18,24 @@
 //! the newest segment can have a torn tail, and every older one must end in
 //! its seal.
 //!
+//! A batched log ([`LocalLog::open_batched`], `batches.rs`) is one replica's
+//! copy of a replicated log: what is appended is cut into batches, each
+//! ended by a close record naming the consensus entry it is; a follower
+//! copies the leader's batches byte for byte, and an uncommitted tail can
+//! be cut back.
+//!
 //! The local log holds only the segments on the local disk and knows
 //! nothing of remote ones: the tier layer above it (`storage/tiered/`)
 //! appends its own records here like any others, removes the segments it
 //! moved, and at boot tells [`LocalLog::open`] the newest segment it holds.
 
+mod batches;
+mod marks;
 mod preparer;
 mod recovery;
 mod writer;
+
+pub use batches::{Batch, BatchEnd, BatchMark, BatchPart};
 
 use super::error::{Error, Result};
 use super::io::{SealedBytes, SegmentFile, SegmentStore};
@@ -105,8 +115,17 @@ struct State<F> {
     flights: usize,
     last_cut: writer::CutEnd,
     /// Tasks waiting for an lsn to become durable (woken, and dropped from
-    /// here, when it does or when the log is poisoned).
+    /// here, when it does, when the log is poisoned or cut back).
     waiters: VecDeque<(u64, Waker)>,
+    /// Batched logs: where the closed batches are (the next starts where
+    /// the last ends).
+    marks: marks::Marks,
+    /// Cut-backs so far, and the lsn each cut back to, kept while a task
+    /// may still wait for an lsn from before one (see `durable`).
+    generation: u64,
+    cuts: Vec<(u64, u64)>,
+    /// A cut-back is under way: the writer cuts no flush.
+    cutting_back: bool,
     poisoned: Option<Error>,
     stats: LogStats,
 }
@@ -127,6 +146,10 @@ pub struct LocalLog<S: SegmentStore> {
     stopped: Cell<bool>,
     /// Rung when a segment becomes sealed and durable (for the layer above).
     sealed: Notify,
+    /// Rung when the last flush in flight completes (for a cut-back).
+    flights_done: Notify,
+    /// A replica's copy of a replicated log (see `batches.rs`).
+    batched: bool,
 }
 
 /// The memory image of a new segment: its whole length reserved at once
@@ -148,6 +171,16 @@ fn align_down(v: usize) -> usize {
 }
 fn align_up(v: usize) -> usize {
     v.div_ceil(DIRECT_IO_ALIGNMENT_BYTES as usize) * DIRECT_IO_ALIGNMENT_BYTES as usize
+}
+
+/// A segment that becomes the active one again with the bytes it holds (a
+/// batched log's newest segment at boot, or the one it cut back into).
+struct Resumed<F> {
+    bytes: Vec<u8>,
+    records: u64,
+    file: Rc<F>,
+    /// How many of `bytes` are on disk already.
+    cut_len: usize,
 }
 
 /// One dirty range copied out for the writer.
@@ -196,19 +229,7 @@ impl<S: SegmentStore> LocalLog<S> {
             _ => unreachable!("active segment is always a mirror"),
         };
         if (active_len + framed + SEAL_FRAMED_BYTES) as u64 > self.cfg.segment_bytes {
-            let old = st.active;
-            if let Some(SegData::Mirror { buf, records, sealed, .. }) = st.segments.get_mut(&old) {
-                record::seal(old, buf.len() as u64, *records, buf);
-                *sealed = true;
-            }
-            // The seal goes out with the segment's last flush.
-            st.lsn_tail += SEAL_FRAMED_BYTES as u64;
-            st.active = old + 1;
-            let file = st.prepared.remove(&(old + 1));
-            let buf = st.spare_mirror.take().map_or_else(|| new_mirror(&self.cfg), reuse_mirror);
-            st.segments.insert(old + 1, SegData::Mirror { buf, records: 0, cut_len: 0, sealed: false, file });
-            self.wake_preparer.notify();
-            self.zero_pace.notify();
+            self.seal_active(&mut st);
         }
         let no = st.active;
         let Some(SegData::Mirror { buf, records, .. }) = st.segments.get_mut(&no) else { unreachable!() };
@@ -227,11 +248,45 @@ impl<S: SegmentStore> LocalLog<S> {
         Ok((RecordLoc { segment: no, pos, body_len: h.body_len }, lsn))
     }
 
-    /// Resolves when everything up to `lsn` is on stable storage.
+    /// Seals the active segment (its seal goes out with its last flush)
+    /// and makes the next one active.
+    fn seal_active(&self, st: &mut State<S::File>) {
+        let old = st.active;
+        if let Some(SegData::Mirror { buf, records, sealed, .. }) = st.segments.get_mut(&old) {
+            record::seal(old, buf.len() as u64, *records, buf);
+            *sealed = true;
+        }
+        st.lsn_tail += SEAL_FRAMED_BYTES as u64;
+        self.start_segment(st, old + 1, None);
+    }
+
+    /// Makes `no` the active segment: empty, or `resumed` with bytes it
+    /// holds already.
+    fn start_segment(&self, st: &mut State<S::File>, no: u64, resumed: Option<Resumed<S::File>>) {
+        st.active = no;
+        let (buf, records, file, cut_len) = match resumed {
+            Some(r) => (r.bytes, r.records, Some(r.file), r.cut_len),
+            None => {
+                let buf = st.spare_mirror.take().map_or_else(|| new_mirror(&self.cfg), reuse_mirror);
+                (buf, 0, st.prepared.remove(&no), 0)
+            }
+        };
+        st.segments.insert(no, SegData::Mirror { buf, records, cut_len, sealed: false, file });
+        self.wake_preparer.notify();
+        self.zero_pace.notify();
+    }
+
+    /// Resolves when everything up to `lsn` is on stable storage. In a
+    /// batched log, fails with [`Error::CutBack`] when a cut-back discarded
+    /// `lsn` first (an lsn from before a cut-back must be awaited before it).
     pub async fn durable(&self, lsn: u64) -> Result<()> {
-        let mut registered = false;
+        let (mut since, mut registered) = (None, None);
         std::future::poll_fn(|cx| {
             let mut st = self.st.borrow_mut();
+            let generation = *since.get_or_insert(st.generation);
+            if st.cuts.iter().any(|&(g, cut)| g > generation && cut < lsn) {
+                return Poll::Ready(Err(Error::CutBack));
+            }
             if st.lsn_durable >= lsn {
                 return Poll::Ready(Ok(()));
             }
@@ -239,10 +294,11 @@ impl<S: SegmentStore> LocalLog<S> {
                 return Poll::Ready(Err(e.clone()));
             }
             // Woken by anything else (a select around this wait), the
-            // entry is still there: one per wait.
-            if !registered {
+            // entry is still there: one per wait, and one again after a
+            // cut-back, which drops (and wakes) every waiter.
+            if registered != Some(st.generation) {
                 st.waiters.push_back((lsn, cx.waker().clone()));
-                registered = true;
+                registered = Some(st.generation);
             }
             Poll::Pending
         })

@@ -16,6 +16,8 @@ struct Scan {
     clean: bool,
     /// It ends in its own seal.
     sealed: bool,
+    /// The batch closes in it (a batched log's), in order.
+    closes: Vec<BatchMark>,
 }
 
 impl<S: SegmentStore> LocalLog<S> {
@@ -54,15 +56,70 @@ impl<S: SegmentStore> LocalLog<S> {
         // After every segment there was: local (even one removed above) or held above.
         let active = list.last().map(|l| l.0).max(held_above).map_or(0, |l| l + 1);
         report.active_segment = active;
-        let log = Self::with_segments(store, cfg, segments, active);
+        let log = Self::with_segments(store, cfg, segments, active, false);
         // Create the active segment now so the first append does not wait
         // for it; the preparer task makes the next one in the background.
         log.prepare_missing(false).await?;
         Ok((log, recovered, report))
     }
 
+    /// Recovers a batched log (see `batches.rs`): the records of its closed
+    /// batches, in log order, and the batches' marks. Whatever follows the
+    /// last close is cut: newer segments are removed and the rest of the
+    /// last close's segment is zeroed on disk; that segment is written on
+    /// from there, not sealed, so the replicas' segments stay the same.
+    /// Segments before it must end in their seals, and the closes must
+    /// number their entries one after the other, each batch starting where
+    /// the one before ended.
+    pub async fn open_batched(
+        store: S,
+        cfg: LogConfig,
+    ) -> Result<(Self, Vec<Recovered>, Vec<BatchMark>, RecoveryReport)> {
+        assert!(cfg.segment_bytes.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
+        let list = store.list().await.map_err(Error::io_at("list", 0))?;
+        let (mut recovered, mut scans) = (Vec::new(), Vec::with_capacity(list.len()));
+        for &(no, _) in &list {
+            let map = store.map(no).map_err(Error::io_at("map", no))?;
+            scans.push(scan(no, map.bytes(), &mut recovered));
+        }
+        let marks: Vec<BatchMark> = scans.iter().flat_map(|s| s.closes.iter().copied()).collect();
+        check_marks(&marks)?;
+        let end = marks.last().map_or(batches::LOG_START, |m| m.end);
+        recovered.retain(|r| (r.loc.segment, r.loc.pos) < (end.segment, end.pos));
+        let mut report = RecoveryReport { records: recovered.len(), active_segment: end.segment, ..Default::default() };
+        let mut segments = BTreeMap::new();
+        for s in scans.iter().rev() {
+            if s.segment > end.segment {
+                store.remove(s.segment).await.map_err(Error::io_at("remove", s.segment))?;
+                report.torn_tail = Some((s.segment, 0));
+            } else if s.segment < end.segment {
+                if !s.sealed {
+                    return Err(Error::Corrupt { segment: s.segment, position: s.end });
+                }
+                segments
+                    .insert(s.segment, SegData::Mapped(store.map(s.segment).map_err(Error::io_at("map", s.segment))?));
+            }
+        }
+        report.segments = segments.len() + 1;
+        let resumed = resume(&store, &list, end, &mut report).await?;
+        let log = Self::with_segments(store, cfg, segments, end.segment, true);
+        {
+            let mut st = log.st.borrow_mut();
+            st.marks = marks::Marks::of(&marks);
+            log.start_segment(&mut st, end.segment, resumed);
+        }
+        log.prepare_missing(false).await?;
+        Ok((log, recovered, marks, report))
+    }
+
     /// A log of the recovered `segments`, writing next into `active`.
-    fn with_segments(store: S, cfg: LogConfig, mut segments: BTreeMap<u64, SegData<S::File>>, active: u64) -> Self {
+    fn with_segments(
+        store: S,
+        cfg: LogConfig,
+        mut segments: BTreeMap<u64, SegData<S::File>>,
+        active: u64,
+        batched: bool,
+    ) -> Self {
         let buf = new_mirror(&cfg);
         segments.insert(active, SegData::Mirror { buf, records: 0, cut_len: 0, sealed: false, file: None });
         LocalLog {
@@ -80,6 +137,10 @@ impl<S: SegmentStore> LocalLog<S> {
                 flights: 0,
                 last_cut: Default::default(),
                 waiters: VecDeque::new(),
+                marks: Default::default(),
+                generation: 0,
+                cuts: Vec::new(),
+                cutting_back: false,
                 poisoned: None,
                 stats: LogStats::default(),
             }),
@@ -90,6 +151,8 @@ impl<S: SegmentStore> LocalLog<S> {
             zero_gate: Cell::new(u64::MAX),
             stopped: Cell::new(false),
             sealed: Notify::default(),
+            flights_done: Notify::default(),
+            batched,
         }
     }
 }
@@ -97,7 +160,7 @@ impl<S: SegmentStore> LocalLog<S> {
 /// Scans segment `no` from its start, pushing each record of the layers
 /// above onto `out`, and says where and how its records end.
 fn scan(no: u64, bytes: &[u8], out: &mut Vec<Recovered>) -> Scan {
-    let mut s = Scan { segment: no, end: 0, records: 0, clean: false, sealed: false };
+    let mut s = Scan { segment: no, end: 0, records: 0, clean: false, sealed: false, closes: Vec::new() };
     let mut pos = 0usize;
     s.clean = loop {
         if pos >= bytes.len() {
@@ -109,6 +172,12 @@ fn scan(no: u64, bytes: &[u8], out: &mut Vec<Recovered>) -> Scan {
                 // ours here: treat it like any invalid record.
                 s.sealed = record::is_seal_of(&h, &bytes[pos..][body], pos as u64, s.records);
                 break s.sealed;
+            }
+            Ok((h, body, framed)) if h.kind == record::KIND_BATCH => {
+                let Some(close) = record::batch_close_of(&h, &bytes[pos..][body]) else { break false };
+                pos += framed;
+                s.records += 1;
+                s.closes.push(BatchMark { close, end: batches::BatchEnd { segment: no, pos: pos as u64 } });
             }
             Ok((h, _body, framed)) => {
                 // No assertion on what a record says: these are disk bytes,
@@ -166,4 +235,46 @@ async fn settle<S: SegmentStore>(
         report.sealed_at_boot = Some(no);
     }
     store.map(no).map(Some).map_err(Error::io_at("map", no))
+}
+
+/// A batched log's closes must number entries one after the other, each
+/// batch starting where the one before ended.
+fn check_marks(marks: &[BatchMark]) -> Result<()> {
+    for w in marks.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if b.close.index != a.close.index + 1 || b.close.start != (a.end.segment, a.end.pos) {
+            return Err(Error::Corrupt { segment: b.end.segment, position: b.end.pos });
+        }
+    }
+    Ok(())
+}
+
+/// The segment a batched log writes on after boot: its bytes up to `end`,
+/// with what follows zeroed on disk first (a torn batch, or one never
+/// closed). None when it has no file yet (an empty log).
+async fn resume<S: SegmentStore>(
+    store: &S,
+    list: &[(u64, u64)],
+    end: batches::BatchEnd,
+    report: &mut RecoveryReport,
+) -> Result<Option<Resumed<S::File>>> {
+    let no = end.segment;
+    if !list.iter().any(|&(n, _)| n == no) {
+        return Ok(None);
+    }
+    let pos = end.pos as usize;
+    let (bytes, reach) = {
+        let map = store.map(no).map_err(Error::io_at("map", no))?;
+        let kept = map.bytes().get(..pos).ok_or(Error::Corrupt { segment: no, position: end.pos })?;
+        let mut bytes = Vec::with_capacity(map.bytes().len());
+        bytes.extend_from_slice(kept);
+        (bytes, batches::last_nonzero(map.bytes(), pos))
+    };
+    let file = store.reopen(no).await.map_err(Error::io_at("reopen", no))?;
+    if reach > pos {
+        report.torn_tail = Some((no, end.pos));
+        batches::zero_after(&file, &bytes, reach).await.map_err(Error::io_at("zero", no))?;
+    }
+    let records = batches::count_records(no, &bytes)?;
+    Ok(Some(Resumed { bytes, records, file: Rc::new(file), cut_len: pos }))
 }

@@ -138,7 +138,7 @@ impl<S: SegmentStore> LocalLog<S> {
 
     fn step(&self, in_flight: usize) -> Step {
         let st = self.st.borrow();
-        if st.poisoned.is_some() || st.lsn_tail == st.lsn_cut {
+        if st.poisoned.is_some() || st.lsn_tail == st.lsn_cut || st.cutting_back {
             return Step::Idle;
         }
         if in_flight >= FLIGHTS_MAX {
@@ -162,7 +162,8 @@ impl<S: SegmentStore> LocalLog<S> {
     /// Pads the active segment to a block boundary when the flush being
     /// cut carries enough records and there is room for the pad.
     fn pad_if_busy(&self, st: &mut State<S::File>) {
-        if st.records_pending < PAD_RECORDS_MIN {
+        // A batched log's bytes are its leader's: it writes no pads of its own.
+        if st.records_pending < PAD_RECORDS_MIN || self.batched {
             return;
         }
         let no = st.active;
@@ -258,7 +259,14 @@ impl<S: SegmentStore> LocalLog<S> {
     /// The oldest flight finished (flights complete in cut order): makes
     /// what it wrote durable in memory and releases the covered waiters.
     fn complete(&self, cut: Cut, result: Result<()>) {
-        self.st.borrow_mut().flights -= 1;
+        let flights = {
+            let mut st = self.st.borrow_mut();
+            st.flights -= 1;
+            st.flights
+        };
+        if flights == 0 {
+            self.flights_done.notify();
+        }
         if let Err(e) = result.and_then(|()| self.swap_sealed(&cut)) {
             self.poison(e);
             return;

@@ -1,0 +1,595 @@
+//! A batched log: one replica's copy of a replicated log (issue 33).
+//!
+//! The records appended since the last batch close are one batch; the
+//! leader takes them as they lie in its segments ([`LocalLog::pending_batch`]),
+//! hands them to consensus as one entry, and closes the batch with the term
+//! and index the entry got ([`LocalLog::close_batch`]). A follower copies
+//! an entry's batch into its own segments at the same positions and closes
+//! it the same way ([`LocalLog::append_batch`]), so the replicas' segments
+//! are byte for byte the same and nothing is written twice. Every replica
+//! writes its close records itself, by one rule: a close that does not fit
+//! in the active segment goes into the next one, after a seal.
+//!
+//! Only closed batches are entries: recovery ([`LocalLog::open_batched`])
+//! cuts whatever follows the last close. A tail the consensus discards
+//! (a follower's entries that conflict with its leader's, a deposed
+//! leader's records it never proposed) is cut back with
+//! [`LocalLog::cut_back`], which zeroes the discarded bytes on disk before
+//! anything new is written there: a stale record must never be read back
+//! after the new ones.
+
+use super::*;
+use crate::limits::ZERO_CHUNK_BYTES;
+use crate::storage::record::{BatchClose, BATCH_CLOSE_FRAMED_BYTES};
+
+/// A position in a batched log where a batch ends (just after its close)
+/// or starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BatchEnd {
+    pub segment: u64,
+    pub pos: u64,
+}
+
+/// Where an empty batched log starts.
+pub const LOG_START: BatchEnd = BatchEnd { segment: 0, pos: 0 };
+
+/// A closed batch as the log holds it: its close, and where it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMark {
+    pub close: BatchClose,
+    pub end: BatchEnd,
+}
+
+impl BatchMark {
+    /// Where the batch's close record is (its bytes end there).
+    pub fn close_at(&self) -> BatchEnd {
+        BatchEnd { segment: self.end.segment, pos: self.end.pos - BATCH_CLOSE_FRAMED_BYTES as u64 }
+    }
+}
+
+/// The bytes of one segment a batch fills.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPart {
+    pub segment: u64,
+    pub pos: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// A batch's bytes as they travel in a consensus entry: the parts of the
+/// segments it fills, in log order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub parts: Vec<BatchPart>,
+}
+
+/// Version byte of [`Batch::encode`]'s format.
+const BATCH_FORMAT: u8 = 1;
+/// A part's header in [`Batch::encode`]: segment, position, length.
+const PART_HEADER_BYTES: usize = 8 + 8 + 4;
+
+impl Batch {
+    pub fn len_bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.bytes.len()).sum()
+    }
+
+    /// `format u8 | parts u32 | (segment u64 | pos u64 | len u32 | bytes)*`,
+    /// little-endian; an empty batch is no bytes at all (the data of the
+    /// consensus library's own empty entries).
+    pub fn encode(&self) -> Vec<u8> {
+        if self.parts.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(5 + self.parts.len() * PART_HEADER_BYTES + self.len_bytes());
+        out.push(BATCH_FORMAT);
+        out.extend_from_slice(&(self.parts.len() as u32).to_le_bytes());
+        for p in &self.parts {
+            out.extend_from_slice(&p.segment.to_le_bytes());
+            out.extend_from_slice(&p.pos.to_le_bytes());
+            out.extend_from_slice(&(p.bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(&p.bytes);
+        }
+        out
+    }
+
+    /// Decodes an entry's data. An empty entry (the consensus library's
+    /// own, when a leader takes office) is an empty batch.
+    pub fn decode(data: &[u8]) -> Result<Batch> {
+        let bad = |why: &str| Error::Batch(format!("malformed batch: {why}"));
+        if data.is_empty() {
+            return Ok(Batch::default());
+        }
+        let (&format, mut rest) = data.split_first().expect("not empty");
+        if format != BATCH_FORMAT {
+            return Err(bad("unknown format"));
+        }
+        let count = take_u32(&mut rest).ok_or_else(|| bad("no part count"))?;
+        let mut parts = Vec::new();
+        for _ in 0..count {
+            let segment = take_u64(&mut rest).ok_or_else(|| bad("short part header"))?;
+            let pos = take_u64(&mut rest).ok_or_else(|| bad("short part header"))?;
+            let len = take_u32(&mut rest).ok_or_else(|| bad("short part header"))? as usize;
+            if rest.len() < len {
+                return Err(bad("a part longer than the entry"));
+            }
+            let (bytes, tail) = rest.split_at(len);
+            parts.push(BatchPart { segment, pos, bytes: bytes.to_vec() });
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            return Err(bad("bytes after the last part"));
+        }
+        Ok(Batch { parts })
+    }
+}
+
+fn take_u32(buf: &mut &[u8]) -> Option<u32> {
+    let (head, rest) = buf.split_first_chunk::<4>()?;
+    *buf = rest;
+    Some(u32::from_le_bytes(*head))
+}
+
+fn take_u64(buf: &mut &[u8]) -> Option<u64> {
+    let (head, rest) = buf.split_first_chunk::<8>()?;
+    *buf = rest;
+    Some(u64::from_le_bytes(*head))
+}
+
+/// What a follower's check of one part found.
+struct CheckedPart {
+    records: u64,
+    /// It ends with its segment's seal.
+    sealed: bool,
+}
+
+impl<S: SegmentStore> LocalLog<S> {
+    /// Where the next batch starts: just after the last close.
+    pub fn batch_start(&self) -> BatchEnd {
+        self.st.borrow().marks.last().map_or(LOG_START, |m| m.end)
+    }
+
+    /// The last closed batch, if any.
+    pub fn last_mark(&self) -> Option<BatchMark> {
+        self.st.borrow().marks.last()
+    }
+
+    /// The index of the first entry the log holds (None: it holds none).
+    pub fn first_index(&self) -> Option<u64> {
+        self.st.borrow().marks.first_index()
+    }
+
+    /// The index of the last entry the log holds (0: none).
+    pub fn last_index(&self) -> u64 {
+        self.st.borrow().marks.last().map_or(0, |m| m.close.index)
+    }
+
+    /// The mark of entry `index`, if the log holds it: a recent one from
+    /// memory, an older one read from the closes of its segment.
+    pub fn mark(&self, index: u64) -> Result<Option<BatchMark>> {
+        let st = self.st.borrow();
+        if let Some(m) = st.marks.recent(index) {
+            return Ok(Some(m));
+        }
+        let Some(no) = st.marks.segment_of(index) else { return Ok(None) };
+        let bytes = match st.segments.get(&no) {
+            Some(SegData::Mirror { buf, .. }) => &buf[..],
+            Some(SegData::Mapped(m)) => m.bytes(),
+            None => return Err(Error::Corrupt { segment: no, position: 0 }),
+        };
+        find_close(no, bytes, index).map(Some)
+    }
+
+    /// A copy of what was appended since the last close: the batch the
+    /// leader proposes next (empty if nothing was).
+    pub fn pending_batch(&self) -> Result<Batch> {
+        let st = self.st.borrow();
+        let tail = BatchEnd { segment: st.active, pos: self.active_len(&st) as u64 };
+        self.batch_between(&st, st.marks.last().map_or(LOG_START, |m| m.end), tail)
+    }
+
+    /// The batch of a closed one, as its entry carries it (read back for a
+    /// follower that lags).
+    pub fn batch_of(&self, mark: &BatchMark) -> Result<Batch> {
+        let st = self.st.borrow();
+        let start = BatchEnd { segment: mark.close.start.0, pos: mark.close.start.1 };
+        self.batch_between(&st, start, mark.close_at())
+    }
+
+    /// Closes what was appended since the last close as the entry of
+    /// `term` and `index`. Returns its mark and the lsn that makes it
+    /// durable.
+    pub fn close_batch(&self, term: u64, index: u64) -> Result<(BatchMark, u64)> {
+        let mut st = self.st.borrow_mut();
+        self.writable(&st, index)?;
+        Ok(self.close_now(&mut st, term, index))
+    }
+
+    /// A follower's write of its leader's batch for entry `term`, `index`:
+    /// the same bytes at the same positions, then the same close. Refused,
+    /// with nothing changed, unless every part starts where this log ends
+    /// and holds whole records that verify.
+    pub fn append_batch(&self, batch: &Batch, term: u64, index: u64) -> Result<(BatchMark, u64)> {
+        let mut st = self.st.borrow_mut();
+        self.writable(&st, index)?;
+        let checked = self.check_parts(&st, batch)?;
+        for (part, c) in batch.parts.iter().zip(checked) {
+            self.copy_part(&mut st, part, c);
+        }
+        let done = self.close_now(&mut st, term, index);
+        drop(st);
+        self.wake_writer.notify();
+        Ok(done)
+    }
+
+    /// Cuts the log back to just after `to` (None: to empty), discarding
+    /// every later byte, on disk too (zeroed or removed, durably) before
+    /// anything new is written there. Waits for the flushes in flight
+    /// first; tasks waiting for a discarded lsn fail with
+    /// [`Error::CutBack`]. The caller names a batch this log closed.
+    pub async fn cut_back(&self, to: Option<BatchMark>) -> Result<()> {
+        self.st.borrow_mut().cutting_back = true;
+        while self.st.borrow().flights > 0 {
+            self.flights_done.wait().await;
+        }
+        let result = self.cut_back_now(to).await;
+        self.st.borrow_mut().cutting_back = false;
+        self.wake_writer.notify();
+        if let Err(e) = &result {
+            self.poison(e.clone());
+        }
+        result
+    }
+
+    fn writable(&self, st: &State<S::File>, index: u64) -> Result<()> {
+        assert!(self.batched, "batches are for a batched log");
+        if let Some(e) = &st.poisoned {
+            return Err(e.clone());
+        }
+        match st.marks.last() {
+            Some(m) if m.close.index + 1 != index => {
+                Err(Error::Batch(format!("entry {index} does not follow entry {}", m.close.index)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn active_len(&self, st: &State<S::File>) -> usize {
+        match st.segments.get(&st.active) {
+            Some(SegData::Mirror { buf, .. }) => buf.len(),
+            _ => unreachable!("the active segment is a mirror"),
+        }
+    }
+
+    /// Appends the close of the batch since the last one, in the next
+    /// segment if it does not fit in this one (every replica by this rule).
+    fn close_now(&self, st: &mut State<S::File>, term: u64, index: u64) -> (BatchMark, u64) {
+        let start = st.marks.last().map_or(LOG_START, |m| m.end);
+        if (self.active_len(st) + BATCH_CLOSE_FRAMED_BYTES + SEAL_FRAMED_BYTES) as u64 > self.cfg.segment_bytes {
+            self.seal_active(st);
+        }
+        let close = BatchClose { term, index, start: (start.segment, start.pos) };
+        let no = st.active;
+        let Some(SegData::Mirror { buf, records, .. }) = st.segments.get_mut(&no) else { unreachable!() };
+        record::batch_close(no, &close, buf);
+        *records += 1;
+        let end = BatchEnd { segment: no, pos: buf.len() as u64 };
+        st.lsn_tail += BATCH_CLOSE_FRAMED_BYTES as u64;
+        st.records_pending += 1;
+        let mark = BatchMark { close, end };
+        st.marks.push(mark);
+        self.wake_writer.notify();
+        (mark, st.lsn_tail)
+    }
+
+    /// Checks a leader's parts against this log without changing it.
+    fn check_parts(&self, st: &State<S::File>, batch: &Batch) -> Result<Vec<CheckedPart>> {
+        let mut at = BatchEnd { segment: st.active, pos: self.active_len(st) as u64 };
+        let mut records_before = match st.segments.get(&st.active) {
+            Some(SegData::Mirror { records, .. }) => *records,
+            _ => unreachable!("the active segment is a mirror"),
+        };
+        let mut checked = Vec::with_capacity(batch.parts.len());
+        for (i, part) in batch.parts.iter().enumerate() {
+            if (part.segment, part.pos) != (at.segment, at.pos) {
+                return Err(Error::Batch(format!(
+                    "part at segment {} byte {}, but this log ends at segment {} byte {}",
+                    part.segment, part.pos, at.segment, at.pos
+                )));
+            }
+            let c = self.check_part(part, records_before)?;
+            let last = i + 1 == batch.parts.len();
+            if !c.sealed && !last {
+                return Err(Error::Batch(format!("part in segment {} is followed but not sealed", part.segment)));
+            }
+            at = if c.sealed {
+                BatchEnd { segment: part.segment + 1, pos: 0 }
+            } else {
+                BatchEnd { segment: part.segment, pos: part.pos + part.bytes.len() as u64 }
+            };
+            records_before = if c.sealed { 0 } else { records_before + c.records };
+            checked.push(c);
+        }
+        Ok(checked)
+    }
+
+    /// One part: whole records that verify, no close (every replica writes
+    /// its own), a seal only last and only where it belongs, and room left
+    /// for a seal when there is none.
+    fn check_part(&self, part: &BatchPart, records_before: u64) -> Result<CheckedPart> {
+        let bad = |why: String| Error::Batch(format!("segment {} byte {}: {why}", part.segment, part.pos));
+        let mut c = CheckedPart { records: 0, sealed: false };
+        let mut at = 0usize;
+        while at < part.bytes.len() {
+            if c.sealed {
+                return Err(bad("bytes after a seal".into()));
+            }
+            let pos = part.pos + at as u64;
+            let (h, body, framed) =
+                record::decode(part.segment, &part.bytes[at..]).map_err(|e| bad(format!("{e:?} record at {pos}")))?;
+            if h.kind == record::KIND_BATCH {
+                return Err(bad(format!("a batch close inside a batch at {pos}")));
+            }
+            if h.kind == record::KIND_SEAL {
+                if !record::is_seal_of(&h, &part.bytes[at..][body], pos, records_before + c.records) {
+                    return Err(bad(format!("a seal that does not belong at {pos}")));
+                }
+                c.sealed = true;
+            } else {
+                c.records += 1;
+            }
+            at += framed;
+        }
+        let room = if c.sealed { 0 } else { SEAL_FRAMED_BYTES as u64 };
+        if part.pos + part.bytes.len() as u64 + room > self.cfg.segment_bytes {
+            return Err(bad("longer than the segment".into()));
+        }
+        Ok(c)
+    }
+
+    /// Copies a checked part into the active mirror; a sealed one makes the
+    /// next segment active.
+    fn copy_part(&self, st: &mut State<S::File>, part: &BatchPart, c: CheckedPart) {
+        let no = st.active;
+        let Some(SegData::Mirror { buf, records, sealed, .. }) = st.segments.get_mut(&no) else { unreachable!() };
+        buf.extend_from_slice(&part.bytes);
+        *records += c.records;
+        *sealed = c.sealed;
+        st.lsn_tail += part.bytes.len() as u64;
+        st.records_pending += c.records;
+        if c.sealed {
+            self.start_segment(st, no + 1, None);
+        }
+    }
+
+    /// The parts of the log between two positions, copied.
+    fn batch_between(&self, st: &State<S::File>, from: BatchEnd, to: BatchEnd) -> Result<Batch> {
+        let mut parts = Vec::new();
+        for no in from.segment..=to.segment {
+            let start = if no == from.segment { from.pos as usize } else { 0 };
+            let bytes = match st.segments.get(&no) {
+                Some(SegData::Mirror { buf, .. }) => &buf[..],
+                Some(SegData::Mapped(m)) => m.bytes(),
+                None => return Err(Error::Corrupt { segment: no, position: start as u64 }),
+            };
+            let end = if no == to.segment { to.pos as usize } else { data_end(no, bytes, start)? };
+            let range = bytes.get(start..end).ok_or(Error::Corrupt { segment: no, position: start as u64 })?;
+            if !range.is_empty() {
+                parts.push(BatchPart { segment: no, pos: start as u64, bytes: range.to_vec() });
+            }
+        }
+        Ok(Batch { parts })
+    }
+
+    async fn cut_back_now(&self, to: Option<BatchMark>) -> Result<()> {
+        let end = to.map_or(LOG_START, |m| m.end);
+        let newer: Vec<u64> = self.st.borrow().segments.range(end.segment + 1..).map(|(&no, _)| no).rev().collect();
+        let mut removed = 0u64;
+        for no in newer {
+            removed += self.drop_segment(no).await?;
+        }
+        removed += self.cut_segment(end).await?;
+        let mut st = self.st.borrow_mut();
+        st.active = end.segment;
+        st.marks.cut_after(to);
+        let cut = st.lsn_tail.saturating_sub(removed);
+        st.lsn_tail = cut;
+        st.lsn_cut = st.lsn_cut.min(cut);
+        st.lsn_durable = st.lsn_durable.min(cut);
+        if st.waiters.is_empty() {
+            st.cuts.clear();
+        }
+        st.generation += 1;
+        let generation = st.generation;
+        st.cuts.push((generation, cut));
+        for (_, waker) in st.waiters.drain(..) {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    /// Removes a segment after the cut, file and all; returns the bytes of
+    /// it the log held.
+    async fn drop_segment(&self, no: u64) -> Result<u64> {
+        let (held, has_file) = match self.st.borrow_mut().segments.remove(&no) {
+            Some(SegData::Mirror { buf, file, .. }) => (buf.len() as u64, file.is_some()),
+            Some(SegData::Mapped(m)) => (data_end(no, m.bytes(), 0)? as u64, true),
+            None => (0, false),
+        };
+        if has_file {
+            self.store.remove(no).await.map_err(Error::io_at("remove", no))?;
+        }
+        Ok(held)
+    }
+
+    /// Cuts the segment of the cut point back to it and makes it the active
+    /// mirror; returns the bytes of it the log dropped.
+    async fn cut_segment(&self, end: BatchEnd) -> Result<u64> {
+        let no = end.segment;
+        let pos = end.pos as usize;
+        let seg = self.st.borrow_mut().segments.remove(&no);
+        // `on_disk`: how far the file may hold bytes of this segment.
+        let (prefix, records, file, on_disk, held) = match seg {
+            Some(SegData::Mirror { mut buf, file, cut_len, .. }) => {
+                let held = buf.len();
+                buf.truncate(pos);
+                let records = count_records(no, &buf)?;
+                (buf, records, file, cut_len, held)
+            }
+            Some(SegData::Mapped(m)) => {
+                let bytes = m.bytes();
+                let held = data_end(no, bytes, 0)?;
+                let mut buf = new_mirror(&self.cfg);
+                buf.extend_from_slice(bytes.get(..pos).ok_or(Error::Corrupt { segment: no, position: end.pos })?);
+                let on_disk = last_nonzero(bytes, pos);
+                drop(m);
+                let file = Rc::new(self.store.reopen(no).await.map_err(Error::io_at("reopen", no))?);
+                let records = count_records(no, &buf)?;
+                (buf, records, Some(file), on_disk, held)
+            }
+            None => (new_mirror(&self.cfg), 0, None, 0, 0),
+        };
+        if let Some(file) = &file {
+            zero_after(&**file, &prefix, on_disk).await.map_err(Error::io_at("zero", no))?;
+        }
+        // What is on disk up to the cut needs no flush again.
+        let cut_len = on_disk.min(prefix.len());
+        let mut st = self.st.borrow_mut();
+        match file {
+            Some(file) => self.start_segment(&mut st, no, Some(Resumed { bytes: prefix, records, file, cut_len })),
+            None => self.start_segment(&mut st, no, None),
+        }
+        Ok(held.saturating_sub(pos) as u64)
+    }
+}
+
+/// Where the records of a segment no longer written end (after its seal,
+/// or where zeros begin), walking from `from`, a record boundary.
+fn data_end(no: u64, bytes: &[u8], from: usize) -> Result<usize> {
+    let mut at = from;
+    while at < bytes.len() {
+        match record::decode(no, &bytes[at..]) {
+            Ok((h, _, framed)) => {
+                at += framed;
+                if h.kind == record::KIND_SEAL {
+                    break;
+                }
+            }
+            Err(DecodeError::End) => break,
+            Err(_) => return Err(Error::Corrupt { segment: no, position: at as u64 }),
+        }
+    }
+    Ok(at)
+}
+
+/// The mark of entry `index`, which segment `no` holds the close of.
+fn find_close(no: u64, bytes: &[u8], index: u64) -> Result<BatchMark> {
+    let mut at = 0;
+    while at < bytes.len() {
+        let corrupt = || Error::Corrupt { segment: no, position: at as u64 };
+        let (h, body, framed) = record::decode(no, &bytes[at..]).map_err(|_| corrupt())?;
+        at += framed;
+        match record::batch_close_of(&h, &bytes[at - framed..][body]) {
+            Some(close) if close.index == index => {
+                return Ok(BatchMark { close, end: BatchEnd { segment: no, pos: at as u64 } });
+            }
+            _ if h.kind == record::KIND_SEAL => break,
+            _ => {}
+        }
+    }
+    Err(Error::Corrupt { segment: no, position: at as u64 })
+}
+
+/// The records in `bytes`, the start of segment `no` up to a record
+/// boundary (seals are not counted: they count the records before them).
+pub(super) fn count_records(no: u64, bytes: &[u8]) -> Result<u64> {
+    let mut at = 0;
+    let mut n = 0;
+    while at < bytes.len() {
+        let (h, _, framed) =
+            record::decode(no, &bytes[at..]).map_err(|_| Error::Corrupt { segment: no, position: at as u64 })?;
+        n += u64::from(h.kind != record::KIND_SEAL);
+        at += framed;
+    }
+    Ok(n)
+}
+
+/// One past the last byte of `bytes` from `from` on that is not zero
+/// (`from` if none is): how far a torn or discarded tail may reach.
+pub(super) fn last_nonzero(bytes: &[u8], from: usize) -> usize {
+    bytes.get(from..).and_then(|t| t.iter().rposition(|&b| b != 0)).map_or(from, |i| from + i + 1)
+}
+
+/// Durably zeroes a segment file from the end of `prefix` (its bytes from
+/// the start, kept) up to `upto`, in chunks; the block the cut falls in is
+/// rewritten with the prefix's part of it.
+pub(super) async fn zero_after<F: SegmentFile>(file: &F, prefix: &[u8], upto: usize) -> std::io::Result<()> {
+    let end = align_up(upto);
+    let mut at = align_down(prefix.len());
+    if upto <= prefix.len() {
+        return Ok(());
+    }
+    while at < end {
+        let len = (end - at).min(ZERO_CHUNK_BYTES as usize);
+        let keep = prefix.get(at..).unwrap_or(&[]);
+        file.write_at(file.filled_buf(len, &keep[..keep.len().min(len)]), at as u64).await?;
+        at += len;
+    }
+    file.sync().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_round_trips_and_bad_data_is_refused() {
+        let b = Batch {
+            parts: vec![
+                BatchPart { segment: 3, pos: 4000, bytes: vec![1; 96] },
+                BatchPart { segment: 4, pos: 0, bytes: vec![2; 40] },
+            ],
+        };
+        let data = b.encode();
+        assert_eq!(Batch::decode(&data).unwrap(), b);
+        assert_eq!(Batch::decode(&[]).unwrap(), Batch::default());
+        assert_eq!(Batch::default().encode(), Vec::<u8>::new());
+        for cut in 1..data.len() {
+            assert!(Batch::decode(&data[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = data.clone();
+        longer.push(0);
+        assert!(Batch::decode(&longer).is_err());
+        let mut other = data;
+        other[0] = 9;
+        assert!(Batch::decode(&other).is_err());
+    }
+
+    #[test]
+    fn an_older_entry_is_found_among_its_segments_closes() {
+        let mut seg = Vec::new();
+        let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 3 };
+        let mut want = Vec::new();
+        for index in 5..9 {
+            let start = (2, seg.len() as u64);
+            record::encode(2, &h, b"abc", &mut seg);
+            let close = BatchClose { term: 3, index, start };
+            record::batch_close(2, &close, &mut seg);
+            want.push(BatchMark { close, end: BatchEnd { segment: 2, pos: seg.len() as u64 } });
+        }
+        seg.resize(seg.len() + 4096, 0);
+        for m in &want {
+            assert_eq!(find_close(2, &seg, m.close.index).unwrap(), *m);
+        }
+        assert!(find_close(2, &seg, 9).is_err(), "not there");
+        assert!(find_close(3, &seg, 5).is_err(), "another segment's bytes");
+    }
+
+    #[test]
+    fn last_nonzero_finds_the_reach_of_a_tail() {
+        let mut b = vec![0u8; 100];
+        assert_eq!(last_nonzero(&b, 10), 10);
+        b[57] = 1;
+        assert_eq!(last_nonzero(&b, 10), 58);
+        assert_eq!(last_nonzero(&b, 60), 60);
+        assert_eq!(last_nonzero(&b, 200), 200);
+    }
+}
