@@ -38,6 +38,11 @@ pub const BATCH_MARKS_KEPT: usize = 65_536;
 pub const RECORD_HEADER_BYTES: usize = 32;
 /// Largest record body. A record must fit in one segment with its header.
 pub const RECORD_BODY_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Largest value kept in a two-slot file (`storage/slots.rs`, a replica's
+/// term and vote): a slot is one block, so a torn write stays in the slot it
+/// aimed at, and this is that block less the slot's 20-byte header and
+/// 4-byte checksum.
+pub const SLOT_PAYLOAD_BYTES_MAX: usize = DIRECT_IO_ALIGNMENT_BYTES as usize - 24;
 
 /// Largest request body accepted (an append or an initial PUT body). Beyond
 /// it the request gets 413. Keeps one request from pinning unbounded memory.

@@ -185,6 +185,12 @@ impl SegmentStore for TestStore {
     async fn remove(&self, no: u64) -> io::Result<()> {
         self.sim.remove(no).await
     }
+    async fn read_small(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        self.sim.read_small(name).await
+    }
+    async fn write_small(&self, name: &str, pos: u64, block: Vec<u8>) -> io::Result<()> {
+        self.sim.write_small(name, pos, block).await
+    }
     fn describe(&self) -> String {
         "simulator with yielding I/O".into()
     }

@@ -2,15 +2,19 @@
 //! O_DIRECT | O_DSYNC (`DmaFile`: a completed write is durable, no separate
 //! sync) or, where the file system has no O_DIRECT (tmpfs) or the operator
 //! disabled it, buffered (`BufferedFile`) with an fdatasync ending every
-//! flush. Sealed segments are read through memmap2.
+//! flush. Sealed segments are read through memmap2. Small files beside the
+//! segments (`write_small`) are plain std::fs files.
 //!
 //! This is the only storage file that knows glommio.
 
-use super::io::{SealedBytes, SegmentFile, SegmentStore, ZeroPace};
+use super::io::{check_small_name, check_small_write, SealedBytes, SegmentFile, SegmentStore, ZeroPace};
 use super::tiered::TierFiles;
 use crate::limits::{DIRECT_IO_ALIGNMENT_BYTES, ZERO_CHUNK_BYTES};
 use glommio::io::{BufferedFile, DmaBuffer, DmaFile, OpenOptions};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -120,6 +124,11 @@ impl SealedBytes for Empty {
 pub struct DiskStore {
     dir: PathBuf,
     direct: bool,
+    /// Small files whose directory entry this process has made durable. A
+    /// file found may have been renamed in by a process killed before it
+    /// synced the directory: the entry is then only in the page cache, and
+    /// a power cut could lose the file with every write to it since.
+    small_entries_synced: RefCell<BTreeSet<String>>,
 }
 
 impl DiskStore {
@@ -155,7 +164,7 @@ impl DiskStore {
             tracing::debug!("{}: O_DIRECT self-test: done", dir.display());
             std::fs::remove_file(&probe)?;
         }
-        Ok(DiskStore { dir: dir.to_path_buf(), direct })
+        Ok(DiskStore { dir: dir.to_path_buf(), direct, small_entries_synced: RefCell::default() })
     }
 
     pub fn path_of(&self, no: u64) -> PathBuf {
@@ -217,6 +226,31 @@ impl DiskStore {
 
     fn sync_dir(&self) -> io::Result<()> {
         std::fs::File::open(&self.dir)?.sync_all()
+    }
+
+    /// The first write of small file `name`: the whole file (zeros before
+    /// `pos`) under a temporary name, synced, renamed in, the directory
+    /// synced. A crash before the rename leaves no file, after it the file
+    /// whole: never a present file whose content was never written.
+    fn create_small(&self, name: &str, pos: u64, block: &[u8]) -> io::Result<()> {
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let f = std::fs::File::create(&tmp)?;
+        f.write_all_at(block, pos)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, self.dir.join(name))?;
+        self.sync_dir()?;
+        self.small_entries_synced.borrow_mut().insert(name.to_string());
+        Ok(())
+    }
+
+    /// Makes small file `name`'s directory entry durable, once per process.
+    fn sync_small_entry(&self, name: &str) -> io::Result<()> {
+        if self.small_entries_synced.borrow().contains(name) {
+            return Ok(());
+        }
+        self.sync_dir()?;
+        self.small_entries_synced.borrow_mut().insert(name.to_string());
+        Ok(())
     }
 }
 
@@ -282,7 +316,6 @@ impl SegmentStore for DiskStore {
     }
 
     async fn finish(&self, no: u64, at: u64, tail: &[u8]) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
         // Buffered, not O_DIRECT: a one-off write at boot, before the file is
         // mapped and while no O_DIRECT handle on it is open.
         let f = std::fs::OpenOptions::new().write(true).open(self.path_of(no))?;
@@ -294,6 +327,32 @@ impl SegmentStore for DiskStore {
     async fn remove(&self, no: u64) -> io::Result<()> {
         std::fs::remove_file(self.path_of(no))?;
         self.sync_dir()
+    }
+
+    async fn read_small(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        check_small_name(name)?;
+        match std::fs::read(self.dir.join(name)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn write_small(&self, name: &str, pos: u64, block: Vec<u8>) -> io::Result<()> {
+        check_small_write(name, pos, block.len())?;
+        // A buffered pwrite + fdatasync through std::fs, blocking the
+        // shard's thread like `finish` does: a small file is written rarely
+        // (a vote, a new term) and a block at a time, so an O_DIRECT handle
+        // kept open with its aligned buffers would buy nothing worth its
+        // code; one fdatasync's stall per vote is the price.
+        let f = match std::fs::OpenOptions::new().write(true).open(self.dir.join(name)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return self.create_small(name, pos, &block),
+            Err(e) => return Err(e),
+        };
+        f.write_all_at(&block, pos)?;
+        f.sync_data()?;
+        self.sync_small_entry(name)
     }
 
     fn tier_files(&self) -> Option<&dyn TierFiles> {

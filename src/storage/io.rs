@@ -2,6 +2,7 @@
 //! io_uring in production, an in-memory model with crash injection in tests.
 
 use super::tiered::TierFiles;
+use crate::limits::DIRECT_IO_ALIGNMENT_BYTES;
 use std::io;
 use std::rc::Rc;
 
@@ -73,6 +74,16 @@ pub trait SegmentStore {
     async fn finish(&self, no: u64, at: u64, tail: &[u8]) -> io::Result<()>;
     /// Deletes a segment durably.
     async fn remove(&self, no: u64) -> io::Result<()>;
+    /// The whole small file `name` ([`is_small_name`]) beside the segments;
+    /// None if it does not exist.
+    async fn read_small(&self, name: &str) -> io::Result<Option<Vec<u8>>>;
+    /// Writes `block` at `pos` of small file `name` (both block-aligned),
+    /// durable when it returns. A write that creates the file makes it
+    /// appear holding the whole write, or not at all (after a crash during
+    /// it), so a crash never leaves a present file that was never written.
+    /// Small files hold state kept beside the log (the two-slot file of
+    /// `storage/slots.rs`); `list` never reports them.
+    async fn write_small(&self, name: &str, pos: u64, block: Vec<u8>) -> io::Result<()>;
     /// What the tier layer keeps beside these segments (skeletons of remote
     /// segments, what an upload reads); None: this store cannot tier.
     fn tier_files(&self) -> Option<&dyn TierFiles> {
@@ -86,5 +97,78 @@ pub trait SegmentStore {
     /// making `sync` a no-op. Only changes what the metrics time.
     fn write_is_durable(&self) -> bool {
         false
+    }
+}
+
+/// Whether `name` may name a small file: ASCII lowercase letters, digits
+/// and `-`, starting with a letter. Without a dot it can never end like a
+/// segment (`.seg`), a skeleton (`.skel`) or a file being made (`.tmp`),
+/// so no listing of those mistakes it for one; without a `/` it stays in
+/// the segments' directory.
+pub fn is_small_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// InvalidInput unless [`is_small_name`]: what every backend checks before
+/// touching a small file, so no caller reaches a segment through it.
+pub fn check_small_name(name: &str) -> io::Result<()> {
+    if is_small_name(name) {
+        return Ok(());
+    }
+    Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?} is not a small file's name")))
+}
+
+/// What every backend checks before a small write: a small file's name, a
+/// block-aligned position and a non-empty block-aligned length (a slot is
+/// one block, so a torn write never reaches a neighbouring one).
+pub fn check_small_write(name: &str, pos: u64, len: usize) -> io::Result<()> {
+    check_small_name(name)?;
+    let aligned =
+        pos.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES) && (len as u64).is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES);
+    if len == 0 || !aligned {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("small write of {len} bytes at {pos} is not block-aligned"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_names_never_look_like_segment_files() {
+        for ok in ["raft-state", "vote", "a1-b2"] {
+            assert!(is_small_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "0000000000000001.seg",
+            "0000000000000001.skel",
+            "x.tmp",
+            "-x",
+            "1x",
+            "a/b",
+            "../x",
+            "Raft",
+            ".io-probe",
+        ] {
+            assert!(!is_small_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn small_writes_are_whole_blocks() {
+        let block = DIRECT_IO_ALIGNMENT_BYTES as usize;
+        assert!(check_small_write("raft-state", 0, block).is_ok());
+        assert!(check_small_write("raft-state", block as u64, 2 * block).is_ok());
+        for (pos, len) in [(0, 0), (0, block - 1), (512, block), (0, block + 512)] {
+            let e = check_small_write("raft-state", pos, len).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{pos} {len}");
+        }
+        assert_eq!(check_small_write("x.seg", 0, block).unwrap_err().kind(), io::ErrorKind::InvalidInput);
     }
 }

@@ -16,9 +16,15 @@
 //! a device that writes sectors atomically but in no particular order, and
 //! whose unsynced blocks may hold garbage.
 //!
+//! Small files (`write_small`, the two-slot file of `storage/slots.rs`) are
+//! durable when a write returns, so a crash keeps every completed one; the
+//! last one is remembered with the bytes it replaced, and
+//! `crash_image_tearing_small` builds what a power cut during it would
+//! leave: each sector old or new.
+//!
 //! Never a substitute for the real files: only fault-injection tests use it.
 
-use super::io::{SealedBytes, SegmentFile, SegmentStore};
+use super::io::{check_small_name, check_small_write, SealedBytes, SegmentFile, SegmentStore};
 use super::tiered::TierFiles;
 use crate::limits::SECTOR_BYTES;
 use std::cell::RefCell;
@@ -48,6 +54,23 @@ struct Disk {
     last_unsynced: Option<(u64, u64, Vec<u8>)>,
     /// Skeletons of tiered segments, durable once written.
     skeletons: BTreeMap<u64, Vec<u8>>,
+    /// Small files by name. One image each, no live/durable pair: a small
+    /// write is durable when it returns, so what reads see is what a crash
+    /// keeps.
+    smalls: BTreeMap<String, Vec<u8>>,
+    /// The last small write, for `crash_image_tearing_small`.
+    last_small: Option<SmallWrite>,
+}
+
+/// A completed small write and what it replaced.
+#[derive(Clone)]
+struct SmallWrite {
+    name: String,
+    pos: u64,
+    new: Vec<u8>,
+    /// The bytes the write covered before it (zeros past the old end);
+    /// None: the write created the file.
+    old: Option<Vec<u8>>,
 }
 
 impl Disk {
@@ -69,7 +92,28 @@ impl Disk {
     }
 
     fn used(&self) -> u64 {
-        self.files.values().map(|f| f.live.len() as u64).sum()
+        let segments: u64 = self.files.values().map(|f| f.live.len() as u64).sum();
+        segments + self.smalls.values().map(|f| f.len() as u64).sum::<u64>()
+    }
+
+    /// Applies a small write to its file and remembers it.
+    fn write_small(&mut self, name: &str, pos: u64, block: Vec<u8>) -> io::Result<()> {
+        let (start, end) = (pos as usize, pos as usize + block.len());
+        let had = self.smalls.get(name).map(Vec::len);
+        self.reserve(end.saturating_sub(had.unwrap_or(0)) as u64)?;
+        let f = self.smalls.entry(name.to_string()).or_default();
+        let old = had.map(|_| {
+            let mut old = vec![0; block.len()];
+            let kept = f.len().clamp(start, end);
+            old[..kept - start].copy_from_slice(&f[start..kept]);
+            old
+        });
+        if f.len() < end {
+            f.resize(end, 0);
+        }
+        f[start..end].copy_from_slice(&block);
+        self.last_small = Some(SmallWrite { name: name.to_string(), pos, new: block, old });
+        Ok(())
     }
 
     /// ENOSPC if `more` bytes would not fit.
@@ -203,8 +247,39 @@ impl SimStore {
                 f.durable = f.live.clone();
             }
         }
-        let skeletons = d.skeletons.clone();
-        SimStore { disk: Rc::new(RefCell::new(Disk { files, skeletons, ..Disk::default() })) }
+        let (skeletons, smalls) = (d.skeletons.clone(), d.smalls.clone());
+        SimStore { disk: Rc::new(RefCell::new(Disk { files, skeletons, smalls, ..Disk::default() })) }
+    }
+
+    /// What a restarted process finds after a power cut during the last
+    /// small write: the durable images (`crash_image(None)`), with each
+    /// `SECTOR_BYTES` sector of that write new if `keep(sector index from
+    /// the write's start)`, old otherwise (a device writes sectors
+    /// atomically, in no particular order). A write that created its file
+    /// is whole or absent, as the real backend renames it in: present only
+    /// if `keep` keeps every sector.
+    pub fn crash_image_tearing_small(&self, keep: &dyn Fn(usize) -> bool) -> SimStore {
+        let image = self.crash_image(None);
+        let Some(w) = self.disk.borrow().last_small.clone() else {
+            return image;
+        };
+        let sector = SECTOR_BYTES as usize;
+        let sectors = w.new.len().div_ceil(sector);
+        let mut img = image.disk.borrow_mut();
+        match &w.old {
+            None if (0..sectors).all(keep) => {}
+            None => drop(img.smalls.remove(&w.name)),
+            Some(old) => {
+                let f = img.smalls.get_mut(&w.name).expect("the crash image has the written small file");
+                for i in (0..sectors).filter(|&i| !keep(i)) {
+                    let (from, to) = (i * sector, ((i + 1) * sector).min(old.len()));
+                    let at = w.pos as usize + from;
+                    f[at..at + to - from].copy_from_slice(&old[from..to]);
+                }
+            }
+        }
+        drop(img);
+        image
     }
 
     /// Direct access for corruption tests: zeroes bytes `range` of segment
@@ -312,6 +387,20 @@ impl SegmentStore for SimStore {
         self.disk.borrow_mut().files.remove(&no);
         Ok(())
     }
+    async fn read_small(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        check_small_name(name)?;
+        let d = self.disk.borrow();
+        if d.dead {
+            return Err(io::Error::other("simulated crash: disk gone"));
+        }
+        Ok(d.smalls.get(name).cloned())
+    }
+    async fn write_small(&self, name: &str, pos: u64, block: Vec<u8>) -> io::Result<()> {
+        check_small_write(name, pos, block.len())?;
+        let mut d = self.disk.borrow_mut();
+        d.tick()?;
+        d.write_small(name, pos, block)
+    }
     fn tier_files(&self) -> Option<&dyn TierFiles> {
         Some(self)
     }
@@ -391,5 +480,50 @@ mod tests {
         assert!(block_on(store.reopen(1)).is_err());
         assert!(store.is_dead());
         assert!(block_on(store.reopen(1)).is_err());
+    }
+
+    #[test]
+    fn small_files_survive_crashes_but_are_never_segments() {
+        let store = SimStore::new();
+        drop(block_on(store.create(1, BLOCK as u64)).unwrap());
+        block_on(store.write_small("raft-state", BLOCK as u64, vec![5; BLOCK])).unwrap();
+        assert_eq!(block_on(store.list()).unwrap(), vec![(1, BLOCK as u64)]);
+        assert_eq!(store.used_bytes(), 3 * BLOCK as u64);
+        let image = store.crash_image(None);
+        let mut expect = vec![0; BLOCK];
+        expect.extend_from_slice(&[5; BLOCK]);
+        assert_eq!(block_on(image.read_small("raft-state")).unwrap(), Some(expect));
+        assert_eq!(block_on(image.read_small("other")).unwrap(), None);
+        assert!(block_on(store.write_small("1.seg", 0, vec![0; BLOCK])).is_err());
+        assert!(block_on(store.write_small("raft-state", 512, vec![0; BLOCK])).is_err());
+    }
+
+    #[test]
+    fn a_small_write_on_a_failing_disk_does_not_happen() {
+        let store = SimStore::new();
+        block_on(store.write_small("raft-state", 0, vec![1; BLOCK])).unwrap();
+        store.fail_after_ops(1);
+        assert!(block_on(store.write_small("raft-state", 0, vec![2; BLOCK])).is_err());
+        assert_eq!(block_on(store.crash_image(None).read_small("raft-state")).unwrap(), Some(vec![1; BLOCK]));
+        assert!(block_on(store.read_small("raft-state")).is_err(), "a dead disk still read");
+    }
+
+    #[test]
+    fn tearing_a_small_write_keeps_each_sector_old_or_new() {
+        let store = SimStore::new();
+        block_on(store.write_small("raft-state", 0, vec![1; BLOCK])).unwrap();
+        block_on(store.write_small("raft-state", 0, vec![2; BLOCK])).unwrap();
+        let torn = store.crash_image_tearing_small(&|i| i % 3 == 0);
+        let file = block_on(torn.read_small("raft-state")).unwrap().unwrap();
+        for (i, sector) in file.chunks(SECTOR_BYTES as usize).enumerate() {
+            let want = if i % 3 == 0 { 2 } else { 1 };
+            assert!(sector.iter().all(|&b| b == want), "sector {i}");
+        }
+        // A write that grew the file: its old sectors are the zeros past the old end.
+        block_on(store.write_small("raft-state", BLOCK as u64, vec![3; BLOCK])).unwrap();
+        let torn = store.crash_image_tearing_small(&|_| false);
+        let file = block_on(torn.read_small("raft-state")).unwrap().unwrap();
+        assert_eq!(file[..BLOCK], vec![2; BLOCK][..]);
+        assert_eq!(file[BLOCK..], vec![0; BLOCK][..]);
     }
 }
