@@ -338,6 +338,20 @@ impl<S: GroupStore> Group<S> {
         self.node.store()
     }
 
+    /// The index of the last entry in this replica's Raft log, handed to
+    /// the store or not yet. A leader whose store's log ends before it
+    /// (raft-rs's own empty entry of a new term, still to be handed out)
+    /// must not close a batch of its own until its store holds them.
+    pub fn last_index(&self) -> u64 {
+        self.node.raft.raft_log.last_index()
+    }
+
+    /// The store, for its owner's asynchronous part of a turn
+    /// ([`super::store::LogStore::persist`]).
+    pub fn store_mut(&mut self) -> &mut S {
+        self.node.mut_store()
+    }
+
     /// How many proposals wait for an answer.
     pub fn pending(&self) -> usize {
         self.pending.len()

@@ -17,6 +17,9 @@
 //!   dial with backoff, accept, authenticate, frames both ways, bounded
 //!   queues (the one file here that uses glommio).
 //! - [`log`]: raft-rs's log lines (slog) into ours (tracing).
+//! - [`store`]: a group's Raft log kept in its shard's segments (a batched
+//!   log: an entry is a group-commit batch where it lies), and its term and
+//!   vote in a two-slot file beside them.
 //!
 //! The deterministic simulation in `tests/cell_sim.rs` steps three or five
 //! groups through dropped, duplicated and reordered messages, partitions
@@ -28,4 +31,5 @@ pub mod config;
 pub mod group;
 pub mod link;
 pub mod log;
+pub mod store;
 pub mod wire;

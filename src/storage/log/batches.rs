@@ -244,12 +244,12 @@ impl<S: SegmentStore> LocalLog<S> {
         if let Some(e) = &st.poisoned {
             return Err(e.clone());
         }
-        match st.marks.last() {
-            Some(m) if m.close.index + 1 != index => {
-                Err(Error::Batch(format!("entry {index} does not follow entry {}", m.close.index)))
-            }
-            _ => Ok(()),
+        // An empty log begins with entry 1.
+        let last = st.marks.last().map_or(0, |m| m.close.index);
+        if index != last + 1 {
+            return Err(Error::Batch(format!("entry {index} does not follow entry {last}")));
         }
+        Ok(())
     }
 
     fn active_len(&self, st: &State<S::File>) -> usize {
