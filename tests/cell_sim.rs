@@ -433,6 +433,9 @@ impl Sim {
             for e in &w.apply {
                 self.apply(i, e);
             }
+            if let Some(last) = w.apply.last() {
+                self.replicas[i].group.as_ref().unwrap().log.commit_to(last.index);
+            }
             for a in w.answers {
                 self.answer(i, a);
             }

@@ -107,21 +107,25 @@ fn leader(rng: &mut Rng, prefix: &[Entry], n: u64, term: u64) -> (Log, Vec<Entry
     (log, entries)
 }
 
+/// Runs `log`'s writer until it has nothing left to do; true if all the
+/// log holds is durable then (false: the disk died).
+fn flush(log: &Log) -> bool {
+    drive(&[log], async {});
+    log.durable_lsn() >= log.tail_lsn()
+}
+
 /// Waits until everything `log` holds is durable.
 fn settle(log: &Log) {
-    let l = log.clone();
-    let lsn = log.tail_lsn();
-    drive(&[log], async move { l.durable(lsn).await }).expect("durable");
+    assert!(flush(log), "the log could not be made durable");
 }
 
 /// Copies `entries` into `log` one by one, each made durable before the
-/// next; returns how many became durable before the disk died.
+/// next (as a follower does before acknowledging); returns how many became
+/// durable before the disk died.
 fn follow(log: &Log, entries: &[Entry]) -> usize {
     let mut durable = 0;
     for e in entries {
-        let Ok((_, lsn)) = log.append_batch(&e.batch, e.term, e.index) else { break };
-        let l = log.clone();
-        if drive(&[log], async move { l.durable(lsn).await }).is_err() {
+        if log.append_batch(&e.batch, e.term, e.index).is_err() || !flush(log) {
             break;
         }
         durable += 1;
@@ -310,6 +314,33 @@ fn a_waiter_for_a_discarded_record_fails() {
     pool.run_until_stalled();
     assert!(matches!(*result.borrow(), Some(Err(Error::CutBack))), "got {:?}", result.borrow());
     assert_eq!(log.last_mark(), kept);
+}
+
+#[test]
+fn a_record_is_acknowledged_once_durable_and_committed_and_never_cut_back() {
+    let mut rng = Rng::from_seed(11);
+    let (log, _) = open(SimStore::new()).unwrap();
+    lead_one(&log, &mut rng, 1, 1);
+    let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
+    let (_, lsn) = log.append(h, b"waits").unwrap();
+    log.close_batch(1, 2).unwrap();
+    settle(&log);
+    let mut pool = LocalPool::new();
+    let result = Rc::new(RefCell::new(None));
+    let (l, r) = (log.clone(), result.clone());
+    pool.spawner().spawn_local(async move { *r.borrow_mut() = Some(l.durable(lsn).await) }).unwrap();
+    pool.run_until_stalled();
+    assert!(result.borrow().is_none(), "durable here is not enough: it must be committed");
+    log.commit_to(1);
+    pool.run_until_stalled();
+    assert!(result.borrow().is_none(), "committed to entry 1 only");
+    log.commit_to(2);
+    pool.run_until_stalled();
+    assert!(matches!(*result.borrow(), Some(Ok(()))));
+    let first = log.mark(1).unwrap();
+    let l = log.clone();
+    let refused = drive(&[&log], async move { l.cut_back(first).await });
+    assert!(matches!(refused, Err(Error::Batch(_))), "cut back below the committed index: {refused:?}");
 }
 
 #[test]

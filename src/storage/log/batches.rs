@@ -220,12 +220,42 @@ impl<S: SegmentStore> LocalLog<S> {
         Ok(done)
     }
 
+    /// Entries up to `index` are committed: records in them become
+    /// visible ([`LocalLog::durable`] resolves for them once they are
+    /// durable here too).
+    pub fn commit_to(&self, index: u64) {
+        let mut st = self.st.borrow_mut();
+        if index <= st.committed {
+            return;
+        }
+        st.committed = index;
+        while let Some(&(i, lsn)) = st.uncommitted.front() {
+            if i > index {
+                break;
+            }
+            st.lsn_committed = st.lsn_committed.max(lsn);
+            st.uncommitted.pop_front();
+        }
+        let visible = self.visible_lsn(&st);
+        writer::release_waiters(&mut st, visible);
+    }
+
+    /// The highest index [`LocalLog::commit_to`] was told of.
+    pub fn committed_index(&self) -> u64 {
+        self.st.borrow().committed
+    }
+
     /// Cuts the log back to just after `to` (None: to empty), discarding
     /// every later byte, on disk too (zeroed or removed, durably) before
     /// anything new is written there. Waits for the flushes in flight
     /// first; tasks waiting for a discarded lsn fail with
     /// [`Error::CutBack`]. The caller names a batch this log closed.
     pub async fn cut_back(&self, to: Option<BatchMark>) -> Result<()> {
+        let keep = to.map_or(0, |m| m.close.index);
+        let committed = self.st.borrow().committed;
+        if keep < committed {
+            return Err(Error::Batch(format!("cut back to entry {keep} below the committed {committed}")));
+        }
         self.st.borrow_mut().cutting_back = true;
         while self.st.borrow().flights > 0 {
             self.flights_done.wait().await;
@@ -276,6 +306,7 @@ impl<S: SegmentStore> LocalLog<S> {
         st.records_pending += 1;
         let mark = BatchMark { close, end };
         st.marks.push(mark);
+        st.uncommitted.push_back((index, st.lsn_tail));
         self.wake_writer.notify();
         (mark, st.lsn_tail)
     }
@@ -381,6 +412,7 @@ impl<S: SegmentStore> LocalLog<S> {
 
     async fn cut_back_now(&self, to: Option<BatchMark>) -> Result<()> {
         let end = to.map_or(LOG_START, |m| m.end);
+        let keep = to.map_or(0, |m| m.close.index);
         let newer: Vec<u64> = self.st.borrow().segments.range(end.segment + 1..).map(|(&no, _)| no).rev().collect();
         let mut removed = 0u64;
         for no in newer {
@@ -394,6 +426,10 @@ impl<S: SegmentStore> LocalLog<S> {
         st.lsn_tail = cut;
         st.lsn_cut = st.lsn_cut.min(cut);
         st.lsn_durable = st.lsn_durable.min(cut);
+        st.lsn_committed = st.lsn_committed.min(cut);
+        while st.uncommitted.back().is_some_and(|&(i, _)| i > keep) {
+            st.uncommitted.pop_back();
+        }
         if st.waiters.is_empty() {
             st.cuts.clear();
         }

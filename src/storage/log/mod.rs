@@ -124,6 +124,12 @@ struct State<F> {
     /// may still wait for an lsn from before one (see `durable`).
     generation: u64,
     cuts: Vec<(u64, u64)>,
+    /// Batched logs: the lsn the committed entries cover, the committed
+    /// index, and the lsn each entry closed since the log opened ends at,
+    /// until it is committed.
+    lsn_committed: u64,
+    committed: u64,
+    uncommitted: VecDeque<(u64, u64)>,
     /// A cut-back is under way: the writer cuts no flush.
     cutting_back: bool,
     poisoned: Option<Error>,
@@ -277,8 +283,10 @@ impl<S: SegmentStore> LocalLog<S> {
     }
 
     /// Resolves when everything up to `lsn` is on stable storage. In a
-    /// batched log, fails with [`Error::CutBack`] when a cut-back discarded
-    /// `lsn` first (an lsn from before a cut-back must be awaited before it).
+    /// batched log: on stable storage here and committed by the group
+    /// ([`LocalLog::commit_to`]); fails with [`Error::CutBack`] when a
+    /// cut-back discarded `lsn` first (an lsn from before a cut-back must
+    /// be awaited before it).
     pub async fn durable(&self, lsn: u64) -> Result<()> {
         let (mut since, mut registered) = (None, None);
         std::future::poll_fn(|cx| {
@@ -287,7 +295,7 @@ impl<S: SegmentStore> LocalLog<S> {
             if st.cuts.iter().any(|&(g, cut)| g > generation && cut < lsn) {
                 return Poll::Ready(Err(Error::CutBack));
             }
-            if st.lsn_durable >= lsn {
+            if self.visible_lsn(&st) >= lsn {
                 return Poll::Ready(Ok(()));
             }
             if let Some(e) = &st.poisoned {

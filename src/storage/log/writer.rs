@@ -284,15 +284,19 @@ impl<S: SegmentStore> LocalLog<S> {
             st.stats.max_records_per_flush = st.stats.max_records_per_flush.max(cut.records);
             st.stats.batch_records.record(cut.records);
         }
-        // Waiters are mostly in lsn order, but a reader may wait for an
-        // older lsn after a newer waiter: release every covered one.
-        st.waiters.retain(|(lsn, waker)| {
-            let covered = *lsn <= cut.target_lsn;
-            if covered {
-                waker.wake_by_ref();
-            }
-            !covered
-        });
+        let visible = self.visible_lsn(&st);
+        release_waiters(&mut st, visible);
+    }
+
+    /// What `durable` waits for: the durable point, and in a batched log
+    /// also the committed one (a record is acknowledged and served only
+    /// once its batch is durable here and committed by the group).
+    pub(super) fn visible_lsn(&self, st: &State<S::File>) -> u64 {
+        if self.batched {
+            st.lsn_durable.min(st.lsn_committed)
+        } else {
+            st.lsn_durable
+        }
     }
 
     /// Sealed segments of a completed flight are served from their files
@@ -312,4 +316,16 @@ impl<S: SegmentStore> LocalLog<S> {
         }
         Ok(())
     }
+}
+
+/// Wakes (and forgets) every waiter `visible` covers. Waiters are mostly in
+/// lsn order, but a reader may wait for an older lsn after a newer waiter.
+pub(super) fn release_waiters<F>(st: &mut State<F>, visible: u64) {
+    st.waiters.retain(|(lsn, waker)| {
+        let covered = *lsn <= visible;
+        if covered {
+            waker.wake_by_ref();
+        }
+        !covered
+    });
 }
