@@ -17,6 +17,9 @@
 //!   dial with backoff, accept, authenticate, frames both ways, bounded
 //!   queues (the one file here that uses glommio).
 //! - [`log`]: raft-rs's log lines (slog) into ours (tracing).
+//! - [`replica`]: one group's replica at work on its shard's executor:
+//!   messages, ticks, proposals of what the shard appended, each turn
+//!   handed to the log, commits made visible.
 //! - [`store`]: a group's Raft log kept in its shard's segments (a batched
 //!   log: an entry is a group-commit batch where it lies), and its term and
 //!   vote in a two-slot file beside them.
@@ -31,5 +34,6 @@ pub mod config;
 pub mod group;
 pub mod link;
 pub mod log;
+pub mod replica;
 pub mod store;
 pub mod wire;

@@ -178,6 +178,24 @@ impl<S: SegmentStore> LocalLog<S> {
         find_close(no, bytes, index).map(Some)
     }
 
+    /// Whether records were appended since the last close.
+    pub fn has_unclosed(&self) -> bool {
+        let st = self.st.borrow();
+        let start = st.marks.last().map_or(LOG_START, |m| m.end);
+        (st.active, self.active_len(&st) as u64) != (start.segment, start.pos)
+    }
+
+    /// Resolves at the next append (one waiter: the replica that proposes).
+    pub async fn appended(&self) {
+        self.appended.wait().await
+    }
+
+    /// Resolves at the next completed flush (one waiter: the replica that
+    /// reports what became durable).
+    pub async fn flushed(&self) {
+        self.flushed.wait().await
+    }
+
     /// A copy of what was appended since the last close: the batch the
     /// leader proposes next (empty if nothing was).
     pub fn pending_batch(&self) -> Result<Batch> {

@@ -154,6 +154,11 @@ pub struct LocalLog<S: SegmentStore> {
     sealed: Notify,
     /// Rung when the last flush in flight completes (for a cut-back).
     flights_done: Notify,
+    /// Batched logs: rung on every append (for the replica, which proposes
+    /// what was appended) and every completed flush (it reports what
+    /// became durable). One waiter each.
+    appended: Notify,
+    flushed: Notify,
     /// A replica's copy of a replicated log (see `batches.rs`).
     batched: bool,
 }
@@ -251,6 +256,9 @@ impl<S: SegmentStore> LocalLog<S> {
         let lsn = st.lsn_tail;
         drop(st);
         self.wake_writer.notify();
+        if self.batched {
+            self.appended.notify();
+        }
         Ok((RecordLoc { segment: no, pos, body_len: h.body_len }, lsn))
     }
 

@@ -155,6 +155,8 @@ impl<S: SegmentStore> LocalLog<S> {
             stopped: Cell::new(false),
             sealed: Notify::default(),
             flights_done: Notify::default(),
+            appended: Notify::default(),
+            flushed: Notify::default(),
             batched,
         }
     }

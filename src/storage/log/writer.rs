@@ -63,7 +63,7 @@ impl<S: SegmentStore> LocalLog<S> {
     /// may ever be acknowledged; the in-memory state may also be ahead of the
     /// disk. Reads of what was durable before keep working. A restart
     /// recovers from what the disk holds.
-    pub(super) fn poison(&self, e: Error) {
+    pub fn poison(&self, e: Error) {
         let mut st = self.st.borrow_mut();
         st.poisoned.get_or_insert_with(|| {
             tracing::error!(
@@ -286,6 +286,8 @@ impl<S: SegmentStore> LocalLog<S> {
         }
         let visible = self.visible_lsn(&st);
         release_waiters(&mut st, visible);
+        drop(st);
+        self.flushed.notify();
     }
 
     /// What `durable` waits for: the durable point, and in a batched log

@@ -1,0 +1,214 @@
+//! One group's replica at work on its shard's executor: the loop that
+//! steps peers' messages, ticks, proposes what the shard appended, hands
+//! each turn to the log and reports what became durable.
+//!
+//! The shard appends records to the group's batched log as a single node
+//! does; the replica, when it leads, closes what was appended since the
+//! last proposal as one entry ([`Replica::propose`]). A record is
+//! acknowledged and served once its batch is durable here and committed
+//! ([`LocalLog::commit_to`], from each turn's committed entries). A replica
+//! that stops leading discards what it appended but never proposed: those
+//! waiters fail (the client retries), entries it proposed are either
+//! committed by the next leader or cut back when they conflict.
+//!
+//! No glommio here: the owner gives the loop its inbox (a stream of
+//! messages), its outbox and a timer.
+
+use super::group::{self, Group, GroupView, Refused};
+use super::store::{LogStore, StoreError};
+use crate::storage::io::SegmentStore;
+use crate::storage::log::LocalLog;
+use futures_util::stream::{Stream, StreamExt};
+use raft::prelude::Message;
+use raft::StateRole;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Where a replica's messages go (the peer links).
+pub trait Outbox {
+    /// Queues `message` for `message.to`; false if it was dropped (Raft
+    /// resends what matters).
+    fn send(&self, message: Message) -> bool;
+}
+
+impl Outbox for super::link::Links {
+    fn send(&self, message: Message) -> bool {
+        super::link::Links::send(self, message)
+    }
+}
+
+/// A timer the owner provides: resolves after the duration.
+pub type Sleep = Rc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()>>>>;
+
+/// A turn written to the log: once the log is durable to `lsn`, raft-rs
+/// is told (`persisted`) and `after` is sent (votes, a follower's acks).
+struct Written {
+    number: u64,
+    lsn: u64,
+    after: Vec<Message>,
+}
+
+/// What others on the executor may read of the replica.
+#[derive(Debug, Default)]
+pub struct Status {
+    pub leading: Cell<bool>,
+    pub view: RefCell<Option<GroupView>>,
+}
+
+pub struct Replica<S: SegmentStore> {
+    id: u64,
+    group: Group<LogStore<S>>,
+    log: Rc<LocalLog<S>>,
+    written: VecDeque<Written>,
+    status: Rc<Status>,
+}
+
+impl<S: SegmentStore> Replica<S> {
+    /// The replica `id` of group `group` (its shard's index), of `voters`,
+    /// over its recovered batched log. Entries the saved commit index
+    /// covers count as applied.
+    pub async fn open(id: u64, group: u32, voters: Vec<u64>, log: Rc<LocalLog<S>>) -> Result<Self, StoreError> {
+        let store = LogStore::open(log.clone(), voters).await?;
+        let commit = raft::Storage::initial_state(&store).map(|s| s.hard_state.commit).unwrap_or(0);
+        log.commit_to(commit);
+        let group = Group::new(&group::config(id, commit), store, &super::log::logger(group, id))
+            .map_err(|e| StoreError::Batch(format!("the Raft group does not start: {e}")))?;
+        Ok(Replica { id, group, log, written: VecDeque::new(), status: Rc::default() })
+    }
+
+    pub fn status(&self) -> Rc<Status> {
+        self.status.clone()
+    }
+
+    pub fn log(&self) -> &Rc<LocalLog<S>> {
+        &self.log
+    }
+
+    pub fn step(&mut self, message: Message) {
+        if let Err(e) = self.group.step(message) {
+            tracing::debug!("replica {}: a message was not stepped: {e}", self.id);
+        }
+    }
+
+    pub fn tick(&mut self) {
+        self.group.tick();
+    }
+
+    /// On the leader, proposes what was appended since the last proposal
+    /// as one entry, once the log holds every entry before it. Refused
+    /// (not leading, too much in flight), the records wait; a replica that
+    /// stops leading discards them at its next turn.
+    pub fn propose(&mut self) -> Result<(), Refused> {
+        if self.group.role() != StateRole::Leader
+            || !self.log.has_unclosed()
+            || self.group.last_index() != self.log.last_index()
+        {
+            return Ok(());
+        }
+        let batch = self.log.pending_batch().map_err(|_| Refused::Busy)?;
+        let p = self.group.propose(batch.encode())?;
+        if let Err(e) = self.log.close_batch(p.term, p.index) {
+            // Raft holds an entry the log cannot close: stop writing.
+            self.log.poison(e);
+        }
+        Ok(())
+    }
+
+    /// One turn: hands every ready piece of work to the log, commits what
+    /// the group committed, and reports the turns that became durable.
+    pub async fn turn(&mut self, out: &impl Outbox) -> Result<(), StoreError> {
+        while let Some(w) = self.group.ready() {
+            if let Some(rc) = w.role {
+                tracing::info!("replica {}: {:?} in term {}, leader {:?}", self.id, rc.role, rc.term, rc.leader);
+                if rc.role != StateRole::Leader && self.log.has_unclosed() {
+                    self.log.cut_back(self.log.last_mark()).await?;
+                }
+            }
+            for m in w.send {
+                out.send(m);
+            }
+            let lsn = self.group.store_mut().persist().await?;
+            // Durability is cumulative: after a cut-back an earlier turn's
+            // lsn may name discarded bytes; this turn's covers it.
+            for earlier in &mut self.written {
+                earlier.lsn = earlier.lsn.min(lsn);
+            }
+            self.written.push_back(Written { number: w.number, lsn, after: w.send_when_durable });
+            if let Some(last) = w.apply.last() {
+                self.log.commit_to(last.index);
+            }
+        }
+        self.report_durable(out);
+        self.status.leading.set(self.group.role() == StateRole::Leader);
+        *self.status.view.borrow_mut() = Some(self.group.view());
+        Ok(())
+    }
+
+    /// Tells raft-rs of the turns the log made durable, in order.
+    fn report_durable(&mut self, out: &impl Outbox) {
+        let durable = self.log.durable_lsn();
+        while self.written.front().is_some_and(|w| w.lsn <= durable) {
+            let w = self.written.pop_front().expect("checked");
+            self.group.persisted(w.number);
+            for m in w.after {
+                out.send(m);
+            }
+        }
+    }
+}
+
+/// What woke the loop.
+enum Woken {
+    Message(Option<Box<Message>>),
+    Tick,
+    Log,
+}
+
+/// Runs `replica` until its inbox ends, `stop` is set (checked at each
+/// wake), or its store fails (the log is poisoned then: nothing more is
+/// acknowledged). Ticks every `tick`.
+pub async fn run<S: SegmentStore>(
+    mut replica: Replica<S>,
+    inbox: impl Stream<Item = Message>,
+    out: &impl Outbox,
+    sleep: &Sleep,
+    tick: Duration,
+    stop: &Cell<bool>,
+) {
+    let mut inbox = pin!(inbox);
+    let mut next_tick = Instant::now() + tick;
+    let log = replica.log.clone();
+    while !stop.get() {
+        let woken = {
+            let message = async { Woken::Message(inbox.next().await.map(Box::new)) };
+            let timer = async {
+                sleep(next_tick.saturating_duration_since(Instant::now())).await;
+                Woken::Tick
+            };
+            let logged = async {
+                futures_lite::future::or(log.appended(), log.flushed()).await;
+                Woken::Log
+            };
+            futures_lite::future::or(message, futures_lite::future::or(timer, logged)).await
+        };
+        match woken {
+            Woken::Message(None) => return,
+            Woken::Message(Some(m)) => replica.step(*m),
+            Woken::Tick => {
+                replica.tick();
+                next_tick = Instant::now() + tick;
+            }
+            Woken::Log => {}
+        }
+        let _ = replica.propose();
+        if let Err(e) = replica.turn(out).await {
+            tracing::error!("replica {}: its log failed: {e}; it stops and acknowledges nothing more", replica.id);
+            log.poison(e);
+            return;
+        }
+    }
+}
