@@ -14,7 +14,10 @@
 //!   committed prefixes of all replicas are identical);
 //! - each replica applies committed entries once, in index order;
 //! - after healing every replica has applied the same log, and every
-//!   acknowledged proposal is in it at its acknowledged index, once;
+//!   acknowledged proposal is in it at its acknowledged index, once (a
+//!   proposal is one record the leader appends to its log, acknowledged as
+//!   the shard acknowledges an append: when the log's `durable` resolves,
+//!   durable there and committed);
 //! - after healing the replicas' segments are byte for byte the same;
 //! - after healing the preferred replica leads (`Group::lead_toward`);
 //! - a read (asked at any replica, served once it has applied up to the
@@ -44,6 +47,7 @@ use ringstream::storage::record::{self, RecordHeader};
 use ringstream::storage::sim_file::SimStore;
 use ringstream::storage::LogConfig;
 use rng::Rng;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
@@ -70,6 +74,9 @@ struct Running {
     group: Group<LogStore<SimStore>>,
     log: Rc<LocalLog<SimStore>>,
     pool: LocalPool,
+    /// Proposals whose record the log acknowledged (`durable` resolved:
+    /// durable here and committed), as (index, data), for the checker.
+    acks: Rc<RefCell<Vec<(u64, Vec<u8>)>>>,
 }
 
 struct Replica {
@@ -227,7 +234,8 @@ impl Sim {
         let (w, p) = (log.clone(), log.clone());
         pool.spawner().spawn_local(async move { w.run_writer().await }).unwrap();
         pool.spawner().spawn_local(async move { p.run_preparer().await }).unwrap();
-        r.group = Some(Running { group: Group::new(&cfg, store, &logger).unwrap(), log, pool });
+        let acks = Rc::default();
+        r.group = Some(Running { group: Group::new(&cfg, store, &logger).unwrap(), log, pool, acks });
         r.writes.clear();
         r.applied.clear();
         r.proposed.clear();
@@ -367,13 +375,20 @@ impl Sim {
                 continue;
             }
             let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
-            if run.log.append(h, &data).is_err() {
-                continue;
-            }
+            let Ok((_, lsn)) = run.log.append(h, &data) else { continue };
             let batch = run.log.pending_batch().expect("the pending batch");
             match run.group.propose(batch.encode()) {
                 Ok(p) => {
                     run.log.close_batch(p.term, p.index).expect("close the batch");
+                    // Acknowledged as the shard acknowledges an append: when
+                    // the log says the record is durable and committed.
+                    let (log, acks, acked) = (run.log.clone(), run.acks.clone(), data.clone());
+                    let wait = async move {
+                        if log.durable(lsn).await.is_ok() {
+                            acks.borrow_mut().push((p.index, acked));
+                        }
+                    };
+                    run.pool.spawner().spawn_local(wait).expect("spawn");
                     r.proposed.insert(p.index, data);
                     self.proposals += 1;
                 }
@@ -396,6 +411,7 @@ impl Sim {
         }
         if !self.faults || self.rng.chance(300_000) {
             self.replicas[i].group.as_mut().unwrap().pool.run_until_stalled();
+            self.take_acks(i);
         }
         while self.live(i) {
             let r = &mut self.replicas[i];
@@ -434,7 +450,10 @@ impl Sim {
                 self.apply(i, e);
             }
             if let Some(last) = w.apply.last() {
-                self.replicas[i].group.as_ref().unwrap().log.commit_to(last.index);
+                let run = self.replicas[i].group.as_mut().unwrap();
+                run.log.commit_to(last.index);
+                run.pool.run_until_stalled();
+                self.take_acks(i);
             }
             for a in w.answers {
                 self.answer(i, a);
@@ -467,15 +486,22 @@ impl Sim {
         self.check.committed(r.id, e);
     }
 
+    /// Hands the checker what replica `i`'s log acknowledged (unless the
+    /// planted bug acknowledges earlier itself).
+    fn take_acks(&mut self, i: usize) {
+        let acks = std::mem::take(&mut *self.replicas[i].group.as_ref().unwrap().acks.borrow_mut());
+        if !self.plant {
+            for (index, data) in acks {
+                self.check.ack(index, data);
+            }
+        }
+    }
+
     fn answer(&mut self, i: usize, a: Answer) {
         let r = &mut self.replicas[i];
         match a {
-            Answer::Committed { index } => {
-                if let Some(data) = r.proposed.remove(&index) {
-                    self.check.ack(index, data);
-                }
-            }
-            Answer::Unknown { index } | Answer::Lost { index } => {
+            // Acknowledged by the log (see `propose`), not by the answer.
+            Answer::Committed { index } | Answer::Unknown { index } | Answer::Lost { index } => {
                 r.proposed.remove(&index);
             }
         }
