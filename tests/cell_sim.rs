@@ -75,9 +75,12 @@ struct Running {
     log: Rc<LocalLog<SimStore>>,
     pool: LocalPool,
     /// Proposals whose record the log acknowledged (`durable` resolved:
-    /// durable here and committed), as (index, data), for the checker.
-    acks: Rc<RefCell<Vec<(u64, Vec<u8>)>>>,
+    /// durable here and committed), for the checker.
+    acks: Acks,
 }
+
+/// Acknowledged proposals as (index, data).
+type Acks = Rc<RefCell<Vec<(u64, Vec<u8>)>>>;
 
 struct Replica {
     id: u64,
