@@ -379,10 +379,11 @@ impl Sim {
             }
             let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
             let Ok((_, lsn)) = run.log.append(h, &data) else { continue };
+            let end = run.log.tail_position();
             let batch = run.log.pending_batch().expect("the pending batch");
             match run.group.propose(batch.encode()) {
                 Ok(p) => {
-                    run.log.close_batch(p.term, p.index).expect("close the batch");
+                    run.log.close_batch(p.term, p.index, end).expect("close the batch");
                     // Acknowledged as the shard acknowledges an append: when
                     // the log says the record is durable and committed.
                     let (log, acks, acked) = (run.log.clone(), run.acks.clone(), data.clone());

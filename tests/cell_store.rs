@@ -48,7 +48,7 @@ fn lead(log: &LocalLog<SimStore>, term: u64, index: u64, body: &[u8]) -> Entry {
     let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
     log.append(h, body).unwrap();
     let data = log.pending_batch().unwrap().encode();
-    log.close_batch(term, index).unwrap();
+    log.close_batch(term, index, log.tail_position()).unwrap();
     Entry { term, index, data, ..Entry::default() }
 }
 
@@ -149,6 +149,25 @@ fn conflicting_entries_wait_readable_until_the_log_is_cut_back() {
         read.iter().map(|e| e.data.clone()).collect::<Vec<_>>(),
         new_entries.iter().map(|e| e.data.clone()).collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn a_new_leaders_empty_entry_does_not_close_records_never_proposed() {
+    let disk = SimStore::new();
+    let (mut store, log) = open(&disk);
+    let e = lead(&log, 1, 1, b"one");
+    store.append(&[e]);
+    persist(&mut store, &log);
+    // Records appended as leader, not yet proposed, when leadership moves;
+    // then the new leader's empty entry 2 arrives.
+    let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
+    log.append(h, b"never proposed").unwrap();
+    store.append(&[Entry { term: 2, index: 2, ..Entry::default() }]);
+    assert!(store.failed().is_none());
+    persist(&mut store, &log);
+    let got = store.entries(2, 3, None, GetEntriesContext::empty(false)).unwrap();
+    assert!(got[0].data.is_empty(), "entry 2 holds {} bytes of records never proposed", got[0].data.len());
+    assert!(!log.has_unclosed());
 }
 
 #[test]

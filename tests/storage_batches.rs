@@ -87,7 +87,7 @@ fn lead_one(log: &Log, rng: &mut Rng, term: u64, index: u64) -> Entry {
         log.append(h, &body).expect("append");
     }
     let batch = log.pending_batch().expect("pending batch");
-    log.close_batch(term, index).expect("close");
+    log.close_batch(term, index, log.tail_position()).expect("close");
     Entry { batch, term, index }
 }
 
@@ -282,7 +282,7 @@ fn recovery_cuts_records_never_closed_and_they_never_come_back() {
     // so nothing of them is read back behind the new batch.
     let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
     back.append(h, b"x").unwrap();
-    back.close_batch(1, 2).unwrap();
+    back.close_batch(1, 2, back.tail_position()).unwrap();
     settle(&back);
     let image = back.store().crash_image(None);
     let (_, marks) = open(image.clone()).unwrap();
@@ -301,7 +301,7 @@ fn a_waiter_for_a_discarded_record_fails() {
     let kept = log.last_mark();
     let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
     let (_, lsn) = log.append(h, b"gone").unwrap();
-    log.close_batch(1, 2).unwrap();
+    log.close_batch(1, 2, log.tail_position()).unwrap();
     // No writer runs: the waiter is still waiting when the cut comes.
     let mut pool = LocalPool::new();
     let result = Rc::new(RefCell::new(None));
@@ -323,7 +323,7 @@ fn a_record_is_acknowledged_once_durable_and_committed_and_never_cut_back() {
     lead_one(&log, &mut rng, 1, 1);
     let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
     let (_, lsn) = log.append(h, b"waits").unwrap();
-    log.close_batch(1, 2).unwrap();
+    log.close_batch(1, 2, log.tail_position()).unwrap();
     settle(&log);
     let mut pool = LocalPool::new();
     let result = Rc::new(RefCell::new(None));

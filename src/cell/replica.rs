@@ -109,9 +109,10 @@ impl<S: SegmentStore> Replica<S> {
         {
             return Ok(());
         }
+        let end = self.log.tail_position();
         let batch = self.log.pending_batch().map_err(|_| Refused::Busy)?;
         let p = self.group.propose(batch.encode())?;
-        if let Err(e) = self.log.close_batch(p.term, p.index) {
+        if let Err(e) = self.log.close_batch(p.term, p.index, end) {
             // Raft holds an entry the log cannot close: stop writing.
             self.log.poison(e);
         }

@@ -84,6 +84,7 @@ impl<S: SegmentStore> LogStore<S> {
     /// durable-bound: cuts the log back and copies in the entries that
     /// waited for it, writes the term and vote if they changed. Returns the
     /// lsn of the log that makes the turn durable (every earlier turn too).
+    /// Not to be cancelled: run it to its end once started.
     pub async fn persist(&mut self) -> Result<u64, StoreError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
@@ -111,7 +112,9 @@ impl<S: SegmentStore> LogStore<S> {
                 .map_err(crate::storage::Error::io_at("write the Raft state", 0))?;
             self.dirty = false;
         }
-        Ok(self.log.tail_lsn())
+        // Not the tail: on a leader it may hold records not yet proposed,
+        // which a cut-back could discard.
+        Ok(self.log.closed_lsn())
     }
 
     /// A follower's entry, next in the log: its batch copied in.
@@ -157,11 +160,16 @@ impl<S: SegmentStore> LogStore<S> {
                 return Ok(());
             }
         }
-        if e.index <= self.log.last_index() || self.staged.is_some() {
-            if self.staged.is_none() && self.log.mark(e.index)?.is_some_and(|m| m.close.term == e.term) {
+        if e.index <= self.log.last_index() || self.staged.is_some() || self.log.has_unclosed() {
+            if self.staged.is_none()
+                && e.index <= self.log.last_index()
+                && self.log.mark(e.index)?.is_some_and(|m| m.close.term == e.term)
+            {
                 // A leader's own batch, closed when it was proposed.
                 return Ok(());
             }
+            // Entries that conflict, or records this replica appended as
+            // leader and never proposed: the log is cut back first.
             let keep = if e.index > 1 { self.log.mark(e.index - 1)? } else { None };
             self.staged = Some(Staged { keep, entries: vec![e.clone()] });
             return Ok(());

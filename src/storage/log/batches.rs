@@ -165,17 +165,61 @@ impl<S: SegmentStore> LocalLog<S> {
     /// The mark of entry `index`, if the log holds it: a recent one from
     /// memory, an older one read from the closes of its segment.
     pub fn mark(&self, index: u64) -> Result<Option<BatchMark>> {
-        let st = self.st.borrow();
+        let mut st = self.st.borrow_mut();
         if let Some(m) = st.marks.recent(index) {
             return Ok(Some(m));
         }
         let Some(no) = st.marks.segment_of(index) else { return Ok(None) };
-        let bytes = match st.segments.get(&no) {
-            Some(SegData::Mirror { buf, .. }) => &buf[..],
-            Some(SegData::Mapped(m)) => m.bytes(),
-            None => return Err(Error::Corrupt { segment: no, position: 0 }),
-        };
-        find_close(no, bytes, index).map(Some)
+        if st.older.as_ref().is_none_or(|(cached, _)| *cached != no) {
+            let bytes = match st.segments.get(&no) {
+                Some(SegData::Mirror { buf, .. }) => &buf[..],
+                Some(SegData::Mapped(m)) => m.bytes(),
+                None => return Err(Error::Corrupt { segment: no, position: 0 }),
+            };
+            let closes = closes_in(no, bytes)?;
+            st.older = Some((no, closes));
+        }
+        let (_, closes) = st.older.as_ref().expect("cached above");
+        let found = closes.binary_search_by_key(&index, |m| m.close.index).ok().map(|i| closes[i]);
+        found.map(Some).ok_or(Error::Corrupt { segment: no, position: 0 })
+    }
+
+    /// Where the log ends now (closed or not).
+    pub fn tail_position(&self) -> BatchEnd {
+        let st = self.st.borrow();
+        BatchEnd { segment: st.active, pos: self.active_len(&st) as u64 }
+    }
+
+    /// The records of the layers above between two positions (record
+    /// boundaries, `from` not after `to`), in log order: what a replica
+    /// applies once the batches holding them are committed.
+    pub fn records_between(&self, from: BatchEnd, to: BatchEnd) -> Result<Vec<Recovered>> {
+        let st = self.st.borrow();
+        let mut out = Vec::new();
+        for no in from.segment..=to.segment {
+            let bytes = match st.segments.get(&no) {
+                Some(SegData::Mirror { buf, .. }) => &buf[..],
+                Some(SegData::Mapped(m)) => m.bytes(),
+                None => return Err(Error::Corrupt { segment: no, position: 0 }),
+            };
+            let mut at = if no == from.segment { from.pos as usize } else { 0 };
+            let end = if no == to.segment { to.pos as usize } else { bytes.len() };
+            while at < end {
+                let corrupt = Error::Corrupt { segment: no, position: at as u64 };
+                let (header, _, framed) = record::decode(no, &bytes[at..]).map_err(|_| corrupt)?;
+                if header.kind < record::KIND_BATCH {
+                    out.push(Recovered {
+                        header,
+                        loc: RecordLoc { segment: no, pos: at as u64, body_len: header.body_len },
+                    });
+                }
+                at += framed;
+                if header.kind == record::KIND_SEAL {
+                    break;
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Whether records were appended since the last close.
@@ -213,12 +257,24 @@ impl<S: SegmentStore> LocalLog<S> {
     }
 
     /// Closes what was appended since the last close as the entry of
-    /// `term` and `index`. Returns its mark and the lsn that makes it
-    /// durable.
-    pub fn close_batch(&self, term: u64, index: u64) -> Result<(BatchMark, u64)> {
+    /// `term` and `index`: the batch [`LocalLog::pending_batch`] gave when
+    /// the log ended at `proposed_end` ([`LocalLog::tail_position`]), refused
+    /// if anything was appended since. Returns its mark and the lsn that
+    /// makes it durable.
+    pub fn close_batch(&self, term: u64, index: u64, proposed_end: BatchEnd) -> Result<(BatchMark, u64)> {
         let mut st = self.st.borrow_mut();
         self.writable(&st, index)?;
+        let tail = BatchEnd { segment: st.active, pos: self.active_len(&st) as u64 };
+        if tail != proposed_end {
+            return Err(Error::Batch(format!("records were appended after the batch of entry {index} was proposed")));
+        }
         Ok(self.close_now(&mut st, term, index))
+    }
+
+    /// The lsn the last close ends at: a turn that wrote closed entries is
+    /// durable there.
+    pub fn closed_lsn(&self) -> u64 {
+        self.st.borrow().lsn_closed
     }
 
     /// A follower's write of its leader's batch for entry `term`, `index`:
@@ -228,6 +284,13 @@ impl<S: SegmentStore> LocalLog<S> {
     pub fn append_batch(&self, batch: &Batch, term: u64, index: u64) -> Result<(BatchMark, u64)> {
         let mut st = self.st.borrow_mut();
         self.writable(&st, index)?;
+        let start = st.marks.last().map_or(LOG_START, |m| m.end);
+        if (st.active, self.active_len(&st) as u64) != (start.segment, start.pos) {
+            return Err(Error::Batch(format!(
+                "records never proposed follow entry {}: cut them back first",
+                index - 1
+            )));
+        }
         let checked = self.check_parts(&st, batch)?;
         for (part, c) in batch.parts.iter().zip(checked) {
             self.copy_part(&mut st, part, c);
@@ -270,17 +333,25 @@ impl<S: SegmentStore> LocalLog<S> {
     /// [`Error::CutBack`]. The caller names a batch this log closed.
     pub async fn cut_back(&self, to: Option<BatchMark>) -> Result<()> {
         let keep = to.map_or(0, |m| m.close.index);
-        let committed = self.st.borrow().committed;
-        if keep < committed {
-            return Err(Error::Batch(format!("cut back to entry {keep} below the committed {committed}")));
+        {
+            let mut st = self.st.borrow_mut();
+            if keep < st.committed {
+                return Err(Error::Batch(format!("cut back to entry {keep} below the committed {}", st.committed)));
+            }
+            if st.cutting_back {
+                return Err(Error::Batch("a cut-back is already under way".into()));
+            }
+            // From here until the switch, appends are refused, the writer
+            // cuts no flush and the preparer creates no segment.
+            st.cutting_back = true;
         }
-        self.st.borrow_mut().cutting_back = true;
         while self.st.borrow().flights > 0 {
             self.flights_done.wait().await;
         }
         let result = self.cut_back_now(to).await;
         self.st.borrow_mut().cutting_back = false;
         self.wake_writer.notify();
+        self.wake_preparer.notify();
         if let Err(e) = &result {
             self.poison(e.clone());
         }
@@ -291,6 +362,9 @@ impl<S: SegmentStore> LocalLog<S> {
         assert!(self.batched, "batches are for a batched log");
         if let Some(e) = &st.poisoned {
             return Err(e.clone());
+        }
+        if st.cutting_back {
+            return Err(Error::CutBack);
         }
         // An empty log begins with entry 1.
         let last = st.marks.last().map_or(0, |m| m.close.index);
@@ -325,6 +399,7 @@ impl<S: SegmentStore> LocalLog<S> {
         let mark = BatchMark { close, end };
         st.marks.push(mark);
         st.uncommitted.push_back((index, st.lsn_tail));
+        st.lsn_closed = st.lsn_tail;
         self.wake_writer.notify();
         (mark, st.lsn_tail)
     }
@@ -428,42 +503,52 @@ impl<S: SegmentStore> LocalLog<S> {
         Ok(Batch { parts })
     }
 
+    /// The cut-back's disk work first, with the log's map untouched (so the
+    /// preparer and readers see the log as it was), then the switch to the
+    /// cut log in one step.
     async fn cut_back_now(&self, to: Option<BatchMark>) -> Result<()> {
         let end = to.map_or(LOG_START, |m| m.end);
         let keep = to.map_or(0, |m| m.close.index);
         let newer: Vec<u64> = self.st.borrow().segments.range(end.segment + 1..).map(|(&no, _)| no).rev().collect();
         let mut removed = 0u64;
-        for no in newer {
-            removed += self.drop_segment(no).await?;
+        for &no in &newer {
+            removed += self.remove_newer(no).await?;
         }
-        removed += self.cut_segment(end).await?;
+        let (resumed, dropped) = self.cut_segment(end).await?;
+        removed += dropped;
         let mut st = self.st.borrow_mut();
-        st.active = end.segment;
+        for no in newer {
+            st.segments.remove(&no);
+        }
+        st.segments.remove(&end.segment);
+        match resumed {
+            Some(r) => self.start_segment(&mut st, end.segment, Some(r)),
+            None => self.start_segment(&mut st, end.segment, None),
+        }
         st.marks.cut_after(to);
+        st.older = None;
         let cut = st.lsn_tail.saturating_sub(removed);
         st.lsn_tail = cut;
         st.lsn_cut = st.lsn_cut.min(cut);
         st.lsn_durable = st.lsn_durable.min(cut);
         st.lsn_committed = st.lsn_committed.min(cut);
+        st.lsn_closed = st.lsn_closed.min(cut);
         while st.uncommitted.back().is_some_and(|&(i, _)| i > keep) {
             st.uncommitted.pop_back();
         }
-        if st.waiters.is_empty() {
-            st.cuts.clear();
-        }
         st.generation += 1;
         let generation = st.generation;
-        st.cuts.push((generation, cut));
+        remember_cut(&mut st.cuts, generation, cut);
         for (_, waker) in st.waiters.drain(..) {
             waker.wake();
         }
         Ok(())
     }
 
-    /// Removes a segment after the cut, file and all; returns the bytes of
-    /// it the log held.
-    async fn drop_segment(&self, no: u64) -> Result<u64> {
-        let (held, has_file) = match self.st.borrow_mut().segments.remove(&no) {
+    /// Deletes the file of a segment after the cut (it stays in the map
+    /// until the switch); returns the bytes of it the log held.
+    async fn remove_newer(&self, no: u64) -> Result<u64> {
+        let (held, has_file) = match self.st.borrow().segments.get(&no) {
             Some(SegData::Mirror { buf, file, .. }) => (buf.len() as u64, file.is_some()),
             Some(SegData::Mapped(m)) => (data_end(no, m.bytes(), 0)? as u64, true),
             None => (0, false),
@@ -474,46 +559,55 @@ impl<S: SegmentStore> LocalLog<S> {
         Ok(held)
     }
 
-    /// Cuts the segment of the cut point back to it and makes it the active
-    /// mirror; returns the bytes of it the log dropped.
-    async fn cut_segment(&self, end: BatchEnd) -> Result<u64> {
+    /// Zeroes on disk what follows the cut in its segment and gets that
+    /// segment ready to be written on: its bytes up to the cut, its file
+    /// (reopened if it was sealed) and how much of it is on disk. Returns
+    /// that (None: the segment has no file yet) and the bytes dropped.
+    async fn cut_segment(&self, end: BatchEnd) -> Result<(Option<Resumed<S::File>>, u64)> {
         let no = end.segment;
         let pos = end.pos as usize;
-        let seg = self.st.borrow_mut().segments.remove(&no);
-        // `on_disk`: how far the file may hold bytes of this segment.
-        let (prefix, records, file, on_disk, held) = match seg {
-            Some(SegData::Mirror { mut buf, file, cut_len, .. }) => {
-                let held = buf.len();
-                buf.truncate(pos);
-                let records = count_records(no, &buf)?;
-                (buf, records, file, cut_len, held)
+        let corrupt = Error::Corrupt { segment: no, position: end.pos };
+        // What is needed of the segment, copied out before any wait.
+        let (prefix, file, on_disk, held) = match self.st.borrow().segments.get(&no) {
+            Some(SegData::Mirror { buf, file, cut_len, .. }) => {
+                let mut prefix = new_mirror(&self.cfg);
+                prefix.extend_from_slice(buf.get(..pos).ok_or(corrupt.clone())?);
+                (prefix, file.clone(), *cut_len, buf.len())
             }
             Some(SegData::Mapped(m)) => {
                 let bytes = m.bytes();
-                let held = data_end(no, bytes, 0)?;
-                let mut buf = new_mirror(&self.cfg);
-                buf.extend_from_slice(bytes.get(..pos).ok_or(Error::Corrupt { segment: no, position: end.pos })?);
-                let on_disk = last_nonzero(bytes, pos);
-                drop(m);
-                let file = Rc::new(self.store.reopen(no).await.map_err(Error::io_at("reopen", no))?);
-                let records = count_records(no, &buf)?;
-                (buf, records, Some(file), on_disk, held)
+                let mut prefix = new_mirror(&self.cfg);
+                prefix.extend_from_slice(bytes.get(..pos).ok_or(corrupt.clone())?);
+                (prefix, None, last_nonzero(bytes, pos), data_end(no, bytes, 0)?)
             }
-            None => (new_mirror(&self.cfg), 0, None, 0, 0),
+            None => return Ok((None, 0)),
         };
-        if let Some(file) = &file {
-            zero_after(&**file, &prefix, on_disk).await.map_err(Error::io_at("zero", no))?;
-        }
-        // What is on disk up to the cut needs no flush again.
+        let file = match file {
+            Some(f) => f,
+            None if on_disk > 0 => Rc::new(self.store.reopen(no).await.map_err(Error::io_at("reopen", no))?),
+            None => return Ok((None, held.saturating_sub(pos) as u64)),
+        };
+        zero_after(&*file, &prefix, on_disk).await.map_err(Error::io_at("zero", no))?;
+        let records = count_records(no, &prefix)?;
         let cut_len = on_disk.min(prefix.len());
-        let mut st = self.st.borrow_mut();
-        match file {
-            Some(file) => self.start_segment(&mut st, no, Some(Resumed { bytes: prefix, records, file, cut_len })),
-            None => self.start_segment(&mut st, no, None),
-        }
-        Ok(held.saturating_sub(pos) as u64)
+        Ok((Some(Resumed { bytes: prefix, records, file, cut_len }), held.saturating_sub(pos) as u64))
     }
 }
+
+/// Cut-backs a `durable` wait may still need to know of, bounded: past
+/// [`CUTS_KEPT`] the two oldest merge into one that covers both, which can
+/// only fail a wait that was not discarded (never pass one that was).
+fn remember_cut(cuts: &mut Vec<(u64, u64)>, generation: u64, cut: u64) {
+    cuts.push((generation, cut));
+    if cuts.len() > CUTS_KEPT {
+        let (g1, c1) = cuts.remove(0);
+        let (g2, c2) = cuts[0];
+        cuts[0] = (g2.max(g1), c1.min(c2));
+    }
+}
+
+/// Cut-backs remembered exactly (see [`remember_cut`]).
+const CUTS_KEPT: usize = 1024;
 
 /// Where the records of a segment no longer written end (after its seal,
 /// or where zeros begin), walking from `from`, a record boundary.
@@ -534,22 +628,25 @@ fn data_end(no: u64, bytes: &[u8], from: usize) -> Result<usize> {
     Ok(at)
 }
 
-/// The mark of entry `index`, which segment `no` holds the close of.
-fn find_close(no: u64, bytes: &[u8], index: u64) -> Result<BatchMark> {
+/// The marks of the batches closed in segment `no`, in order.
+fn closes_in(no: u64, bytes: &[u8]) -> Result<Vec<BatchMark>> {
+    let mut out = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        let corrupt = || Error::Corrupt { segment: no, position: at as u64 };
-        let (h, body, framed) = record::decode(no, &bytes[at..]).map_err(|_| corrupt())?;
+        let (h, body, framed) = match record::decode(no, &bytes[at..]) {
+            Ok(r) => r,
+            Err(DecodeError::End) => break,
+            Err(_) => return Err(Error::Corrupt { segment: no, position: at as u64 }),
+        };
+        if let Some(close) = record::batch_close_of(&h, &bytes[at..][body]) {
+            out.push(BatchMark { close, end: BatchEnd { segment: no, pos: (at + framed) as u64 } });
+        }
         at += framed;
-        match record::batch_close_of(&h, &bytes[at - framed..][body]) {
-            Some(close) if close.index == index => {
-                return Ok(BatchMark { close, end: BatchEnd { segment: no, pos: at as u64 } });
-            }
-            _ if h.kind == record::KIND_SEAL => break,
-            _ => {}
+        if h.kind == record::KIND_SEAL {
+            break;
         }
     }
-    Err(Error::Corrupt { segment: no, position: at as u64 })
+    Ok(out)
 }
 
 /// The records in `bytes`, the start of segment `no` up to a record
@@ -618,7 +715,7 @@ mod tests {
     }
 
     #[test]
-    fn an_older_entry_is_found_among_its_segments_closes() {
+    fn a_segments_closes_are_read_back_in_order() {
         let mut seg = Vec::new();
         let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 3 };
         let mut want = Vec::new();
@@ -630,11 +727,8 @@ mod tests {
             want.push(BatchMark { close, end: BatchEnd { segment: 2, pos: seg.len() as u64 } });
         }
         seg.resize(seg.len() + 4096, 0);
-        for m in &want {
-            assert_eq!(find_close(2, &seg, m.close.index).unwrap(), *m);
-        }
-        assert!(find_close(2, &seg, 9).is_err(), "not there");
-        assert!(find_close(3, &seg, 5).is_err(), "another segment's bytes");
+        assert_eq!(closes_in(2, &seg).unwrap(), want);
+        assert!(closes_in(3, &seg).is_err(), "another segment's bytes");
     }
 
     #[test]

@@ -17,7 +17,8 @@ pub(super) struct Marks {
 }
 
 impl Marks {
-    /// The marks of a recovered log, in order.
+    /// The marks of a log, in order.
+    #[cfg(test)]
     pub(super) fn of(marks: &[BatchMark]) -> Marks {
         let mut m = Marks::default();
         for &mark in marks {
@@ -32,6 +33,11 @@ impl Marks {
         }
         self.recent.push_back(mark);
         self.firsts.entry(mark.end.segment).or_insert(mark.close.index);
+    }
+
+    /// The recent marks, oldest first.
+    pub(super) fn recent_all(&self) -> Vec<BatchMark> {
+        self.recent.iter().copied().collect()
     }
 
     pub(super) fn last(&self) -> Option<BatchMark> {

@@ -128,7 +128,12 @@ struct State<F> {
     /// index, and the lsn each entry closed since the log opened ends at,
     /// until it is committed.
     lsn_committed: u64,
+    /// The lsn the last close ends at.
+    lsn_closed: u64,
     committed: u64,
+    /// The closes of one segment older than the recent marks, read once
+    /// for a follower catching up entry by entry (see `LocalLog::mark`).
+    older: Option<(u64, Vec<BatchMark>)>,
     uncommitted: VecDeque<(u64, u64)>,
     /// A cut-back is under way: the writer cuts no flush.
     cutting_back: bool,
@@ -230,6 +235,9 @@ impl<S: SegmentStore> LocalLog<S> {
         let mut st = self.st.borrow_mut();
         if let Some(e) = &st.poisoned {
             return Err(e.clone());
+        }
+        if st.cutting_back {
+            return Err(Error::CutBack);
         }
         let pending = st.lsn_tail - st.lsn_durable;
         if pending > 0 && pending + framed as u64 > self.cfg.pending_bytes_max {

@@ -39,6 +39,11 @@ impl<S: SegmentStore> LocalLog<S> {
         loop {
             let want = {
                 let st = self.st.borrow();
+                if st.cutting_back {
+                    // Which segments exist changes at its end; the cut-back
+                    // rings the preparer then.
+                    return Ok(());
+                }
                 let active = st.active;
                 let has = |no: u64| {
                     st.prepared.contains_key(&no)

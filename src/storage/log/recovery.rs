@@ -64,7 +64,8 @@ impl<S: SegmentStore> LocalLog<S> {
     }
 
     /// Recovers a batched log (see `batches.rs`): the records of its closed
-    /// batches, in log order, and the batches' marks. Whatever follows the
+    /// batches, in log order, and the marks of its recent batches (at most
+    /// `BATCH_MARKS_KEPT`, oldest first). Whatever follows the
     /// last close is cut: newer segments are removed and the rest of the
     /// last close's segment is zeroed on disk; that segment is written on
     /// from there, not sealed, so the replicas' segments stay the same.
@@ -78,12 +79,18 @@ impl<S: SegmentStore> LocalLog<S> {
         assert!(cfg.segment_bytes.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
         let list = store.list().await.map_err(Error::io_at("list", 0))?;
         let (mut recovered, mut scans) = (Vec::new(), Vec::with_capacity(list.len()));
+        // Only the recent marks are kept (memory stays bounded however
+        // long the log); every close is checked against the one before.
+        let mut marks = marks::Marks::default();
         for &(no, _) in &list {
             let map = store.map(no).map_err(Error::io_at("map", no))?;
-            scans.push(scan(no, map.bytes(), &mut recovered));
+            let mut s = scan(no, map.bytes(), &mut recovered);
+            for close in s.closes.drain(..) {
+                check_follows(marks.last(), close)?;
+                marks.push(close);
+            }
+            scans.push(s);
         }
-        let marks: Vec<BatchMark> = scans.iter().flat_map(|s| s.closes.iter().copied()).collect();
-        check_marks(&marks)?;
         let end = marks.last().map_or(batches::LOG_START, |m| m.end);
         recovered.retain(|r| (r.loc.segment, r.loc.pos) < (end.segment, end.pos));
         let mut report = RecoveryReport { records: recovered.len(), active_segment: end.segment, ..Default::default() };
@@ -105,11 +112,12 @@ impl<S: SegmentStore> LocalLog<S> {
         let log = Self::with_segments(store, cfg, segments, end.segment, true);
         {
             let mut st = log.st.borrow_mut();
-            st.marks = marks::Marks::of(&marks);
+            st.marks = marks;
             log.start_segment(&mut st, end.segment, resumed);
         }
         log.prepare_missing(false).await?;
-        Ok((log, recovered, marks, report))
+        let recent = log.st.borrow().marks.recent_all();
+        Ok((log, recovered, recent, report))
     }
 
     /// A log of the recovered `segments`, writing next into `active`.
@@ -141,7 +149,9 @@ impl<S: SegmentStore> LocalLog<S> {
                 generation: 0,
                 cuts: Vec::new(),
                 lsn_committed: 0,
+                lsn_closed: 0,
                 committed: 0,
+                older: None,
                 uncommitted: VecDeque::new(),
                 cutting_back: false,
                 poisoned: None,
@@ -244,12 +254,10 @@ async fn settle<S: SegmentStore>(
 
 /// A batched log's closes must number entries one after the other, each
 /// batch starting where the one before ended.
-fn check_marks(marks: &[BatchMark]) -> Result<()> {
-    for w in marks.windows(2) {
-        let (a, b) = (w[0], w[1]);
-        if b.close.index != a.close.index + 1 || b.close.start != (a.end.segment, a.end.pos) {
-            return Err(Error::Corrupt { segment: b.end.segment, position: b.end.pos });
-        }
+fn check_follows(before: Option<BatchMark>, b: BatchMark) -> Result<()> {
+    let Some(a) = before else { return Ok(()) };
+    if b.close.index != a.close.index + 1 || b.close.start != (a.end.segment, a.end.pos) {
+        return Err(Error::Corrupt { segment: b.end.segment, position: b.end.pos });
     }
     Ok(())
 }

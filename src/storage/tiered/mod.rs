@@ -43,14 +43,16 @@ pub use state::{KeepFn, Tiering};
 
 use super::error::{Error, Result};
 use super::io::SegmentStore;
-use super::log::{LocalLog, LogConfig, RecordLoc, Recovered, RecoveryReport};
+use super::log::{BatchMark, LocalLog, LogConfig, RecordLoc, Recovered, RecoveryReport};
 use super::record::RecordHeader;
 use super::stats::LogStats;
 use state::Tier;
+use std::rc::Rc;
 
 /// One shard's log: its local segments and, with tiering, its remote ones.
 pub struct Log<S: SegmentStore> {
-    local: LocalLog<S>,
+    /// Shared with the replica of a cell, which drives a batched one.
+    local: Rc<LocalLog<S>>,
     /// None: no tiering, every segment is local.
     tier: Option<Tier>,
 }
@@ -59,6 +61,27 @@ impl<S: SegmentStore> Log<S> {
     /// Recovers the log in `store` without tiering (see [`Log::open_tiered`]).
     pub async fn open(store: S, cfg: LogConfig) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
         Self::open_tiered(store, cfg, None).await
+    }
+
+    /// Recovers a batched log (a replica's, in a cell: see
+    /// `storage/log/batches.rs`), without tiering: a cell does not tier yet.
+    pub async fn open_batched(
+        store: S,
+        cfg: LogConfig,
+    ) -> Result<(Self, Vec<Recovered>, Vec<BatchMark>, RecoveryReport)> {
+        if let Some(files) = store.tier_files() {
+            if let Some(&(no, _)) = files.list_skeletons().map_err(Error::io_at("list skeletons", 0))?.first() {
+                let source = std::io::Error::other("segments are in an object store, and a cell does not tier yet");
+                return Err(Error::io("open", no, source));
+            }
+        }
+        let (local, records, marks, report) = LocalLog::open_batched(store, cfg).await?;
+        Ok((Log { local: Rc::new(local), tier: None }, records, marks, report))
+    }
+
+    /// The local log (in a cell, the replica's batched log).
+    pub fn local(&self) -> &Rc<LocalLog<S>> {
+        &self.local
     }
 
     pub fn tiering(&self) -> Option<&Tiering> {

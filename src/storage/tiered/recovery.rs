@@ -46,7 +46,7 @@ impl<S: SegmentStore> Log<S> {
         report.records = records.len();
         report.segments = local.sealed_segments().len() + remote.len();
         let tier = tiering.map(|link| Tier::new(link, remote));
-        Ok((Log { local, tier }, records, report))
+        Ok((Log { local: std::rc::Rc::new(local), tier }, records, report))
     }
 }
 
