@@ -250,3 +250,25 @@ fn a_batch_closes_only_what_was_proposed() {
     assert!(matches!(log.close_batch(1, 1, end), Err(Error::Batch(_))));
     assert_ne!(log.pending_batch().unwrap(), proposed);
 }
+
+/// An lsn handed out before a cut-back and first awaited after it (a task
+/// that had not run yet) fails, however far new records go past it.
+#[test]
+fn an_lsn_first_awaited_after_its_cut_back_fails() {
+    let log = Rc::new(block_on(LocalLog::open_batched(SimStore::new(), cfg())).unwrap().0);
+    entry(&log, 1, b"kept");
+    let kept = log.last_mark();
+    let (_, lsn) = log.append(h(), b"discarded").unwrap();
+    log.close_batch(1, 2, log.tail_position()).unwrap();
+    block_on(log.cut_back(kept)).unwrap();
+    entry(&log, 2, &[7u8; 3000]);
+    log.commit_to(2);
+    let mut pool = LocalPool::new();
+    let w = log.clone();
+    pool.spawner().spawn_local(async move { w.run_writer().await }).unwrap();
+    pool.run_until_stalled();
+    let result = pool.run_until(log.durable(lsn));
+    assert!(matches!(result, Err(Error::CutBack)), "durable({lsn}) returned {result:?}");
+    let (_, newer) = log.append(h(), b"newer").unwrap();
+    assert!(newer > lsn, "lsns are never reused");
+}

@@ -527,18 +527,24 @@ impl<S: SegmentStore> LocalLog<S> {
         }
         st.marks.cut_after(to);
         st.older = None;
+        // The discarded records' lsns become a void; the lsns go on from
+        // where they were, never reused.
         let cut = st.lsn_tail.saturating_sub(removed);
-        st.lsn_tail = cut;
-        st.lsn_cut = st.lsn_cut.min(cut);
-        st.lsn_durable = st.lsn_durable.min(cut);
+        let tail = st.lsn_tail;
+        if cut < tail {
+            remember_void(&mut st.voids, cut, tail);
+        }
+        if st.lsn_durable >= cut {
+            // Every byte kept is on disk: durable through the void.
+            st.lsn_durable = tail;
+            st.lsn_cut = tail;
+        }
         st.lsn_committed = st.lsn_committed.min(cut);
         st.lsn_closed = st.lsn_closed.min(cut);
         while st.uncommitted.back().is_some_and(|&(i, _)| i > keep) {
             st.uncommitted.pop_back();
         }
         st.generation += 1;
-        let generation = st.generation;
-        remember_cut(&mut st.cuts, generation, cut);
         for (_, waker) in st.waiters.drain(..) {
             waker.wake();
         }
@@ -594,20 +600,21 @@ impl<S: SegmentStore> LocalLog<S> {
     }
 }
 
-/// Cut-backs a `durable` wait may still need to know of, bounded: past
-/// [`CUTS_KEPT`] the two oldest merge into one that covers both, which can
-/// only fail a wait that was not discarded (never pass one that was).
-fn remember_cut(cuts: &mut Vec<(u64, u64)>, generation: u64, cut: u64) {
-    cuts.push((generation, cut));
-    if cuts.len() > CUTS_KEPT {
-        let (g1, c1) = cuts.remove(0);
-        let (g2, c2) = cuts[0];
-        cuts[0] = (g2.max(g1), c1.min(c2));
+/// Records a void of discarded lsns, bounded: past [`VOIDS_KEPT`] the two
+/// oldest merge into the range that spans both, which can only fail a wait
+/// for a record that was kept (the client retries), never pass one that was
+/// discarded.
+fn remember_void(voids: &mut Vec<(u64, u64)>, after: u64, through: u64) {
+    voids.push((after, through));
+    if voids.len() > VOIDS_KEPT {
+        let (a1, t1) = voids.remove(0);
+        let (a2, t2) = voids[0];
+        voids[0] = (a1.min(a2), t1.max(t2));
     }
 }
 
-/// Cut-backs remembered exactly (see [`remember_cut`]).
-const CUTS_KEPT: usize = 1024;
+/// Voids remembered exactly (see [`remember_void`]).
+const VOIDS_KEPT: usize = 1024;
 
 /// Where the records of a segment no longer written end (after its seal,
 /// or where zeros begin), walking from `from`, a record boundary.

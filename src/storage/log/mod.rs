@@ -120,10 +120,14 @@ struct State<F> {
     /// Batched logs: where the closed batches are (the next starts where
     /// the last ends).
     marks: marks::Marks,
-    /// Cut-backs so far, and the lsn each cut back to, kept while a task
-    /// may still wait for an lsn from before one (see `durable`).
+    /// Cut-backs so far: a waiter registers again after each (they drop
+    /// every waiter).
     generation: u64,
-    cuts: Vec<(u64, u64)>,
+    /// Batched logs: the lsns whose records a cut-back discarded, as
+    /// (after, through) ranges. Lsns are never reused: what is appended
+    /// after a cut-back gets lsns past the discarded ones, so an lsn from
+    /// before it can never be mistaken for a newer record's.
+    voids: Vec<(u64, u64)>,
     /// Batched logs: the lsn the committed entries cover, the committed
     /// index, and the lsn each entry closed since the log opened ends at,
     /// until it is committed.
@@ -301,14 +305,12 @@ impl<S: SegmentStore> LocalLog<S> {
     /// Resolves when everything up to `lsn` is on stable storage. In a
     /// batched log: on stable storage here and committed by the group
     /// ([`LocalLog::commit_to`]); fails with [`Error::CutBack`] when a
-    /// cut-back discarded `lsn` first (an lsn from before a cut-back must
-    /// be awaited before it).
+    /// cut-back discarded the record.
     pub async fn durable(&self, lsn: u64) -> Result<()> {
-        let (mut since, mut registered) = (None, None);
+        let mut registered = None;
         std::future::poll_fn(|cx| {
             let mut st = self.st.borrow_mut();
-            let generation = *since.get_or_insert(st.generation);
-            if st.cuts.iter().any(|&(g, cut)| g > generation && cut < lsn) {
+            if st.voids.iter().any(|&(after, through)| after < lsn && lsn <= through) {
                 return Poll::Ready(Err(Error::CutBack));
             }
             if self.visible_lsn(&st) >= lsn {

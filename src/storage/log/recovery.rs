@@ -147,7 +147,7 @@ impl<S: SegmentStore> LocalLog<S> {
                 waiters: VecDeque::new(),
                 marks: Default::default(),
                 generation: 0,
-                cuts: Vec::new(),
+                voids: Vec::new(),
                 lsn_committed: 0,
                 lsn_closed: 0,
                 committed: 0,
