@@ -6,6 +6,7 @@
 //! at startup with a message that names the setting and where the value came
 //! from. docs/operations.md lists every setting.
 
+use crate::cell::config::{CellConfig, CellConfigError};
 use crate::config::DirectIoMode;
 use crate::config::{online_cpus, Config, LogFormat, TierConfig};
 use crate::limits::{
@@ -37,6 +38,14 @@ use std::path::{Path, PathBuf};
 /// and CORS preflights needs `Authorization: Bearer <token>` with a token
 /// of the file. Without it the server is open to whoever reaches the port,
 /// so it listens only on loopback unless --no-auth says otherwise.
+///
+/// Replicated cell (issue 33, in progress): --node-id, --cell and
+/// --cell-secret-file, all three or none, make this node one voter of a
+/// cell of 3, 5 or 7 nodes with the same --shards, where an append is to be
+/// acknowledged only once its batch is durable on a majority of them.
+/// This build checks these settings (--check-config) but does not serve a
+/// cell yet: a start with --cell exits 78. Without them the server is a
+/// single node.
 #[derive(Debug, Parser)]
 #[command(version = crate::build_info::LONG_VERSION, about, long_about)]
 pub struct Cli {
@@ -189,6 +198,34 @@ pub struct Cli {
     /// Default: none.
     #[arg(long, env = "RINGSTREAM_HOT_BYTES", value_name = "N")]
     pub hot_bytes: Option<u64>,
+
+    /// Replicated cell: this node's id, one of the ids in --cell. Give
+    /// --node-id, --cell and --cell-secret-file together, or none of them
+    /// (a single node). Default: none.
+    #[arg(long, env = "RINGSTREAM_NODE_ID", value_name = "N")]
+    pub node_id: Option<u64>,
+
+    /// Replicated cell: its voters, `ID@HOST:PORT,...` (ids positive and
+    /// unique), 3, 5 or 7 of them (tolerating 1, 2 or 3 down), every node
+    /// started with the same list and the same --shards. Shard i of each
+    /// node forms Raft group i, whose replica listens for its peers on the
+    /// node's own PORT + i: each voter uses ports PORT to PORT + shards - 1
+    /// (all at most 65535). In a cell an append is acknowledged only once
+    /// its batch is durable (O_DIRECT|O_DSYNC, or fdatasync) on a majority
+    /// of the voters, and reads show only what a majority holds. Not served
+    /// by this build yet (issue 33 in progress): a start with --cell exits
+    /// 78; --check-config checks it. Default: none (a single node).
+    #[arg(long, env = "RINGSTREAM_CELL", value_name = "ID@HOST:PORT,...")]
+    pub cell: Option<String>,
+
+    /// Replicated cell: a file holding the secret every voter shares, 16 to
+    /// 4096 bytes (one trailing newline is not counted); peers prove they
+    /// hold it (an HMAC-SHA256 challenge both ways) before any message
+    /// crosses. A regular file that users other than its owner and group
+    /// can neither read nor write (chmod 600). Only its length is printed.
+    /// Default: none.
+    #[arg(long, env = "RINGSTREAM_CELL_SECRET_FILE", value_name = "PATH")]
+    pub cell_secret_file: Option<PathBuf>,
 }
 
 /// The tier settings as given (flags and environment, and the file's).
@@ -245,6 +282,9 @@ struct FileSettings {
     tier_region: Option<String>,
     tier_prefix: Option<String>,
     hot_bytes: Option<u64>,
+    node_id: Option<u64>,
+    cell: Option<String>,
+    cell_secret_file: Option<PathBuf>,
 }
 
 /// Parses the process's arguments and environment and resolves them.
@@ -287,6 +327,7 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
     let auth_file = if r.explicit("auth_file").is_some() { cli.auth_file.clone() } else { file.auth_file.clone() };
     let (no_auth, _) = r.pick("no_auth", cli.no_auth, file.no_auth);
     check_access(listen, &listen_from, auth_file.is_some(), no_auth)?;
+    let (cell, cell_secret_file) = resolve_cell(&r, &cli, &file, shards)?;
     Ok(Config {
         listen,
         data_dir,
@@ -305,6 +346,8 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         auth_file,
         no_auth,
         tier,
+        cell,
+        cell_secret_file,
         config_file: cli.config,
     })
 }
@@ -510,6 +553,60 @@ fn resolve_tier(r: &Resolver, a: &TierArgs, shards: usize, segment_bytes: u64) -
     Ok(Some(TierConfig { s3, prefix, hot_bytes }))
 }
 
+/// `--node-id`, `--cell`, `--cell-secret-file`: none of them (a single
+/// node) or all three, resolved and checked by [`CellConfig::resolve`], and
+/// each voter's peer ports (its PORT to PORT + shards - 1) real ports. The
+/// error names the setting at fault and where its value came from. Returns
+/// the cell and the file its secret was read from.
+fn resolve_cell(
+    r: &Resolver,
+    cli: &Cli,
+    file: &FileSettings,
+    shards: usize,
+) -> Result<(Option<CellConfig>, Option<PathBuf>), String> {
+    let (node_id, node_from) = r.pick_opt("node_id", cli.node_id, file.node_id);
+    let (spec, cell_from) = r.pick_opt("cell", cli.cell.clone(), file.cell.clone());
+    let (secret_file, secret_from) =
+        r.pick_opt("cell_secret_file", cli.cell_secret_file.clone(), file.cell_secret_file.clone());
+    let origins = [("--node-id", node_from), ("--cell", cell_from), ("--cell-secret-file", secret_from)];
+    let cell = CellConfig::resolve(node_id, spec.as_deref(), secret_file.as_deref())
+        .map_err(|e| format!("{e} ({})", cell_error_origin(&e, &origins)))?;
+    let Some(cell) = cell else { return Ok((None, None)) };
+    for voter in &cell.voters {
+        if voter.group_ports(shards).is_none() {
+            let (id, addr, port) = (voter.id, voter.addr, voter.addr.port());
+            let last = u64::from(port) + shards as u64 - 1;
+            return Err(format!(
+                "--cell entry {id}@{addr}: with --shards {shards} its groups would listen on ports {port} to {last}, \
+                 but a port is 1 to 65535: give it a port from 1 to {} (set by {})",
+                65536 - shards,
+                origins[1].1.as_deref().unwrap_or_default()
+            ));
+        }
+    }
+    Ok((Some(cell), secret_file))
+}
+
+/// `set by X`: where the value at fault in `e` came from, given each cell
+/// setting's origin (None: not given); for a missing setting, where those
+/// that were given came from (`--cell set by X`).
+fn cell_error_origin(e: &CellConfigError, origins: &[(&str, Option<String>); 3]) -> String {
+    let [(_, node), (_, cell), (_, secret)] = origins;
+    let from = match e {
+        CellConfigError::Missing { .. } => {
+            let given = origins.iter().filter_map(|(flag, from)| from.as_ref().map(|f| format!("{flag} set by {f}")));
+            return given.collect::<Vec<_>>().join(", ");
+        }
+        CellConfigError::NotAVoter { .. } => node,
+        CellConfigError::SecretIo { .. }
+        | CellConfigError::SecretNotAFile { .. }
+        | CellConfigError::SecretMode { .. }
+        | CellConfigError::SecretSize { .. } => secret,
+        _ => cell,
+    };
+    format!("set by {}", from.as_deref().unwrap_or_default())
+}
+
 /// The safe default: without an auth file the server serves loopback only,
 /// unless `--no-auth` says that an open server on the network is meant.
 fn check_access(listen: SocketAddr, listen_from: &str, auth_file: bool, no_auth: bool) -> Result<(), String> {
@@ -567,6 +664,16 @@ impl Resolver<'_> {
             (Some(from), _) => (cli, from),
             (None, Some(v)) => (v, self.file_origin(&id.replace('_', "-"))),
             (None, None) => (cli, "the default".to_string()),
+        }
+    }
+
+    /// flag > environment > file for a setting without a default; the value
+    /// and where it came from (None when not given).
+    fn pick_opt<T>(&self, id: &str, cli: Option<T>, file: Option<T>) -> (Option<T>, Option<String>) {
+        match (self.explicit(id), file) {
+            (Some(from), _) => (cli, Some(from)),
+            (None, Some(v)) => (Some(v), Some(self.file_origin(&id.replace('_', "-")))),
+            (None, None) => (None, None),
         }
     }
 
@@ -729,6 +836,76 @@ mod tests {
         assert!(e.starts_with("--log-level: ") && e.ends_with("(set by RUST_LOG)"), "{e}");
         let c = resolve_args(&["--log-level", "error"], Some("chatty")).unwrap();
         assert_eq!(c.log_level, "error", "the flag beats RUST_LOG");
+    }
+
+    /// A cell secret file of `mode`.
+    fn secret_file(name: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = std::env::temp_dir().join(format!("ringstream-cli-{}-{name}.secret", std::process::id()));
+        std::fs::write(&p, "0123456789abcdef0123\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+
+    const THREE: &str = "1@127.0.0.1:7001,2@127.0.0.2:7001,3@127.0.0.3:7001";
+
+    #[test]
+    fn a_cell_comes_from_the_file_keys_and_flags_win() {
+        assert!(resolve_args(&[], None).unwrap().cell.is_none(), "no cell settings: a single node");
+        let secret = secret_file("cell", 0o600);
+        let f = temp_file("cell", &format!("node-id = 1\ncell = \"{THREE}\"\ncell-secret-file = {:?}\n", secret));
+        let c = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap();
+        let cell = c.cell.as_ref().unwrap();
+        assert_eq!((cell.node_id, cell.voters.len()), (1, 3));
+        assert_eq!(cell.secret.as_bytes(), b"0123456789abcdef0123");
+        assert_eq!(c.cell_secret_file.as_deref(), Some(secret.as_path()));
+        assert!(!format!("{c:?}").contains("0123456789abcdef"), "Debug shows the secret: {c:?}");
+        let c = resolve_args(&["--config", f.to_str().unwrap(), "--node-id", "3"], None).unwrap();
+        assert_eq!(c.cell.unwrap().node_id, 3, "the flag beats the file");
+        std::fs::remove_file(f).unwrap();
+        std::fs::remove_file(secret).unwrap();
+    }
+
+    #[test]
+    fn cell_errors_name_the_setting_and_where_it_came_from() {
+        let secret = secret_file("cell-errors", 0o600);
+        let s = secret.to_str().unwrap();
+        let f = temp_file("cell-errors", "cell = \"1@127.0.0.1:7001,2@127.0.0.1:7001,3@127.0.0.1:7003\"\n");
+        let e = resolve_args(&["--config", f.to_str().unwrap(), "--node-id", "1", "--cell-secret-file", s], None);
+        let e = e.unwrap_err();
+        assert!(e.starts_with("--cell entry \"2@127.0.0.1:7001\"") && e.contains("(set by `cell` in"), "{e}");
+        let e = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap_err();
+        assert!(e.starts_with("--cell needs --node-id") && e.contains("(--cell set by `cell` in"), "{e}");
+        let e = resolve_args(&["--node-id", "9", "--cell", THREE, "--cell-secret-file", s], None).unwrap_err();
+        assert!(e.starts_with("--node-id 9 is not one of") && e.ends_with("(set by --node-id)"), "{e}");
+        let open = secret_file("cell-open", 0o644);
+        let e = resolve_args(&["--node-id", "1", "--cell", THREE, "--cell-secret-file", open.to_str().unwrap()], None);
+        let e = e.unwrap_err();
+        assert!(e.starts_with("--cell-secret-file") && e.ends_with("(set by --cell-secret-file)"), "{e}");
+        let high = "1@127.0.0.1:7001,2@127.0.0.2:65533,3@127.0.0.3:7001";
+        let args = ["--node-id", "1", "--cell", high, "--cell-secret-file", s, "--shards", "3"];
+        assert!(resolve_args(&args, None).is_ok(), "65533 + 2 is a port");
+        let args = ["--node-id", "1", "--cell", high, "--cell-secret-file", s, "--shards", "4"];
+        let e = resolve_args(&args, None).unwrap_err();
+        assert!(e.starts_with("--cell entry 2@127.0.0.2:65533: with --shards 4"), "{e}");
+        assert!(e.contains("65536") && e.contains("port from 1 to 65532") && e.ends_with("(set by --cell)"), "{e}");
+        let zero = "1@127.0.0.1:0,2@127.0.0.2:1,3@127.0.0.3:2";
+        let e = resolve_args(&["--node-id", "1", "--cell", zero, "--cell-secret-file", s], None).unwrap_err();
+        assert!(e.starts_with("--cell entry 1@127.0.0.1:0:"), "{e}");
+        for p in [f, secret, open] {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_cell_secret_help_gives_the_limits() {
+        use crate::limits::{CELL_SECRET_BYTES_MAX, CELL_SECRET_BYTES_MIN};
+        let help = Cli::command().render_long_help().to_string();
+        let want = format!("{CELL_SECRET_BYTES_MIN} to {CELL_SECRET_BYTES_MAX} bytes");
+        assert!(help.contains(&want), "--cell-secret-file's help does not say {want:?}");
+        for flag in ["--node-id", "--cell ", "--cell-secret-file", "RINGSTREAM_NODE_ID", "RINGSTREAM_CELL="] {
+            assert!(help.contains(flag), "--help lacks {flag}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The server's configuration, decided once at boot (see `cli` for where
 //! each value comes from: flag > environment > config file > default).
 
+use crate::cell::config::CellConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -35,6 +36,11 @@ pub struct Config {
     pub no_auth: bool,
     /// Tiered storage (`--tier s3`); None: every segment stays local.
     pub tier: Option<TierConfig>,
+    /// The replicated cell (`--node-id`, `--cell`, `--cell-secret-file`);
+    /// None: a single node. Its `Debug` shows the secret's length only.
+    pub cell: Option<CellConfig>,
+    /// The file the cell's secret was read from (for `--check-config`'s report).
+    pub cell_secret_file: Option<PathBuf>,
     /// The TOML file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
 }

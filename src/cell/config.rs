@@ -18,6 +18,18 @@ pub struct Voter {
     pub addr: SocketAddr,
 }
 
+impl Voter {
+    /// The ports this voter's replicas listen on for their peers: group *i*
+    /// (shard *i*) at the `--cell` port + *i*, for `shards` groups. `None`
+    /// for port 0 (a peer cannot dial it) or when the last port would pass
+    /// 65535.
+    pub fn group_ports(&self, shards: usize) -> Option<std::ops::RangeInclusive<u16>> {
+        let first = self.addr.port();
+        let last = u16::try_from(shards.checked_sub(1)?).ok().and_then(|n| first.checked_add(n))?;
+        (first != 0).then_some(first..=last)
+    }
+}
+
 /// The key every node of a cell holds, with which peers authenticate each
 /// other (`cell::auth`). Its `Debug` shows only its length.
 #[derive(Clone)]
@@ -409,6 +421,19 @@ mod tests {
         assert!(err.to_string().contains("[1, 2, 3]"), "{err}");
         let bad = CellConfig::resolve(Some(1), Some("1@127.0.0.1:1"), Some(&secret)).unwrap_err();
         assert!(matches!(bad, CellConfigError::VoterCount { count: 1, .. }), "{bad}");
+    }
+
+    #[test]
+    fn group_ports_run_from_the_voters_port_and_stay_below_65536() {
+        let voter = |port: u16| Voter { id: 1, addr: SocketAddr::from(([127, 0, 0, 1], port)) };
+        assert_eq!(voter(7001).group_ports(1), Some(7001..=7001));
+        assert_eq!(voter(7001).group_ports(4), Some(7001..=7004));
+        assert_eq!(voter(65532).group_ports(4), Some(65532..=65535));
+        assert_eq!(voter(65533).group_ports(4), None);
+        assert_eq!(voter(1).group_ports(256), Some(1..=256));
+        assert_eq!(voter(0).group_ports(1), None, "port 0 cannot be dialled");
+        assert_eq!(voter(7001).group_ports(0), None);
+        assert_eq!(voter(1).group_ports(usize::MAX), None);
     }
 
     #[test]

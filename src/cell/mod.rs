@@ -3,7 +3,8 @@
 //!
 //! This first landing is the consensus core, not yet on a request path:
 //! - [`config`]: the cell's voters, this node's id and the shared secret,
-//!   as `--node-id`, `--cell` and `--cell-secret-file` will give them.
+//!   as `--node-id`, `--cell` and `--cell-secret-file` give them (`cli`
+//!   resolves them; a start with a cell is refused until it is served).
 //! - [`auth`]: peers prove they hold the secret (an HMAC-SHA256
 //!   challenge both ways) before any Raft message crosses a link.
 //! - [`wire`]: the frames of the peer link (a group's Raft message, prost

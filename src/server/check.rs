@@ -3,7 +3,7 @@
 //! address, the host (io_uring, locked memory, O_DIRECT), and the data
 //! directory (not in use, storage format and shard count). A directory that
 //! does not exist yet is not created: its nearest existing parent must be
-//! writable.
+//! writable. A cell's settings are checked by `cli` and reported here.
 
 use super::config_error;
 use super::host::{self, Layout, FORMAT_VERSION};
@@ -34,6 +34,7 @@ pub fn check(cfg: &Config) -> anyhow::Result<String> {
     };
     data_dir(cfg, &mut out)?;
     tier(cfg, &mut out)?;
+    cell(cfg, &mut out);
     let _ = writeln!(out, "configuration ok");
     Ok(out)
 }
@@ -55,6 +56,26 @@ fn tier(cfg: &Config, out: &mut String) -> anyhow::Result<()> {
         Err(e) => writeln!(out, "object store     WARNING: does not answer: {e} (a start serves; cold reads 503)"),
     };
     Ok(())
+}
+
+/// The replicated cell, as `cli` resolved and checked it: this node, each
+/// voter's peer ports (group *i* at its port + *i*), and the secret's
+/// length (never its bytes).
+fn cell(cfg: &Config, out: &mut String) {
+    let Some(cell) = &cfg.cell else { return };
+    let _ = writeln!(out, "cell             node {} of {} voters", cell.node_id, cell.voters.len());
+    for v in &cell.voters {
+        // `cli` refused a cell whose ports overflow; this is only the report.
+        let ports = v.group_ports(cfg.shards).map_or("none".to_string(), |p| format!("{}-{}", p.start(), p.end()));
+        let me = if v.id == cell.node_id { ", this node: its replicas listen here" } else { "" };
+        let _ = writeln!(out, "voter {:<10} {}, groups 0-{} on ports {ports}{me}", v.id, v.addr, cfg.shards - 1);
+    }
+    let file = cfg.cell_secret_file.as_deref().map_or(String::new(), |p| p.display().to_string());
+    let _ = writeln!(out, "cell secret      {file}: read, {} bytes", cell.secret.as_bytes().len());
+    let _ = writeln!(
+        out,
+        "cell             WARNING: this build does not serve a cell yet (issue 33 in progress): a start with --cell exits 78"
+    );
 }
 
 /// The data directory's part of the report.

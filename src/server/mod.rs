@@ -61,6 +61,10 @@ pub(crate) fn config_error(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(ConfigError(msg.into()))
 }
 
+/// Why a start with `--cell` stops (exit 78) until the cell is served.
+const CELL_NOT_SERVED: &str = "--cell: this build replicates the log but does not serve a cell yet \
+                               (issue 33 in progress); run without --cell";
+
 /// Process states: a stop signal during boot exits at once; from serving
 /// it starts a graceful shutdown. SIGHUP reloads only while serving.
 const BOOTING: u8 = 0;
@@ -91,6 +95,11 @@ struct Process {
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     assert!(cfg.shards > 0 && cfg.shards <= SHARDS_MAX);
+    // Issue 33: the log replicates, but no request goes through a cell yet;
+    // wiring the cell into the shards replaces this refusal.
+    if cfg.cell.is_some() {
+        return Err(config_error(CELL_NOT_SERVED));
+    }
     let started = Instant::now();
     let cpus = crate::preflight::allowed_cpus();
     log_start(&cfg, &cpus);
