@@ -338,6 +338,12 @@ impl<S: GroupStore> Group<S> {
         self.node.store()
     }
 
+    /// Whether this replica leads and an entry of its term is committed: then
+    /// every entry before its term is committed too.
+    pub fn leads_committed(&self) -> bool {
+        self.node.raft.state == StateRole::Leader && self.node.raft.commit_to_current_term()
+    }
+
     /// The index of the last entry in this replica's Raft log, handed to
     /// the store or not yet. A leader whose store's log ends before it
     /// (raft-rs's own empty entry of a new term, still to be handed out)

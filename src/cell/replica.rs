@@ -17,7 +17,8 @@
 use super::group::{self, Group, GroupView, Refused};
 use super::store::{LogStore, StoreError};
 use crate::storage::io::SegmentStore;
-use crate::storage::log::LocalLog;
+use crate::storage::log::{BatchEnd, LocalLog};
+use crate::storage::Recovered;
 use futures_util::stream::{Stream, StreamExt};
 use raft::prelude::Message;
 use raft::StateRole;
@@ -52,10 +53,22 @@ struct Written {
     after: Vec<Message>,
 }
 
+/// What the replica's shard does with records once committed (the server
+/// connects the two: the cell knows no shard).
+pub trait Applier {
+    /// Committed records the shard did not write itself, in log order.
+    fn apply(&self, records: &[Recovered]) -> Result<(), String>;
+    /// The shard's state again from these committed records alone (it
+    /// stopped leading holding records it wrote that may never commit).
+    fn rebuild(&self, committed: &[Recovered]) -> Result<(), String>;
+}
+
 /// What others on the executor may read of the replica.
 #[derive(Debug, Default)]
 pub struct Status {
-    pub leading: Cell<bool>,
+    /// It leads, and its term's first entry is committed (so every entry
+    /// before it is applied): the shard may write (`Shard::set_writable`).
+    pub leading: Rc<Cell<bool>>,
     pub view: RefCell<Option<GroupView>>,
 }
 
@@ -65,6 +78,10 @@ pub struct Replica<S: SegmentStore> {
     log: Rc<LocalLog<S>>,
     written: VecDeque<Written>,
     status: Rc<Status>,
+    applier: Option<Rc<dyn Applier>>,
+    /// The shard's state holds the log's records up to here: committed
+    /// ones applied, and while it leads, all it wrote.
+    applied_to: BatchEnd,
 }
 
 impl<S: SegmentStore> Replica<S> {
@@ -77,7 +94,14 @@ impl<S: SegmentStore> Replica<S> {
         log.commit_to(commit);
         let group = Group::new(&group::config(id, commit), store, &super::log::logger(group, id))
             .map_err(|e| StoreError::Batch(format!("the Raft group does not start: {e}")))?;
-        Ok(Replica { id, group, log, written: VecDeque::new(), status: Rc::default() })
+        let applied_to = committed_end(&log)?;
+        Ok(Replica { id, group, log, written: VecDeque::new(), status: Rc::default(), applier: None, applied_to })
+    }
+
+    /// Gives the replica its shard, which applies committed records (at
+    /// boot the shard recovered the committed ones).
+    pub fn set_applier(&mut self, applier: Rc<dyn Applier>) {
+        self.applier = Some(applier);
     }
 
     pub fn status(&self) -> Rc<Status> {
@@ -144,8 +168,37 @@ impl<S: SegmentStore> Replica<S> {
             }
         }
         self.report_durable(out);
-        self.status.leading.set(self.group.role() == StateRole::Leader);
+        self.apply(self.group.leads_committed())?;
         *self.status.view.borrow_mut() = Some(self.group.view());
+        Ok(())
+    }
+
+    /// Keeps the shard's state in step with the log: a replica that stops
+    /// leading with records applied past the committed ones rebuilds it;
+    /// otherwise committed records it lacks are applied. Only then may a
+    /// leader whose term has committed an entry let the shard write.
+    fn apply(&mut self, leads: bool) -> Result<(), StoreError> {
+        let committed = committed_end(&self.log)?;
+        let Some(applier) = self.applier.clone() else {
+            self.status.leading.set(leads);
+            return Ok(());
+        };
+        let failed = |e: String| StoreError::Batch(format!("the shard could not apply committed records: {e}"));
+        if !leads && self.status.leading.get() && self.applied_to > committed {
+            let records = self.log.records_between(crate::storage::log::LOG_START, committed)?;
+            applier.rebuild(&records).map_err(failed)?;
+            self.applied_to = committed;
+        }
+        self.status.leading.set(false);
+        if self.applied_to < committed {
+            let records = self.log.records_between(self.applied_to, committed)?;
+            applier.apply(&records).map_err(failed)?;
+            self.applied_to = committed;
+        }
+        if leads {
+            self.applied_to = self.log.tail_position();
+            self.status.leading.set(true);
+        }
         Ok(())
     }
 
@@ -212,4 +265,14 @@ pub async fn run<S: SegmentStore>(
             return;
         }
     }
+}
+
+/// Where the committed entries end in `log`.
+fn committed_end<S: SegmentStore>(log: &LocalLog<S>) -> Result<BatchEnd, StoreError> {
+    let index = log.committed_index();
+    if index == 0 {
+        return Ok(crate::storage::log::LOG_START);
+    }
+    let mark = log.mark(index)?.ok_or(StoreError::Batch(format!("committed entry {index} is not in the log")))?;
+    Ok(mark.end)
 }

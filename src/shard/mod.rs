@@ -87,10 +87,30 @@ pub struct Shard<S: SegmentStore> {
     counted: RefCell<HashMap<String, Arc<BucketUsage>>>,
     /// This shard's share of `--hot-bytes` (0 without tiering).
     hot_budget: Cell<u64>,
+    /// In a cell: whether this replica may write now (it leads its group);
+    /// None for a single node, which always may.
+    writable: RefCell<Option<Rc<Cell<bool>>>>,
 }
 
 /// An executor's timer: resolves after the duration.
 pub type Sleep = Rc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()>>>>;
+
+/// Whether a request writes to the log.
+fn writes(req: &ShardRequest) -> bool {
+    use crate::protocol::{BucketOp, StreamOp};
+    match req {
+        ShardRequest::Stream { op, .. } => matches!(
+            op,
+            StreamOp::Create(_)
+                | StreamOp::Append(_)
+                | StreamOp::Delete
+                | StreamOp::SnapshotPublish(_)
+                | StreamOp::SnapshotDelete { .. }
+        ),
+        ShardRequest::Bucket { op, .. } => matches!(op, BucketOp::Create | BucketOp::Delete),
+        ShardRequest::ListBucket { .. } => false,
+    }
+}
 
 fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
@@ -139,8 +159,28 @@ impl<S: SegmentStore> Shard<S> {
         self.now_ms = f;
     }
 
+    /// In a cell: the flag saying whether this replica leads its group, so
+    /// may write; a write while it does not is refused (503).
+    pub fn set_writable(&self, flag: Rc<Cell<bool>>) {
+        *self.writable.borrow_mut() = Some(flag);
+    }
+
+    /// Whether `req` may run here now: reads always; writes unless this is
+    /// a replica of a cell that does not lead its group.
+    fn admits(&self, req: &ShardRequest) -> Result<(), Error> {
+        let leads = self.writable.borrow().as_ref().is_none_or(|f| f.get());
+        if leads || !writes(req) {
+            return Ok(());
+        }
+        Err(Error::Unavailable(format!(
+            "shard {} does not lead its group on this node: writes go to the leader (retry there or later)",
+            self.id
+        )))
+    }
+
     /// Handles one request owned by this shard.
     pub async fn handle(&self, req: ShardRequest) -> Reply {
+        self.admits(&req)?;
         match req {
             ShardRequest::Stream { key, surface, op } => {
                 if surface == Surface::Ds && !self.state.borrow().buckets_known.contains(&key.bucket) {

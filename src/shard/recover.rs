@@ -45,6 +45,7 @@ impl<S: SegmentStore> Shard<S> {
             reclaim_sealed: Cell::new(0),
             counted: RefCell::default(),
             hot_budget: Cell::new(0),
+            writable: RefCell::new(None),
         };
         let mut replay = Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
         let mut body = Vec::new();
@@ -73,6 +74,40 @@ impl<S: SegmentStore> Shard<S> {
         shard.state.borrow_mut().uids_from((wall_clock_ms().max(0) as u64) << 10);
         shard.log.recovery_done();
         Ok(shard)
+    }
+
+    /// In a cell: applies records the group committed that this shard did
+    /// not write itself (a follower's, or a new leader's from earlier
+    /// terms), in log order, as recovery replays them.
+    pub fn apply_committed(&self, records: &[Recovered]) -> Result<(), String> {
+        let mut replay = Replay { boot_ms: (self.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
+        let mut body = Vec::new();
+        for r in records {
+            body.clear();
+            self.log
+                .read_body(r.loc, 0..r.loc.body_len as usize, &mut body)
+                .map_err(|e| format!("shard {}: reading a committed record: {e}", self.id))?;
+            self.state.borrow_mut().uid_used(r.header.stream_id);
+            self.replay_record(&mut replay, r, &body)?;
+        }
+        Ok(())
+    }
+
+    /// In a cell: the shard's state again from the committed records
+    /// alone, after it stopped leading with records it wrote that may never
+    /// be committed. Live readers waiting here are answered (as at their
+    /// timeout) and come back to the rebuilt state.
+    pub fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
+        let mut old = std::mem::take(&mut *self.state.borrow_mut());
+        for (_, s) in old.iter_mut() {
+            for w in s.waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+        drop(old);
+        self.apply_committed(committed)?;
+        self.state.borrow_mut().uids_from((wall_clock_ms().max(0) as u64) << 10);
+        Ok(())
     }
 
     fn replay_record(&self, replay: &mut Replay, r: &Recovered, body: &[u8]) -> Result<(), String> {

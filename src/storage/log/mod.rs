@@ -35,7 +35,7 @@ mod preparer;
 mod recovery;
 mod writer;
 
-pub use batches::{Batch, BatchEnd, BatchMark, BatchPart};
+pub use batches::{Batch, BatchEnd, BatchMark, BatchPart, LOG_START};
 
 use super::error::{Error, Result};
 use super::io::{SealedBytes, SegmentFile, SegmentStore};

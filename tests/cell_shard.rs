@@ -1,0 +1,291 @@
+//! Shards as replicas of one group, in one process: each node a shard over
+//! a batched log on the simulated disk, its `cell::replica::Replica`
+//! (raft-rs), and a network the test steps (messages delivered, or held
+//! while a link is cut). The shards serve real requests (`Shard::handle`):
+//!
+//! - the leader's writes are answered once committed, and every follower
+//!   serves the same streams, byte for byte, from the records it applied;
+//!   a follower refuses writes (503);
+//! - a leader cut off from its followers answers no write (its appends
+//!   fail once it steps down); the others elect a leader and go on; when
+//!   the old leader returns it drops what it wrote and never committed,
+//!   rebuilds its state from the committed records and serves what the
+//!   others serve;
+//! - a follower restarted from its disk recovers only committed records,
+//!   catches up and serves the same.
+
+use futures::executor::{block_on, LocalPool};
+use futures::task::LocalSpawnExt;
+use raft::prelude::Message;
+use ringstream::cell::replica::{Applier, Outbox, Replica};
+use ringstream::limits::SEGMENT_BYTES_MIN;
+use ringstream::protocol::headers::Lifetime;
+use ringstream::protocol::offset::ReadFrom;
+use ringstream::protocol::{
+    AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ReadReq, StreamKey, StreamOp, Surface,
+};
+use ringstream::shard::{Reply, Shard, ShardRequest};
+use ringstream::storage::sim_file::SimStore;
+use ringstream::storage::{Log, LogConfig, Recovered};
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::rc::Rc;
+
+const BUCKET: &str = "cell";
+const OCTET: &str = "application/octet-stream";
+
+fn log_config() -> LogConfig {
+    LogConfig { segment_bytes: SEGMENT_BYTES_MIN, pending_bytes_max: 4 * 1024 * 1024 }
+}
+
+/// The shard as its replica's applier.
+struct Applies(Rc<Shard<SimStore>>);
+
+impl Applier for Applies {
+    fn apply(&self, records: &[Recovered]) -> Result<(), String> {
+        self.0.apply_committed(records)
+    }
+    fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
+        self.0.rebuild(committed)
+    }
+}
+
+/// Messages a replica sent, for the test's network.
+#[derive(Default)]
+struct Sent(RefCell<Vec<Message>>);
+
+impl Outbox for Sent {
+    fn send(&self, message: Message) -> bool {
+        self.0.borrow_mut().push(message);
+        true
+    }
+}
+
+struct Node {
+    disk: SimStore,
+    replica: Replica<SimStore>,
+    shard: Rc<Shard<SimStore>>,
+    pool: LocalPool,
+}
+
+/// Boots node `id` from `disk`: the log, the replica, then the shard from
+/// the committed records only.
+fn boot(id: u64, disk: SimStore) -> Node {
+    let (log, records, _, _) = block_on(Log::open_batched(disk.clone(), log_config())).expect("recovery");
+    let log = Rc::new(log);
+    let mut replica = block_on(Replica::open(id, 0, vec![1, 2, 3], log.local().clone())).expect("replica");
+    let end = log.local().mark(log.local().committed_index()).unwrap().map(|m| (m.end.segment, m.end.pos));
+    let committed: Vec<Recovered> =
+        records.into_iter().filter(|r| end.is_some_and(|e| (r.loc.segment, r.loc.pos) < e)).collect();
+    let shard = Rc::new(Shard::recover(0, 1, log.clone(), &committed).expect("shard recovery"));
+    replica.set_applier(Rc::new(Applies(shard.clone())));
+    shard.set_writable(replica.status().leading.clone());
+    let pool = LocalPool::new();
+    let (w, p) = (log.clone(), log.clone());
+    pool.spawner().spawn_local(async move { w.run_writer().await }).unwrap();
+    pool.spawner().spawn_local(async move { p.run_preparer().await }).unwrap();
+    Node { disk, replica, shard, pool }
+}
+
+struct Cell {
+    nodes: Vec<Option<Node>>,
+    net: Vec<Message>,
+    /// Nodes cut off from every other.
+    cut: HashSet<u64>,
+    steps: u64,
+}
+
+impl Cell {
+    fn new() -> Cell {
+        let nodes = (1..=3).map(|id| Some(boot(id, SimStore::new()))).collect();
+        Cell { nodes, net: Vec::new(), cut: HashSet::new(), steps: 0 }
+    }
+
+    fn node(&mut self, id: u64) -> &mut Node {
+        self.nodes[(id - 1) as usize].as_mut().expect("node up")
+    }
+
+    /// One step: messages delivered, a tick now and then, each node's turn.
+    fn step(&mut self) {
+        self.steps += 1;
+        let net = std::mem::take(&mut self.net);
+        for m in net {
+            let cut = self.cut.contains(&m.from) || self.cut.contains(&m.to);
+            if let (false, Some(n)) = (cut, self.nodes[(m.to - 1) as usize].as_mut()) {
+                n.replica.step(m);
+            }
+        }
+        for n in self.nodes.iter_mut().flatten() {
+            if self.steps.is_multiple_of(5) {
+                n.replica.tick();
+            }
+            let _ = n.replica.propose();
+            let sent = Sent::default();
+            n.pool.run_until(n.replica.turn(&sent)).expect("turn");
+            n.pool.run_until_stalled();
+            n.pool.run_until(n.replica.turn(&sent)).expect("turn");
+            self.net.extend(sent.0.into_inner());
+        }
+    }
+
+    fn run(&mut self, steps: u64) {
+        for _ in 0..steps {
+            self.step();
+        }
+    }
+
+    /// The node whose replica may write now, if one may.
+    fn leader(&self) -> Option<u64> {
+        (1..=3).find(|&id| self.nodes[(id - 1) as usize].as_ref().is_some_and(|n| n.replica.status().leading.get()))
+    }
+
+    /// Steps until a leader may write.
+    fn elect(&mut self) -> u64 {
+        for _ in 0..2_000 {
+            if let Some(id) = self.leader().filter(|id| !self.cut.contains(id)) {
+                return id;
+            }
+            self.step();
+        }
+        panic!("no leader in 2,000 steps");
+    }
+
+    /// Sends `req` to node `id`'s shard; steps until it is answered (or
+    /// `limit` steps pass: None).
+    fn call(&mut self, id: u64, req: ShardRequest, limit: u64) -> Option<Reply> {
+        let out = Rc::new(RefCell::new(None));
+        let (o, shard) = (out.clone(), self.node(id).shard.clone());
+        self.node(id)
+            .pool
+            .spawner()
+            .spawn_local(async move { *o.borrow_mut() = Some(shard.handle(req).await) })
+            .unwrap();
+        for _ in 0..limit {
+            self.node(id).pool.run_until_stalled();
+            if let Some(r) = out.borrow_mut().take() {
+                return Some(r);
+            }
+            self.step();
+        }
+        None
+    }
+
+    fn stream_op(&mut self, id: u64, stream: &str, op: StreamOp) -> Option<Reply> {
+        let key = StreamKey { bucket: BUCKET.into(), stream: stream.into() };
+        self.call(id, ShardRequest::Stream { key, surface: Surface::Ds, op }, 500)
+    }
+
+    /// The whole stream as node `id` serves it.
+    fn read_all(&mut self, id: u64, stream: &str) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut pos = 0;
+        loop {
+            let read =
+                ReadReq { from: ReadFrom::At(Offset::new(0, pos)), live: Live::No, cursor: None, if_none_match: None };
+            let r = self.stream_op(id, stream, StreamOp::Read(read)).expect("a read is answered");
+            let Ok(Outcome::Read(r)) = r else { panic!("node {id}: read {stream} at {pos}: {r:?}") };
+            got.extend_from_slice(&r.body);
+            pos = r.next_offset.pos;
+            if r.up_to_date {
+                return got;
+            }
+        }
+    }
+}
+
+fn create() -> StreamOp {
+    StreamOp::Create(CreateReq {
+        content_type: Some(OCTET.into()),
+        lifetime: Lifetime::Forever,
+        closed: false,
+        body: Vec::new(),
+        if_match: None,
+        fork: None,
+    })
+}
+
+fn append(body: &[u8]) -> StreamOp {
+    StreamOp::Append(AppendReq {
+        content_type: Some(OCTET.into()),
+        body: body.to_vec(),
+        close: false,
+        stream_seq: None,
+        producer: None,
+        if_match: None,
+    })
+}
+
+/// A cell with a bucket and stream "s" holding `rounds` committed appends.
+fn cell_with_data(rounds: usize) -> (Cell, u64, Vec<u8>) {
+    let mut cell = Cell::new();
+    let leader = cell.elect();
+    let r = cell.call(leader, ShardRequest::Bucket { bucket: BUCKET.into(), op: BucketOp::Create }, 500);
+    assert!(matches!(r, Some(Ok(_))), "bucket: {r:?}");
+    let r = cell.stream_op(leader, "s", create());
+    assert!(matches!(r, Some(Ok(Outcome::Created { .. }))), "create: {r:?}");
+    let mut data = Vec::new();
+    for i in 0..rounds {
+        let body = format!("<append {i}>").into_bytes();
+        let r = cell.stream_op(leader, "s", append(&body));
+        assert!(matches!(r, Some(Ok(Outcome::Appended { .. }))), "append {i}: {r:?}");
+        data.extend_from_slice(&body);
+    }
+    (cell, leader, data)
+}
+
+#[test]
+fn followers_serve_what_the_leader_committed_and_refuse_writes() {
+    let (mut cell, leader, data) = cell_with_data(40);
+    cell.run(50);
+    for id in 1..=3 {
+        assert!(cell.read_all(id, "s") == data, "node {id} serves other bytes");
+    }
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let r = cell.stream_op(follower, "s", append(b"refused"));
+    assert!(matches!(r, Some(Err(Error::Unavailable(_)))), "a follower took a write: {r:?}");
+}
+
+#[test]
+fn a_leader_cut_off_answers_no_write_and_returns_to_the_committed_state() {
+    let (mut cell, old, data) = cell_with_data(10);
+    cell.run(50);
+    // Cut off, the old leader still takes the append (it has not stepped
+    // down yet) but never answers it as written.
+    cell.cut.insert(old);
+    let key = StreamKey { bucket: BUCKET.into(), stream: "s".into() };
+    let req = ShardRequest::Stream { key, surface: Surface::Ds, op: append(b"<lost>") };
+    let r = cell.call(old, req, 400);
+    assert!(!matches!(r, Some(Ok(_))), "a leader without a majority answered a write: {r:?}");
+    // The others elect a leader and go on.
+    let new = cell.elect();
+    assert_ne!(new, old);
+    let r = cell.stream_op(new, "s", append(b"<after>"));
+    assert!(matches!(r, Some(Ok(Outcome::Appended { .. }))), "append on the new leader: {r:?}");
+    let mut want = data.clone();
+    want.extend_from_slice(b"<after>");
+    // The old leader returns: it serves what the others serve.
+    cell.cut.clear();
+    cell.run(300);
+    for id in 1..=3 {
+        let got = cell.read_all(id, "s");
+        assert!(got == want, "node {id} serves {:?}", String::from_utf8_lossy(&got));
+    }
+}
+
+#[test]
+fn a_restarted_follower_recovers_committed_records_and_catches_up() {
+    let (mut cell, leader, mut data) = cell_with_data(10);
+    cell.run(50);
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let disk = cell.node(follower).disk.clone();
+    cell.nodes[(follower - 1) as usize] = None;
+    for i in 0..10 {
+        let body = format!("<while down {i}>").into_bytes();
+        let r = cell.stream_op(leader, "s", append(&body));
+        assert!(matches!(r, Some(Ok(Outcome::Appended { .. }))), "append {i}: {r:?}");
+        data.extend_from_slice(&body);
+    }
+    cell.nodes[(follower - 1) as usize] = Some(boot(follower, disk.crash_image(None)));
+    cell.run(300);
+    assert!(cell.read_all(follower, "s") == data, "the restarted follower serves other bytes");
+}
