@@ -43,9 +43,9 @@ use std::path::{Path, PathBuf};
 /// --cell-secret-file, all three or none, make this node one voter of a
 /// cell of 3, 5 or 7 nodes with the same --shards, where an append is to be
 /// acknowledged only once its batch is durable on a majority of them.
-/// This build checks these settings (--check-config) but does not serve a
-/// cell yet: a start with --cell exits 78. Without them the server is a
-/// single node.
+/// In progress: a cell serves one shard per node (--shards 1); writes go
+/// to the leader (others answer 503), any node serves reads of what it has
+/// applied; no tiering. Without them the server is a single node.
 #[derive(Debug, Parser)]
 #[command(version = crate::build_info::LONG_VERSION, about, long_about)]
 pub struct Cli {
@@ -212,9 +212,10 @@ pub struct Cli {
     /// node's own PORT + i: each voter uses ports PORT to PORT + shards - 1
     /// (all at most 65535). In a cell an append is acknowledged only once
     /// its batch is durable (O_DIRECT|O_DSYNC, or fdatasync) on a majority
-    /// of the voters, and reads show only what a majority holds. Not served
-    /// by this build yet (issue 33 in progress): a start with --cell exits
-    /// 78; --check-config checks it. Default: none (a single node).
+    /// of the voters, and reads show only what a majority holds. In progress
+    /// (issue 33): --shards 1 only, writes to the leader (the first voter
+    /// while it is up; others answer 503), no --tier. Default: none (a
+    /// single node).
     #[arg(long, env = "RINGSTREAM_CELL", value_name = "ID@HOST:PORT,...")]
     pub cell: Option<String>,
 

@@ -51,6 +51,8 @@ struct Acked {
 
 /// Shared by the writers: the next record's number, how many to write.
 struct Work {
+    /// Each replica's committed index, as it last saw it (by id - 1).
+    committed: [AtomicU64; 3],
     next: AtomicU64,
     wanted: AtomicU64,
 }
@@ -78,7 +80,7 @@ fn free_addrs(n: usize) -> Vec<SocketAddr> {
 impl Group {
     fn new(n: usize) -> Group {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let work = Arc::new(Work { next: AtomicU64::new(0), wanted: AtomicU64::new(0) });
+        let work = Arc::new(Work { committed: Default::default(), next: AtomicU64::new(0), wanted: AtomicU64::new(0) });
         let dirs = (0..n).map(|_| TempDir::new("replica")).collect();
         let mut g = Group { dirs, addrs: free_addrs(n), running: HashMap::new(), work, tx, rx, acked: Vec::new() };
         for id in 1..=n as u64 {
@@ -118,6 +120,28 @@ impl Group {
             self.acked.push(a);
         }
         true
+    }
+
+    /// Waits until every replica running has committed the same index, for
+    /// a while (nothing more comes).
+    fn caught_up(&self, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        let mut same_since: Option<(u64, Instant)> = None;
+        while Instant::now() < end {
+            let seen: Vec<u64> =
+                self.running.keys().map(|id| self.work.committed[(id - 1) as usize].load(Ordering::Relaxed)).collect();
+            let all_same = seen.windows(2).all(|w| w[0] == w[1]);
+            same_since = match (all_same, same_since) {
+                (true, Some((c, at))) if c == seen[0] => Some((c, at)),
+                (true, _) => Some((seen[0], Instant::now())),
+                (false, _) => None,
+            };
+            if same_since.is_some_and(|(_, at)| at.elapsed() > Duration::from_millis(200)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
     }
 
     fn leader(&self) -> u64 {
@@ -165,6 +189,7 @@ async fn serve(
         replica::run(replica, inbox.stream(), &links, &sleep, TICK, &s).await;
     });
     while !halt.load(Ordering::Relaxed) {
+        work.committed[(id - 1) as usize].store(log.committed_index(), Ordering::Relaxed);
         if !status.leading.get() || work.wanted.load(Ordering::Relaxed) == 0 {
             glommio::timer::sleep(Duration::from_millis(2)).await;
             continue;
@@ -243,7 +268,8 @@ fn three_replicas_acknowledge_fail_over_catch_up_and_hold_the_same_bytes() {
     // The old leader comes back, catches up, and the group goes on.
     g.start(old);
     assert!(g.write(200, Duration::from_secs(30)), "200 more not acknowledged after the restart");
-    std::thread::sleep(Duration::from_millis(500));
+    // Every replica has committed all there is (the old leader caught up).
+    assert!(g.caught_up(Duration::from_secs(30)), "the replicas did not catch up in 30 s");
     for id in 1..=3 {
         g.stop(id);
     }

@@ -89,7 +89,12 @@ fn check_config_prints_a_valid_cell_and_passes() {
     assert!(out.contains("voter 2          127.0.0.2:7001, groups 0-1 on ports 7001-7002, this node"), "{out}");
     assert!(out.contains("voter 3          127.0.0.3:7001, groups 0-1 on ports 7001-7002\n"), "{out}");
     assert!(out.contains(&format!("cell secret      {}: read, 29 bytes", secret.display())), "{out}");
-    assert!(out.contains("does not serve a cell yet") && out.ends_with("configuration ok\n"), "{out}");
+    // The default is two shards, more than a cell serves yet.
+    assert!(
+        out.contains("WARNING: a start exits 78: --cell: a cell serves one shard per node")
+            && out.ends_with("configuration ok\n"),
+        "{out}"
+    );
 
     // Five voters, one of them by name; the last port of the last group is 65535.
     let five = "1@127.0.0.1:1,2@localhost:2,3@127.0.0.3:3,4@127.0.0.4:4,5@127.0.0.5:65534";
@@ -202,7 +207,7 @@ fn help_explains_the_cell_settings() {
 }
 
 #[test]
-fn serving_with_a_cell_is_refused_until_it_is_wired_and_without_one_nothing_changes() {
+fn what_a_cell_does_not_do_yet_is_refused_and_without_one_nothing_changes() {
     let root = TempDir::new("cell-serve");
     let secret = secret_file(root.path(), "secret", SECRET, 0o600);
     let data = root.path().join("data");
@@ -212,10 +217,15 @@ fn serving_with_a_cell_is_refused_until_it_is_wired_and_without_one_nothing_chan
     assert_eq!(code, Some(EX_CONFIG), "{out}{err}");
     assert_eq!(
         err,
-        "ringstream: configuration error: --cell: this build replicates the log but does not serve a cell yet \
-         (issue 33 in progress); run without --cell\n"
+        "ringstream: configuration error: --cell: a cell serves one shard per node for now \
+         (issue 33 in progress); start with --shards 1\n"
     );
     assert!(out.is_empty() && !data.exists(), "a refused start touched nothing: {out}");
+    let one = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1", "--no-pin"];
+    let tier = ["--tier", "s3"];
+    let (code, out, err) = run(&[&one[..], &cell, &tier].concat(), &[]);
+    assert_eq!(code, Some(EX_CONFIG), "{out}{err}");
+    assert!(err.contains("a cell does not tier yet") || err.contains("--tier"), "{err}");
 
     let (code, out, err) = check_config(root.path(), &[], &[]);
     assert_eq!(code, Some(0), "{out}{err}");

@@ -79,6 +79,8 @@ pub struct Replica<S: SegmentStore> {
     written: VecDeque<Written>,
     status: Rc<Status>,
     applier: Option<Rc<dyn Applier>>,
+    /// The replica every group of the cell is steered to be led by.
+    preferred: Option<u64>,
     /// The shard's state holds the log's records up to here: committed
     /// ones applied, and while it leads, all it wrote.
     applied_to: BatchEnd,
@@ -95,7 +97,16 @@ impl<S: SegmentStore> Replica<S> {
         let group = Group::new(&group::config(id, commit), store, &super::log::logger(group, id))
             .map_err(|e| StoreError::Batch(format!("the Raft group does not start: {e}")))?;
         let applied_to = committed_end(&log)?;
-        Ok(Replica { id, group, log, written: VecDeque::new(), status: Rc::default(), applier: None, applied_to })
+        Ok(Replica {
+            id,
+            group,
+            log,
+            written: VecDeque::new(),
+            status: Rc::default(),
+            applier: None,
+            preferred: None,
+            applied_to,
+        })
     }
 
     /// Gives the replica its shard, which applies committed records (at
@@ -118,8 +129,17 @@ impl<S: SegmentStore> Replica<S> {
         }
     }
 
+    /// Steers leadership to replica `id` whenever it is up to date (so the
+    /// groups of a cell are led by one node where they can be).
+    pub fn prefer(&mut self, id: u64) {
+        self.preferred = Some(id);
+    }
+
     pub fn tick(&mut self) {
         self.group.tick();
+        if let Some(id) = self.preferred {
+            self.group.lead_toward(id);
+        }
     }
 
     /// On the leader, proposes what was appended since the last proposal
@@ -149,8 +169,11 @@ impl<S: SegmentStore> Replica<S> {
         while let Some(w) = self.group.ready() {
             if let Some(rc) = w.role {
                 tracing::info!("replica {}: {:?} in term {}, leader {:?}", self.id, rc.role, rc.term, rc.leader);
-                if rc.role != StateRole::Leader && self.log.has_unclosed() {
-                    self.log.cut_back(self.log.last_mark()).await?;
+                if rc.role != StateRole::Leader {
+                    if self.log.has_unclosed() {
+                        self.log.cut_back(self.log.last_mark()).await?;
+                    }
+                    self.log.abandon_waits();
                 }
             }
             for m in w.send {

@@ -72,10 +72,14 @@ fn cell(cfg: &Config, out: &mut String) {
     }
     let file = cfg.cell_secret_file.as_deref().map_or(String::new(), |p| p.display().to_string());
     let _ = writeln!(out, "cell secret      {file}: read, {} bytes", cell.secret.as_bytes().len());
-    let _ = writeln!(
-        out,
-        "cell             WARNING: this build does not serve a cell yet (issue 33 in progress): a start with --cell exits 78"
-    );
+    let _ = match super::cell_refusal(cfg) {
+        Some(why) => writeln!(out, "cell             WARNING: a start exits 78: {why}"),
+        None => writeln!(
+            out,
+            "cell             in progress (issue 33): writes go to the leader (followers answer 503), \
+             any node serves reads from its committed records"
+        ),
+    };
 }
 
 /// The data directory's part of the report.

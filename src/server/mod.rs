@@ -19,6 +19,7 @@
 
 mod access;
 mod boot;
+mod cell;
 mod check;
 mod context;
 mod host;
@@ -61,9 +62,18 @@ pub(crate) fn config_error(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(ConfigError(msg.into()))
 }
 
-/// Why a start with `--cell` stops (exit 78) until the cell is served.
-const CELL_NOT_SERVED: &str = "--cell: this build replicates the log but does not serve a cell yet \
-                               (issue 33 in progress); run without --cell";
+/// What a cell does not do yet (issue 33 in progress): a start with `--cell`
+/// and one of these stops (exit 78).
+pub(super) fn cell_refusal(cfg: &Config) -> Option<&'static str> {
+    cfg.cell.as_ref()?;
+    if cfg.shards > 1 {
+        return Some("--cell: a cell serves one shard per node for now (issue 33 in progress); start with --shards 1");
+    }
+    if cfg.tier.is_some() {
+        return Some("--cell: a cell does not tier yet (issue 34); run it without --tier");
+    }
+    None
+}
 
 /// Process states: a stop signal during boot exits at once; from serving
 /// it starts a graceful shutdown. SIGHUP reloads only while serving.
@@ -95,10 +105,8 @@ struct Process {
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     assert!(cfg.shards > 0 && cfg.shards <= SHARDS_MAX);
-    // Issue 33: the log replicates, but no request goes through a cell yet;
-    // wiring the cell into the shards replaces this refusal.
-    if cfg.cell.is_some() {
-        return Err(config_error(CELL_NOT_SERVED));
+    if let Some(why) = cell_refusal(&cfg) {
+        return Err(config_error(why));
     }
     let started = Instant::now();
     let cpus = crate::preflight::allowed_cpus();

@@ -76,10 +76,19 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     b.step("recovering the log");
     let started = Instant::now();
     let log_cfg = LogConfig { segment_bytes: b.cfg.segment_bytes, pending_bytes_max: b.cfg.max_pending_bytes };
-    let tiering = b.process.tier.clone().map(|client| Tiering { client, shard: id });
-    let (log, records, report) =
-        Log::open_tiered(store, log_cfg, tiering).await.map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
-    let log = Rc::new(log);
+    let (log, records, report, replica) = match &b.cfg.cell {
+        Some(cell) => {
+            let o = super::cell::open(id, cell, store, log_cfg).await?;
+            (o.log, o.committed, o.report, Some(o.replica))
+        }
+        None => {
+            let tiering = b.process.tier.clone().map(|client| Tiering { client, shard: id });
+            let (log, records, report) = Log::open_tiered(store, log_cfg, tiering)
+                .await
+                .map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
+            (Rc::new(log), records, report, None)
+        }
+    };
     let shard = Rc::new(Shard::recover(id, b.cfg.shards, log.clone(), &records)?);
     let bytes: u64 = records.iter().map(|r| u64::from(r.loc.body_len)).sum();
     drop(records);
@@ -88,6 +97,10 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     let l = log.clone();
     glommio::spawn_local(async move { l.run_writer().await }).detach();
     glommio::spawn_local(async move { log.run_preparer().await }).detach();
+    if let (Some(cell), Some(replica)) = (&b.cfg.cell, replica) {
+        b.step("starting its replica");
+        super::cell::start(id, cell, replica, &shard)?;
+    }
     b.step("joining the mesh");
     let (mesh, edge, remote) = join_mesh(link, &shard, b.process.auth.clone());
     if let Some(auth) = &b.process.auth {
@@ -100,7 +113,11 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     // Every shard's buckets and fork references are known once go opens
     // (this shard keeps serving the mesh meanwhile).
     b.process.go.wait(id).await;
-    start_background(&shard);
+    // In a cell, TTL expiry and reclaim write and remove on one replica
+    // alone: not yet (they must go through the log).
+    if b.cfg.cell.is_none() {
+        start_background(&shard);
+    }
     if let Some(t) = &b.cfg.tier {
         let (s, budget) = (shard.clone(), t.hot_bytes / b.cfg.shards as u64);
         glommio::spawn_local(async move { s.run_tiering(budget).await }).detach();

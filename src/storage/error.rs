@@ -28,6 +28,11 @@ pub enum Error {
     /// the awaited record is gone.
     #[error("the record was discarded: the replicated log cut back its uncommitted tail")]
     CutBack,
+    /// A batched log's replica stopped leading while the record waited to
+    /// be committed: whether it will be is not known here (the client
+    /// retries; with its producer headers a retry is not applied twice).
+    #[error("the replica stopped leading before the record was committed: it may or may not be; retry")]
+    Abandoned,
     /// A replicated batch that does not fit this replica's log (another
     /// position, a record that does not verify, no room for its close).
     #[error("replicated batch refused: {0}")]
@@ -62,6 +67,7 @@ impl Clone for Error {
             Error::Poisoned => Error::Poisoned,
             Error::Full => Error::Full,
             Error::CutBack => Error::CutBack,
+            Error::Abandoned => Error::Abandoned,
             Error::Batch(r) => Error::Batch(r.clone()),
             Error::TooLarge(n) => Error::TooLarge(*n),
             Error::Cold(n) => Error::Cold(n.clone()),

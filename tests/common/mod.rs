@@ -72,7 +72,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts a server with 2 shards on a fresh data directory.
+    /// Starts a server with 2 shards (unless the flags give `--shards`) on
+    /// a fresh data directory.
     pub fn start() -> Server {
         Server::start_with(&[])
     }
@@ -174,8 +175,11 @@ impl Server {
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(self.data_dir())
-            .arg("--shards")
-            .arg("2")
+            .args(
+                if self.args.iter().any(|a| a == "--shards") { None } else { Some(["--shards", "2"]) }
+                    .into_iter()
+                    .flatten(),
+            )
             .args(if self.pin { None } else { Some("--no-pin") })
             .args(&self.args)
             .env("RUST_LOG", "info")

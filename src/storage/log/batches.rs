@@ -321,6 +321,25 @@ impl<S: SegmentStore> LocalLog<S> {
         writer::release_waiters(&mut st, visible);
     }
 
+    /// Gives up every wait for a record not yet visible (they fail with
+    /// [`Error::Abandoned`]): a replica that stopped leading answers its
+    /// clients now rather than when, or if, another leader commits.
+    pub fn abandon_waits(&self) {
+        let mut st = self.st.borrow_mut();
+        st.generation += 1;
+        let visible = self.visible_lsn(&st);
+        st.abandoned = Some((st.generation, visible));
+        for (_, waker) in st.waiters.drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// What [`LocalLog::durable`] resolves up to: the durable point, and in
+    /// a batched log the committed one too.
+    pub fn visible(&self) -> u64 {
+        self.visible_lsn(&self.st.borrow())
+    }
+
     /// The highest index [`LocalLog::commit_to`] was told of.
     pub fn committed_index(&self) -> u64 {
         self.st.borrow().committed

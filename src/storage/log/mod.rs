@@ -128,6 +128,9 @@ struct State<F> {
     /// after a cut-back gets lsns past the discarded ones, so an lsn from
     /// before it can never be mistaken for a newer record's.
     voids: Vec<(u64, u64)>,
+    /// The last time waits for uncommitted records were given up (a
+    /// replica that stopped leading): (generation, what was visible then).
+    abandoned: Option<(u64, u64)>,
     /// Batched logs: the lsn the committed entries cover, the committed
     /// index, and the lsn each entry closed since the log opened ends at,
     /// until it is committed.
@@ -305,13 +308,18 @@ impl<S: SegmentStore> LocalLog<S> {
     /// Resolves when everything up to `lsn` is on stable storage. In a
     /// batched log: on stable storage here and committed by the group
     /// ([`LocalLog::commit_to`]); fails with [`Error::CutBack`] when a
-    /// cut-back discarded the record.
+    /// cut-back discarded the record, and with [`Error::Abandoned`] when
+    /// the replica stopped leading first (the record may still commit).
     pub async fn durable(&self, lsn: u64) -> Result<()> {
-        let mut registered = None;
+        let (mut since, mut registered) = (None, None);
         std::future::poll_fn(|cx| {
             let mut st = self.st.borrow_mut();
+            let since = *since.get_or_insert(st.generation);
             if st.voids.iter().any(|&(after, through)| after < lsn && lsn <= through) {
                 return Poll::Ready(Err(Error::CutBack));
+            }
+            if st.abandoned.is_some_and(|(g, visible)| g > since && lsn > visible) {
+                return Poll::Ready(Err(Error::Abandoned));
             }
             if self.visible_lsn(&st) >= lsn {
                 return Poll::Ready(Ok(()));

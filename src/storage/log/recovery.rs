@@ -148,6 +148,7 @@ impl<S: SegmentStore> LocalLog<S> {
                 marks: Default::default(),
                 generation: 0,
                 voids: Vec::new(),
+                abandoned: None,
                 lsn_committed: 0,
                 lsn_closed: 0,
                 committed: 0,

@@ -118,8 +118,10 @@ impl<S: SegmentStore> Log<S> {
         self.local.durable(lsn).await
     }
 
+    /// What the shard may serve and acknowledge up to: the durable point
+    /// (in a cell's batched log, the durable and committed one).
     pub fn durable_lsn(&self) -> u64 {
-        self.local.durable_lsn()
+        self.local.visible()
     }
 
     pub fn tail_lsn(&self) -> u64 {

@@ -1,0 +1,93 @@
+//! A shard's replica in a cell (issue 33), started at boot: its batched
+//! log recovered with the replica beside it, the shard recovered from the
+//! committed records only, then the peer links of its group (the node's
+//! `--cell` port plus the shard's index) and the replica's loop on this
+//! executor. The shard applies what its group commits and writes only
+//! while its replica leads.
+
+use crate::cell::config::CellConfig;
+use crate::cell::link::{LinkConfig, Links};
+use crate::cell::replica::{self, Applier, Replica, Sleep};
+use crate::limits::{CELL_ENTRY_BYTES_MAX, CELL_TICK_MS};
+use crate::shard::Shard;
+use crate::storage::dma_file::DiskStore;
+use crate::storage::{Log, LogConfig, Recovered, RecoveryReport};
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// A shard's log in a cell, recovered, with what its shard is rebuilt from.
+pub(super) struct Opened {
+    pub log: Rc<Log<DiskStore>>,
+    /// The records of the committed entries, in log order.
+    pub committed: Vec<Recovered>,
+    pub report: RecoveryReport,
+    pub replica: Replica<DiskStore>,
+}
+
+/// Recovers shard `id`'s batched log and its replica: the records the
+/// shard may apply now are those of committed entries (the rest follow as
+/// they commit).
+pub(super) async fn open(id: usize, cell: &CellConfig, store: DiskStore, cfg: LogConfig) -> Result<Opened, String> {
+    // What was appended and not yet durable is at most one entry's worth
+    // (an entry is proposed from it whole).
+    let cfg = LogConfig { pending_bytes_max: cfg.pending_bytes_max.min(CELL_ENTRY_BYTES_MAX as u64 / 2), ..cfg };
+    let (log, records, _, report) =
+        Log::open_batched(store, cfg).await.map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
+    let log = Rc::new(log);
+    let voters = cell.voters.iter().map(|v| v.id).collect();
+    let replica = Replica::open(cell.node_id, id as u32, voters, log.local().clone())
+        .await
+        .map_err(|e| format!("shard {id}: its replica does not start: {e}"))?;
+    let local = log.local();
+    let end = local
+        .mark(local.committed_index())
+        .map_err(|e| format!("shard {id}: reading the committed entries: {e}"))?
+        .map(|m| (m.end.segment, m.end.pos));
+    let committed = records.into_iter().filter(|r| end.is_some_and(|e| (r.loc.segment, r.loc.pos) < e)).collect();
+    Ok(Opened { log, committed, report, replica })
+}
+
+/// The shard as its replica's applier.
+struct Applies(Rc<Shard<DiskStore>>);
+
+impl Applier for Applies {
+    fn apply(&self, records: &[Recovered]) -> Result<(), String> {
+        self.0.apply_committed(records)
+    }
+    fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
+        self.0.rebuild(committed)
+    }
+}
+
+/// Connects the shard and its replica, starts the group's links and the
+/// replica's loop on this executor. The first voter of `--cell` is the one
+/// every group is steered to be led by, so one node leads them all.
+pub(super) fn start(
+    id: usize,
+    cell: &CellConfig,
+    mut replica: Replica<DiskStore>,
+    shard: &Rc<Shard<DiskStore>>,
+) -> Result<(), String> {
+    replica.set_applier(Rc::new(Applies(shard.clone())));
+    replica.prefer(cell.voters[0].id);
+    shard.set_writable(replica.status().leading.clone());
+    let port = |addr: SocketAddr| -> Result<SocketAddr, String> {
+        let p = addr.port().checked_add(id as u16).ok_or(format!("shard {id}: no peer port after {addr}"))?;
+        Ok(SocketAddr::new(addr.ip(), p))
+    };
+    let listen = port(cell.me().addr)?;
+    let peers = cell.peers().map(|v| Ok((v.id, port(v.addr)?))).collect::<Result<Vec<_>, String>>()?;
+    let secret = Rc::new(cell.secret.clone());
+    let (links, inbox) = Links::start(LinkConfig { me: cell.node_id, group: id as u32, listen, peers, secret })
+        .map_err(|e| format!("shard {id}: listening for its peers on {listen}: {e}"))?;
+    let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
+    glommio::spawn_local(async move {
+        let stop = Cell::new(false);
+        let tick = Duration::from_millis(CELL_TICK_MS);
+        replica::run(replica, inbox.stream(), &links, &sleep, tick, &stop).await;
+    })
+    .detach();
+    Ok(())
+}
