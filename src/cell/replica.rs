@@ -170,6 +170,9 @@ impl<S: SegmentStore> Replica<S> {
             if let Some(rc) = w.role {
                 tracing::info!("replica {}: {:?} in term {}, leader {:?}", self.id, rc.role, rc.term, rc.leader);
                 if rc.role != StateRole::Leader {
+                    // The shard first, so that no read sees a record the
+                    // cut-back below discards.
+                    self.stop_writing()?;
                     if self.log.has_unclosed() {
                         self.log.cut_back(self.log.last_mark()).await?;
                     }
@@ -196,30 +199,47 @@ impl<S: SegmentStore> Replica<S> {
         Ok(())
     }
 
-    /// Keeps the shard's state in step with the log: a replica that stops
-    /// leading with records applied past the committed ones rebuilds it;
-    /// otherwise committed records it lacks are applied. Only then may a
-    /// leader whose term has committed an entry let the shard write.
-    fn apply(&mut self, leads: bool) -> Result<(), StoreError> {
-        let committed = committed_end(&self.log)?;
-        let Some(applier) = self.applier.clone() else {
-            self.status.leading.set(leads);
+    /// The shard stops writing. If it wrote records past the committed ones
+    /// (applied to its state as it wrote them, and maybe never committed),
+    /// its state is rebuilt from the committed records alone, at once.
+    fn stop_writing(&mut self) -> Result<(), StoreError> {
+        if !self.status.leading.replace(false) {
             return Ok(());
-        };
-        let failed = |e: String| StoreError::Batch(format!("the shard could not apply committed records: {e}"));
-        if !leads && self.status.leading.get() && self.applied_to > committed {
+        }
+        let committed = committed_end(&self.log)?;
+        let Some(applier) = self.applier.clone() else { return Ok(()) };
+        if self.log.tail_position() > committed {
             let records = self.log.records_between(crate::storage::log::LOG_START, committed)?;
-            applier.rebuild(&records).map_err(failed)?;
-            self.applied_to = committed;
+            applier.rebuild(&records).map_err(apply_failed)?;
         }
-        self.status.leading.set(false);
-        if self.applied_to < committed {
-            let records = self.log.records_between(self.applied_to, committed)?;
-            applier.apply(&records).map_err(failed)?;
-            self.applied_to = committed;
+        self.applied_to = committed;
+        Ok(())
+    }
+
+    /// Keeps the shard's state in step with the log. While the shard writes
+    /// (its replica leads), everything in the log is its own and already in
+    /// its state. Otherwise it applies the committed records it lacks, and
+    /// a leader whose term has committed an entry lets it write once every
+    /// record in the log is applied.
+    fn apply(&mut self, leads: bool) -> Result<(), StoreError> {
+        if !leads {
+            self.stop_writing()?;
         }
-        if leads {
+        if self.status.leading.get() {
             self.applied_to = self.log.tail_position();
+            return Ok(());
+        }
+        let committed = committed_end(&self.log)?;
+        if let Some(applier) = self.applier.clone() {
+            if self.applied_to < committed {
+                let records = self.log.records_between(self.applied_to, committed)?;
+                applier.apply(&records).map_err(apply_failed)?;
+                self.applied_to = committed;
+            }
+        } else {
+            self.applied_to = committed;
+        }
+        if leads && self.log.tail_position() == self.applied_to {
             self.status.leading.set(true);
         }
         Ok(())
@@ -298,4 +318,8 @@ fn committed_end<S: SegmentStore>(log: &LocalLog<S>) -> Result<BatchEnd, StoreEr
     }
     let mark = log.mark(index)?.ok_or(StoreError::Batch(format!("committed entry {index} is not in the log")))?;
     Ok(mark.end)
+}
+
+fn apply_failed(e: String) -> StoreError {
+    StoreError::Batch(format!("the shard could not apply committed records: {e}"))
 }

@@ -1,0 +1,312 @@
+//! The nemesis: a cell of three real processes (`--shards 1`) under
+//! concurrent writers while faults come one after another for
+//! `NEMESIS_SECS` (default 60): the leader killed (SIGKILL) and restarted,
+//! a follower killed and restarted, the leader paused (SIGSTOP) and woken,
+//! both followers killed and restarted. Then everything heals and the
+//! checker reads every node: each acknowledged append served once, at the
+//! offset it was acknowledged with, in acknowledgement order per writer;
+//! every node serves the same stream; the replicas' segment files are byte
+//! for byte the same. Printed: appends acknowledged and attempted, faults,
+//! and the time from each leader kill to the next acknowledgement.
+//!
+//! Ignored in the test run (minutes long): `scripts/cell-nemesis.sh` runs it.
+
+mod common;
+
+use common::{read_all, Conn, Server, TempDir};
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const STREAM: &str = "/v1/stream/nemesis";
+const WRITERS: usize = 4;
+
+/// What the writers and the nemesis share.
+#[derive(Default)]
+struct Shared {
+    ports: [AtomicU16; 3],
+    stop: AtomicBool,
+    /// Acknowledged appends: (writer, body, end offset).
+    acked: Mutex<Vec<(usize, String, u64)>>,
+    attempts: AtomicU64,
+    /// When the leader was last killed, until the next acknowledgement.
+    killed_at: Mutex<Option<Instant>>,
+    failovers: Mutex<Vec<Duration>>,
+    /// The node that acknowledged last.
+    last_leader: AtomicU64,
+}
+
+fn writer(w: usize, shared: Arc<Shared>) {
+    let mut n = 0u64;
+    let mut node = 0usize;
+    while !shared.stop.load(Ordering::Relaxed) {
+        n += 1;
+        shared.attempts.fetch_add(1, Ordering::Relaxed);
+        let body = format!("<w{w}-{n}>");
+        let port = shared.ports[node].load(Ordering::Relaxed);
+        let answer = Conn::try_connect(port)
+            .and_then(|mut c| c.try_request("POST", STREAM, &[("content-type", "text/plain")], body.as_bytes()));
+        match answer {
+            Ok(r) if r.status == 200 || r.status == 204 => {
+                let end: u64 = r.sno().rsplit('_').next().unwrap().parse().unwrap();
+                shared.acked.lock().unwrap().push((w, body, end));
+                shared.last_leader.store(node as u64, Ordering::Relaxed);
+                if let Some(at) = shared.killed_at.lock().unwrap().take() {
+                    shared.failovers.lock().unwrap().push(at.elapsed());
+                }
+            }
+            Ok(r) if r.status == 503 => node = (node + 1) % 3,
+            Ok(r) => panic!("writer {w}: append answered {}", r.summary()),
+            Err(_) => {
+                node = (node + 1) % 3;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+fn signal(server: &Server, sig: i32) {
+    // Safety: kill(2) on our own child.
+    unsafe { libc::kill(server.pid() as libc::pid_t, sig) };
+}
+
+struct Nemesis {
+    nodes: Vec<Server>,
+    up: [bool; 3],
+    shared: Arc<Shared>,
+    faults: HashMap<&'static str, u32>,
+}
+
+impl Nemesis {
+    fn leader(&self) -> usize {
+        self.shared.last_leader.load(Ordering::Relaxed) as usize
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.nodes[i].kill9();
+        self.up[i] = false;
+    }
+
+    fn restart(&mut self, i: usize) {
+        self.nodes[i].start_again();
+        self.shared.ports[i].store(self.nodes[i].port(), Ordering::Relaxed);
+        self.up[i] = true;
+    }
+
+    fn pause(d: Duration) {
+        std::thread::sleep(d);
+    }
+
+    /// One fault, then healed.
+    fn fault(&mut self, which: u64) {
+        let leader = self.leader();
+        let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+        let kind = match which % 4 {
+            0 => {
+                *self.shared.killed_at.lock().unwrap() = Some(Instant::now());
+                self.kill(leader);
+                Self::pause(Duration::from_millis(1500));
+                self.restart(leader);
+                "leader killed"
+            }
+            1 => {
+                self.kill(others[0]);
+                Self::pause(Duration::from_millis(1000));
+                self.restart(others[0]);
+                "follower killed"
+            }
+            2 => {
+                signal(&self.nodes[leader], libc::SIGSTOP);
+                Self::pause(Duration::from_millis(1500));
+                signal(&self.nodes[leader], libc::SIGCONT);
+                "leader paused"
+            }
+            _ => {
+                self.kill(others[0]);
+                self.kill(others[1]);
+                Self::pause(Duration::from_millis(1000));
+                self.restart(others[0]);
+                self.restart(others[1]);
+                "both followers killed"
+            }
+        };
+        *self.faults.entry(kind).or_default() += 1;
+        Self::pause(Duration::from_millis(1000));
+    }
+}
+
+/// The checker on one node's stream: each acknowledged append once, at the
+/// offset it was acknowledged with, and each writer's in the order they
+/// were acknowledged.
+fn check(node: usize, got: &[u8], acked: &[(usize, String, u64)]) -> Result<(), String> {
+    let mut seen: HashMap<&[u8], usize> = HashMap::new();
+    let mut at = 0;
+    for piece in got.split_inclusive(|&b| b == b'>') {
+        *seen.entry(piece).or_default() += 1;
+        at += piece.len();
+    }
+    assert_eq!(at, got.len());
+    let mut last_end = vec![0u64; WRITERS];
+    for (w, body, end) in acked {
+        let start = *end as usize - body.len();
+        if got.get(start..*end as usize) != Some(body.as_bytes()) {
+            return Err(format!("node {}: {body} is not where it was acknowledged", node + 1));
+        }
+        if seen.get(body.as_bytes()) != Some(&1) {
+            return Err(format!("node {}: {body} served {:?} times", node + 1, seen.get(body.as_bytes())));
+        }
+        if *end <= last_end[*w] {
+            return Err(format!("node {}: writer {w}'s appends out of order at {body}", node + 1));
+        }
+        last_end[*w] = *end;
+    }
+    Ok(())
+}
+
+/// The segment files of a stopped node, whole, skipping any that is all
+/// zeros (made ahead, never written).
+fn segments(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir.join("shard-0"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .filter(|(_, b)| b.iter().any(|&x| x != 0))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+#[ignore = "minutes long: scripts/cell-nemesis.sh runs it"]
+fn nemesis() {
+    let secs: u64 = std::env::var("NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let dir = TempDir::new("nemesis");
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "a nemesis secret of some length\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ports: Vec<u16> = {
+        let ls: Vec<_> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    };
+    let voters =
+        ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
+    let secret_path = secret.to_str().unwrap().to_string();
+    let nodes: Vec<Server> = (1..=3)
+        .map(|id| {
+            let id = id.to_string();
+            Server::start_with(&[
+                "--shards",
+                "1",
+                "--node-id",
+                &id,
+                "--cell",
+                &voters,
+                "--cell-secret-file",
+                &secret_path,
+            ])
+        })
+        .collect();
+    let shared = Arc::new(Shared::default());
+    for (i, n) in nodes.iter().enumerate() {
+        shared.ports[i].store(n.port(), Ordering::Relaxed);
+    }
+    let mut nem = Nemesis { nodes, up: [true; 3], shared: shared.clone(), faults: HashMap::new() };
+    // The stream, through whichever node leads.
+    let created = (0..400).any(|k| {
+        let i = k % 3;
+        let r = Conn::try_connect(nem.nodes[i].port())
+            .and_then(|mut c| c.try_request("PUT", STREAM, &[("content-type", "text/plain")], b""));
+        std::thread::sleep(Duration::from_millis(50));
+        matches!(r, Ok(r) if r.status == 201 || r.status == 200)
+    });
+    assert!(created, "no node took the create");
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let s = shared.clone();
+            std::thread::spawn(move || writer(w, s))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let started = Instant::now();
+    let mut which = 0;
+    while started.elapsed() < Duration::from_secs(secs) {
+        nem.fault(which);
+        which += 1;
+    }
+    // Heal: everyone up, writers stop, every node catches up.
+    for i in 0..3 {
+        if !nem.up[i] {
+            nem.restart(i);
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    shared.stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let acked = shared.acked.lock().unwrap().clone();
+    let mut streams = Vec::new();
+    for i in 0..3 {
+        let end = Instant::now() + Duration::from_secs(30);
+        let got = loop {
+            let mut c = nem.nodes[i].conn();
+            let got =
+                if c.request("HEAD", STREAM, &[], b"").status == 404 { Vec::new() } else { read_all(&mut c, STREAM).0 };
+            match check(i, &got, &acked) {
+                Ok(()) => break got,
+                Err(e) if Instant::now() > end => {
+                    for n in 0..3 {
+                        let got = read_all(&mut nem.nodes[n].conn(), STREAM).0;
+                        eprintln!("node {}: {} bytes served; {:?}", n + 1, got.len(), check(n, &got, &acked));
+                        if let Some((_, body, at)) = acked.iter().find(|(_, b, _)| e.contains(b.as_str())) {
+                            let found = common::find(&got, body.as_bytes());
+                            eprintln!(
+                                "  {body} acknowledged ending at {at}; found at {found:?}; there: {:?}",
+                                got.get(*at as usize - body.len()..(*at as usize + 20).min(got.len()))
+                                    .map(String::from_utf8_lossy)
+                            );
+                        }
+                        eprintln!("--- node {} log tail:\n{}", n + 1, nem.nodes[n].log_tail());
+                    }
+                    eprintln!("faults: {:?}", nem.faults);
+                    panic!("{e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        };
+        streams.push(got);
+    }
+    // Every node the same stream, once all have caught up.
+    let end = Instant::now() + Duration::from_secs(30);
+    while !(streams[0] == streams[1] && streams[1] == streams[2]) {
+        assert!(Instant::now() < end, "the nodes serve different streams after healing");
+        std::thread::sleep(Duration::from_millis(200));
+        streams = (0..3).map(|i| read_all(&mut nem.nodes[i].conn(), STREAM).0).collect();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let dirs: Vec<_> = (0..3).map(|i| nem.nodes[i].data_dir()).collect();
+    for i in 0..3 {
+        nem.kill(i);
+    }
+    let segs: Vec<_> = dirs.iter().map(|d| segments(d)).collect();
+    assert!(segs[0] == segs[1] && segs[1] == segs[2], "the replicas' segment files differ after healing");
+    let mut failovers = shared.failovers.lock().unwrap().clone();
+    failovers.sort();
+    let median = failovers.get(failovers.len() / 2).copied();
+    eprintln!(
+        "nemesis {secs} s: {} appends acknowledged of {} attempted, 0 lost, 0 duplicated; {} segment files \
+         byte-identical on 3 replicas; faults {:?}; leader kill to next acknowledgement: {} kills, median {median:?}, \
+         max {:?}",
+        acked.len(),
+        shared.attempts.load(Ordering::Relaxed),
+        segs[0].len(),
+        nem.faults,
+        failovers.len(),
+        failovers.last()
+    );
+    assert!(acked.len() > 100, "too little was acknowledged to tell");
+}
