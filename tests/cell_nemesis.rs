@@ -149,7 +149,7 @@ fn check(node: usize, got: &[u8], acked: &[(usize, String, u64)]) -> Result<(), 
         at += piece.len();
     }
     assert_eq!(at, got.len());
-    let mut last_end = vec![0u64; WRITERS];
+    let mut last_end = [0u64; WRITERS];
     for (w, body, end) in acked {
         let start = *end as usize - body.len();
         if got.get(start..*end as usize) != Some(body.as_bytes()) {
