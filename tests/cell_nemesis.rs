@@ -270,7 +270,18 @@ fn nemesis() {
                                     .map(String::from_utf8_lossy)
                             );
                         }
-                        eprintln!("--- node {} log tail:\n{}", n + 1, nem.nodes[n].log_tail());
+                        let root = nem.nodes[n].log_path().parent().unwrap().to_path_buf();
+                        let mut log = String::new();
+                        for e in std::fs::read_dir(&root).unwrap().flatten() {
+                            if e.file_name().to_string_lossy().starts_with("stderr-") {
+                                log += &std::fs::read_to_string(e.path()).unwrap_or_default();
+                            }
+                        }
+                        let notable: Vec<&str> = log
+                            .lines()
+                            .filter(|l| l.contains("ERROR") || l.contains("WARN ringstream::cell::replica"))
+                            .collect();
+                        eprintln!("--- node {} errors:\n{}", n + 1, notable.join("\n"));
                     }
                     eprintln!("faults: {:?}", nem.faults);
                     panic!("{e}")

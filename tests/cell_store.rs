@@ -53,7 +53,7 @@ fn lead(log: &LocalLog<SimStore>, term: u64, index: u64, body: &[u8]) -> Entry {
 }
 
 #[test]
-fn the_term_and_vote_survive_a_restart_and_the_commit_stays_within_the_log() {
+fn the_term_and_vote_survive_a_restart_and_the_commit_saved_is_only_what_was_applied() {
     let disk = SimStore::new();
     let (mut store, log) = open(&disk);
     assert_eq!(store.initial_state().unwrap().hard_state, HardState::default());
@@ -62,8 +62,11 @@ fn the_term_and_vote_survive_a_restart_and_the_commit_stays_within_the_log() {
     store.append(&[e]);
     store.set_hard_state(&hs(4, 2, 1));
     persist(&mut store, &log);
-    // A commit index ahead of the log (a follower learns it before its
-    // entries are durable) is saved with the next vote, never trusted.
+    let (back, _) = open(&disk.crash_image(None));
+    assert_eq!(back.initial_state().unwrap().hard_state, hs(4, 2, 0), "entry 1 was not applied yet");
+    // A commit index ahead of what was applied (a follower learns it before
+    // its entries are durable) is saved only as far as what was applied.
+    log.commit_to(1);
     store.set_hard_state(&hs(5, 3, 9));
     persist(&mut store, &log);
     let (back, _) = open(&disk.crash_image(None));

@@ -14,8 +14,9 @@
 //! - The term and vote, which differ between replicas, are kept in a
 //!   two-slot file beside the segments (`storage/slots.rs`), written by
 //!   [`LogStore::persist`] when either changes. The commit index goes with
-//!   them but is not written for itself: a replica that restarts with an
-//!   older one learns the newer from its leader.
+//!   them, no further than the entries applied (so held durably here), and
+//!   is not written for itself: a replica that restarts with an older one
+//!   learns the newer from its leader.
 
 use crate::storage::io::SegmentStore;
 use crate::storage::log::{Batch, BatchMark, LocalLog};
@@ -105,7 +106,14 @@ impl<S: SegmentStore> LogStore<S> {
             }
         }
         if self.dirty {
-            let bytes = encode_hard_state(&self.state.hard_state);
+            // The commit index saved is only as far as entries this replica
+            // holds durably (raft-rs hands out committed entries to apply
+            // only once they are persisted here): a commit index learnt
+            // ahead of them would, after a power cut, name entries the log
+            // may hold in another version.
+            let mut hs = self.state.hard_state.clone();
+            hs.commit = hs.commit.min(self.log.committed_index());
+            let bytes = encode_hard_state(&hs);
             self.slots
                 .write(self.log.store(), &bytes)
                 .await
