@@ -272,3 +272,16 @@ fn an_lsn_first_awaited_after_its_cut_back_fails() {
     let (_, newer) = log.append(h(), b"newer").unwrap();
     assert!(newer > lsn, "lsns are never reused");
 }
+
+/// A replica that does not lead takes no append, whenever the write was
+/// admitted (the replica says so at once, the log checks at each append).
+#[test]
+fn a_log_whose_replica_does_not_lead_takes_no_append() {
+    let log = block_on(LocalLog::open_batched(SimStore::new(), cfg())).unwrap().0;
+    entry(&log, 1, b"while leading");
+    log.set_appendable(false);
+    assert!(matches!(log.append(h(), b"after"), Err(Error::NotLeader)));
+    assert!(!log.has_unclosed(), "nothing was appended");
+    log.set_appendable(true);
+    entry(&log, 2, b"leading again");
+}

@@ -97,6 +97,8 @@ impl<S: SegmentStore> Replica<S> {
         let group = Group::new(&group::config(id, commit), store, &super::log::logger(group, id))
             .map_err(|e| StoreError::Batch(format!("the Raft group does not start: {e}")))?;
         let applied_to = committed_end(&log)?;
+        // The shard writes only once this replica leads.
+        log.set_appendable(false);
         Ok(Replica {
             id,
             group,
@@ -203,6 +205,7 @@ impl<S: SegmentStore> Replica<S> {
     /// (applied to its state as it wrote them, and maybe never committed),
     /// its state is rebuilt from the committed records alone, at once.
     fn stop_writing(&mut self) -> Result<(), StoreError> {
+        self.log.set_appendable(false);
         if !self.status.leading.replace(false) {
             return Ok(());
         }
@@ -241,6 +244,7 @@ impl<S: SegmentStore> Replica<S> {
         }
         if leads && self.log.tail_position() == self.applied_to {
             self.status.leading.set(true);
+            self.log.set_appendable(true);
         }
         Ok(())
     }

@@ -33,6 +33,10 @@ pub enum Error {
     /// retries; with its producer headers a retry is not applied twice).
     #[error("the replica stopped leading before the record was committed: it may or may not be; retry")]
     Abandoned,
+    /// A batched log whose replica does not lead takes no append of the
+    /// layer above.
+    #[error("this replica does not lead its group: writes go to the leader")]
+    NotLeader,
     /// A replicated batch that does not fit this replica's log (another
     /// position, a record that does not verify, no room for its close).
     #[error("replicated batch refused: {0}")]
@@ -68,6 +72,7 @@ impl Clone for Error {
             Error::Full => Error::Full,
             Error::CutBack => Error::CutBack,
             Error::Abandoned => Error::Abandoned,
+            Error::NotLeader => Error::NotLeader,
             Error::Batch(r) => Error::Batch(r.clone()),
             Error::TooLarge(n) => Error::TooLarge(*n),
             Error::Cold(n) => Error::Cold(n.clone()),

@@ -184,6 +184,13 @@ impl<S: SegmentStore> LocalLog<S> {
         found.map(Some).ok_or(Error::Corrupt { segment: no, position: 0 })
     }
 
+    /// Whether the layer above may append (a batched log's replica says so
+    /// while it leads). Checked at each append, so a write admitted before
+    /// its replica stopped leading cannot land after.
+    pub fn set_appendable(&self, yes: bool) {
+        self.appendable.set(yes);
+    }
+
     /// Where the log ends now (closed or not).
     pub fn tail_position(&self) -> BatchEnd {
         let st = self.st.borrow();

@@ -173,6 +173,9 @@ pub struct LocalLog<S: SegmentStore> {
     flushed: Notify,
     /// A replica's copy of a replicated log (see `batches.rs`).
     batched: bool,
+    /// Whether the layer above may append: a replica's batched log only
+    /// while the replica leads (the replica sets it); otherwise always.
+    appendable: Cell<bool>,
 }
 
 /// The memory image of a new segment: its whole length reserved at once
@@ -245,6 +248,9 @@ impl<S: SegmentStore> LocalLog<S> {
         }
         if st.cutting_back {
             return Err(Error::CutBack);
+        }
+        if !self.appendable.get() {
+            return Err(Error::NotLeader);
         }
         let pending = st.lsn_tail - st.lsn_durable;
         if pending > 0 && pending + framed as u64 > self.cfg.pending_bytes_max {

@@ -169,6 +169,7 @@ impl<S: SegmentStore> LocalLog<S> {
             appended: Notify::default(),
             flushed: Notify::default(),
             batched,
+            appendable: Cell::new(true),
         }
     }
 }
