@@ -285,3 +285,38 @@ fn a_log_whose_replica_does_not_lead_takes_no_append() {
     log.set_appendable(true);
     entry(&log, 2, b"leading again");
 }
+
+/// A cut-back into a segment whose file is still being made keeps the
+/// entries before the cut (they are in memory only, and go to disk once
+/// the file exists).
+#[test]
+fn a_cut_back_into_a_segment_without_its_file_yet_keeps_its_entries() {
+    let st = gstore();
+    let (log, mut pool) = running(&st);
+    pool.run_until_stalled(); // segment 1 made ahead
+    st.creates.set(true); // the zero-fill of segment 2, made ahead, is held
+    let mut index = 0;
+    while log.batch_start().segment < 2 {
+        index += 1;
+        entry(&log, index, &[1; 1000]);
+        pool.run_until_stalled();
+    }
+    for _ in 0..3 {
+        index += 1;
+        entry(&log, index, &[2; 1000]);
+    }
+    let kept = log.last_mark();
+    entry(&log, index + 1, &[3; 1000]);
+    pool.run_until_stalled();
+    let l = log.clone();
+    pool.spawner().spawn_local(async move { l.cut_back(kept).await.unwrap() }).unwrap();
+    pool.run_until_stalled();
+    st.creates.set(false);
+    pool.run_until_stalled();
+    assert_eq!(log.last_index(), index);
+    entry(&log, index + 1, b"after the cut");
+    pool.run_until_stalled();
+    assert_eq!(log.durable_lsn(), log.tail_lsn(), "all flushed");
+    let (_, _, marks, _) = block_on(LocalLog::open_batched(st.sim.crash_image(None), cfg())).unwrap();
+    assert_eq!(marks.len() as u64, index + 1, "entries kept by the cut-back were lost");
+}

@@ -614,15 +614,19 @@ impl<S: SegmentStore> LocalLog<S> {
             }
             None => return Ok((None, 0)),
         };
+        let dropped = held.saturating_sub(pos) as u64;
+        let records = count_records(no, &prefix)?;
         let file = match file {
             Some(f) => f,
             None if on_disk > 0 => Rc::new(self.store.reopen(no).await.map_err(Error::io_at("reopen", no))?),
-            None => return Ok((None, held.saturating_sub(pos) as u64)),
+            // A segment whose file is still being made: nothing of it is
+            // on disk, its kept bytes go out once the file exists.
+            None if pos > 0 => return Ok((Some(Resumed { bytes: prefix, records, file: None, cut_len: 0 }), dropped)),
+            None => return Ok((None, dropped)),
         };
         zero_after(&*file, &prefix, on_disk).await.map_err(Error::io_at("zero", no))?;
-        let records = count_records(no, &prefix)?;
         let cut_len = on_disk.min(prefix.len());
-        Ok((Some(Resumed { bytes: prefix, records, file, cut_len }), held.saturating_sub(pos) as u64))
+        Ok((Some(Resumed { bytes: prefix, records, file: Some(file), cut_len }), dropped))
     }
 }
 

@@ -204,7 +204,9 @@ fn align_up(v: usize) -> usize {
 struct Resumed<F> {
     bytes: Vec<u8>,
     records: u64,
-    file: Rc<F>,
+    /// None: it has no file yet (the preparer makes one; nothing of it is
+    /// on disk).
+    file: Option<Rc<F>>,
     /// How many of `bytes` are on disk already.
     cut_len: usize,
 }
@@ -300,7 +302,7 @@ impl<S: SegmentStore> LocalLog<S> {
     fn start_segment(&self, st: &mut State<S::File>, no: u64, resumed: Option<Resumed<S::File>>) {
         st.active = no;
         let (buf, records, file, cut_len) = match resumed {
-            Some(r) => (r.bytes, r.records, Some(r.file), r.cut_len),
+            Some(r) => (r.bytes, r.records, r.file, r.cut_len),
             None => {
                 let buf = st.spare_mirror.take().map_or_else(|| new_mirror(&self.cfg), reuse_mirror);
                 (buf, 0, st.prepared.remove(&no), 0)

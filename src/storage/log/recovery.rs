@@ -291,5 +291,5 @@ async fn resume<S: SegmentStore>(
         batches::zero_after(&file, &bytes, reach).await.map_err(Error::io_at("zero", no))?;
     }
     let records = batches::count_records(no, &bytes)?;
-    Ok(Some(Resumed { bytes, records, file: Rc::new(file), cut_len: pos }))
+    Ok(Some(Resumed { bytes, records, file: Some(Rc::new(file)), cut_len: pos }))
 }
