@@ -14,7 +14,7 @@
 //! No glommio here: the owner gives the loop its inbox (a stream of
 //! messages), its outbox and a timer.
 
-use super::group::{self, Group, GroupView, Refused};
+use super::group::{self, Group, Refused};
 use super::store::{LogStore, StoreError};
 use crate::storage::io::SegmentStore;
 use crate::storage::log::{BatchEnd, LocalLog};
@@ -22,7 +22,7 @@ use crate::storage::Recovered;
 use futures_util::stream::{Stream, StreamExt};
 use raft::prelude::Message;
 use raft::StateRole;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -69,7 +69,6 @@ pub struct Status {
     /// It leads, and its term's first entry is committed (so every entry
     /// before it is applied): the shard may write (`Shard::set_writable`).
     pub leading: Rc<Cell<bool>>,
-    pub view: RefCell<Option<GroupView>>,
 }
 
 pub struct Replica<S: SegmentStore> {
@@ -197,7 +196,6 @@ impl<S: SegmentStore> Replica<S> {
         }
         self.report_durable(out);
         self.apply(self.group.leads_committed())?;
-        *self.status.view.borrow_mut() = Some(self.group.view());
         Ok(())
     }
 
