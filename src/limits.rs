@@ -269,6 +269,15 @@ pub const CELL_HANDSHAKES_MAX: usize = 16;
 /// not yet stepped) at most; past it a frame is dropped and counted (Raft
 /// resends what matters), so a peer that is down or slow costs bounded memory.
 pub const CELL_LINK_QUEUE_FRAMES: usize = 4096;
+/// Replicated cells: requests a replica that does not lead has forwarded to
+/// its leader and still waits on, at most; past it a request is answered
+/// 503 at once. A leader runs at most this many per follower.
+pub const CELL_FORWARDS_MAX: usize = 1024;
+/// Replicated cells: how long a follower waits for its leader's answer to a
+/// forwarded request (a write waits there for its commit); then 503, so a
+/// node cut off from its leader answers a write within 10 s. A forwarded
+/// long-poll waits the long-poll timeout more.
+pub const CELL_FORWARD_TIMEOUT_MS: u64 = 8_000;
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));

@@ -35,6 +35,7 @@ pub enum Family {
     HttpRequests,
     Handoffs,
     ShardRequests,
+    CellForwarded,
     MeshCalls,
     MeshWakeups,
     Connections,
@@ -104,7 +105,7 @@ struct Def {
 
 /// Every family's name, type and help text, in [`Family::ALL`] order (a
 /// unit test checks the order, so `DEFS[f as usize]` is `f`'s row).
-const DEFS: [Def; 51] = [
+const DEFS: [Def; 52] = [
     Def {
         family: Family::HttpRequests,
         name: "ringstream_http_requests_total",
@@ -122,6 +123,12 @@ const DEFS: [Def; 51] = [
         name: "ringstream_shard_requests_total",
         kind: Kind::Counter,
         help: "Requests run by their owning shard, by origin: local (from its own connections) or remote (handed over by another shard, including internal requests).",
+    },
+    Def {
+        family: Family::CellForwarded,
+        name: "ringstream_cell_forwarded_requests_total",
+        kind: Kind::Counter,
+        help: "In a cell: requests a shard whose replica does not lead sent to its group's leader (direction to_leader: writes, HEAD, bucket requests, and reads whose answer here would claim freshness), and requests followers forwarded to this shard (from_follower).",
     },
     Def {
         family: Family::MeshCalls,
@@ -423,10 +430,11 @@ const _: () = {
 };
 
 impl Family {
-    pub const ALL: [Family; 51] = [
+    pub const ALL: [Family; 52] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
+        Family::CellForwarded,
         Family::MeshCalls,
         Family::MeshWakeups,
         Family::Connections,

@@ -1,19 +1,21 @@
 //! A cell of three real server processes on loopback (`--shards 1`, so one
 //! group), with concurrent appends through whichever node leads:
 //!
-//! - appends are acknowledged only by the leader (the first voter, once it
-//!   is up to date); a follower answers 503;
+//! - appends sent to any node are acknowledged: a follower forwards them to
+//!   the leader over the peer link (counted on both sides in /metrics);
 //! - every node serves every acknowledged append, in order, at the offset
 //!   it was acknowledged at;
 //! - the leader killed (SIGKILL): a survivor acknowledges appends within
 //!   seconds (the time is printed); the killed node restarts, catches up
 //!   and serves the same stream;
 //! - both followers killed: the leader acknowledges nothing (503 within
-//!   the append timeout) and still serves what was committed.
+//!   the append timeout) and still serves what was committed;
+//! - a follower whose leader and other follower are killed answers a write
+//!   503 with `Retry-After` within 10 s.
 
 mod common;
 
-use common::{read_all, Conn, Server, TempDir};
+use common::{Conn, Server, TempDir};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -34,6 +36,8 @@ struct Cell {
     up: Vec<bool>,
     acked: Vec<Acked>,
     attempts: u64,
+    /// Appends acknowledged through each node.
+    through: [usize; 3],
 }
 
 fn free_ports(n: usize) -> Vec<u16> {
@@ -51,7 +55,7 @@ impl Cell {
         let voters: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
         let voters = voters.join(",");
         let nodes = (1..=3).map(|id| start_node(id, &voters, &secret)).collect();
-        Cell { _dir: dir, nodes, up: vec![true; 3], acked: Vec::new(), attempts: 0 }
+        Cell { _dir: dir, nodes, up: vec![true; 3], acked: Vec::new(), attempts: 0, through: [0; 3] }
     }
 
     /// Creates the stream through the nodes in turn until one (the leader)
@@ -73,14 +77,16 @@ impl Cell {
         panic!("no node took the create in 20 s");
     }
 
-    /// Appends `body` through the nodes in turn until one acknowledges it
-    /// (at most `limit`); returns the node that did. Each attempt sends
-    /// its own bytes (`body` and the attempt's number): an attempt answered
-    /// 503 may still be committed, so only acknowledged bytes are counted.
+    /// Appends `body` through the nodes in turn (each append starting at
+    /// the next node) until one acknowledges it (at most `limit`); returns
+    /// the node that did. Each attempt sends its own bytes (`body` and the
+    /// attempt's number): an attempt answered 503 may still be committed,
+    /// so only acknowledged bytes are counted.
     fn append(&mut self, body: &str, limit: Duration) -> Option<usize> {
         let end = Instant::now() + limit;
+        let first = self.acked.len();
         while Instant::now() < end {
-            for i in (0..3).filter(|&i| self.up[i]) {
+            for i in (first..first + 3).map(|i| i % 3).filter(|&i| self.up[i]) {
                 self.attempts += 1;
                 let bytes = format!("<{body}#{}>", self.attempts).into_bytes();
                 let Ok(mut c) = Conn::try_connect(self.nodes[i].port()) else { continue };
@@ -88,6 +94,7 @@ impl Cell {
                 match r.status {
                     200 | 204 => {
                         self.acked.push(Acked { body: bytes, next: r.sno() });
+                        self.through[i] += 1;
                         return Some(i);
                     }
                     503 => {}
@@ -99,15 +106,27 @@ impl Cell {
         None
     }
 
-    /// What node `i` serves of the stream (empty while it does not know
-    /// it: a node catching up may not, as a follower's answers do not claim
-    /// freshness yet).
+    /// What node `i` serves of the stream, read from the start until it
+    /// says it reached the tail, or answers 503 there (a node without a
+    /// leader serves its committed data but cannot confirm the tail); empty
+    /// while it does not know the stream.
     fn stream_of(&self, i: usize) -> Vec<u8> {
         let mut c = self.nodes[i].conn();
-        if c.request("HEAD", STREAM, &[], b"").status == 404 {
-            return Vec::new();
+        let (mut body, mut offset) = (Vec::new(), "-1".to_string());
+        for _ in 0..10_000 {
+            let r = c.request("GET", &format!("{STREAM}?offset={offset}"), &[], b"");
+            match r.status {
+                404 | 503 => return body,
+                200 | 204 => body.extend_from_slice(&r.body),
+                s => panic!("node {}: a read answered {s}: {}", i + 1, r.summary()),
+            }
+            let next = r.sno();
+            if r.header("stream-up-to-date") == Some("true") || next == offset {
+                return body;
+            }
+            offset = next;
         }
-        read_all(&mut c, STREAM).0
+        panic!("node {}: reading did not reach the tail", i + 1);
     }
 
     /// Node `i` serves every acknowledged append once, in the order they
@@ -128,6 +147,35 @@ impl Cell {
             eprintln!("--- node {} log:\n{}", n + 1, self.nodes[n].log_tail());
         }
         panic!("node {}: {last}", i + 1);
+    }
+
+    /// The node that leads: the one whose last role change in its log made
+    /// it leader, in the highest term (None while none has).
+    fn leader(&self) -> Option<usize> {
+        let mut best: Option<(u64, usize)> = None;
+        for i in (0..3).filter(|&i| self.up[i]) {
+            let log = std::fs::read_to_string(self.nodes[i].log_path()).unwrap_or_default();
+            let Some(line) = log.lines().rev().find(|l| l.contains(" in term ") && l.contains("replica ")) else {
+                continue;
+            };
+            let term: u64 = line.split(" in term ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+            if line.contains(": Leader in term ") && best.is_none_or(|(t, _)| term > t) {
+                best = Some((term, i));
+            }
+        }
+        best.map(|(_, i)| i)
+    }
+
+    /// The node that leads, waiting up to 10 s for one.
+    fn wait_leader(&self) -> usize {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(i) = self.leader() {
+                return i;
+            }
+            assert!(Instant::now() < end, "no leader in 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The checker: each acknowledged append once, at its place.
@@ -165,15 +213,22 @@ fn start_node(id: usize, voters: &str, secret: &Path) -> Server {
 fn a_cell_acknowledges_through_its_leader_survives_a_kill_and_catches_up() {
     let mut cell = Cell::start();
     cell.create();
+    // Each append starts at the next node: followers forward theirs.
+    for i in 0..99 {
+        cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
+    }
+    assert!(cell.through.iter().all(|&n| n >= 20), "acknowledged through each node: {:?}", cell.through);
     // Leadership may move once, to the first voter (every group is steered
     // to be led by it); then it stays.
-    let mut leader = 0;
-    for i in 0..100 {
-        leader = cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
+    let leader = cell.wait_leader();
+    let forwarded = |i: usize, direction: &str| -> f64 {
+        let name = format!("ringstream_cell_forwarded_requests_total{{shard=\"0\",direction=\"{direction}\"}}");
+        cell.nodes[i].metrics().into_iter().find(|(k, _)| *k == name).map_or(0.0, |(_, v)| v)
+    };
+    for i in (0..3).filter(|&i| i != leader) {
+        assert!(forwarded(i, "to_leader") >= 20.0, "node {} forwarded {}", i + 1, forwarded(i, "to_leader"));
     }
-    let follower = (0..3).find(|&i| i != leader).unwrap();
-    let r = cell.nodes[follower].conn().request("POST", STREAM, &[("content-type", "text/plain")], b"<x>");
-    assert_eq!(r.status, 503, "a follower took a write: {}", r.summary());
+    assert!(forwarded(leader, "from_follower") >= 40.0, "the leader ran {}", forwarded(leader, "from_follower"));
     for i in 0..3 {
         cell.serves_all(i);
     }
@@ -204,10 +259,11 @@ fn a_cell_acknowledges_through_its_leader_survives_a_kill_and_catches_up() {
 #[test]
 fn a_leader_without_its_followers_acknowledges_nothing_and_serves_what_was_committed() {
     let mut cell = Cell::start();
-    let leader = cell.create();
+    cell.create();
     for i in 0..20 {
         cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
     }
+    let leader = cell.wait_leader();
     for i in (0..3).filter(|&i| i != leader) {
         cell.nodes[i].kill9();
         cell.up[i] = false;
@@ -219,4 +275,27 @@ fn a_leader_without_its_followers_acknowledges_nothing_and_serves_what_was_commi
     assert!(r.header("retry-after").is_some(), "503 without Retry-After");
     assert!(asked.elapsed() < Duration::from_secs(10), "the 503 took {:?}", asked.elapsed());
     cell.serves_all(leader);
+}
+
+#[test]
+fn a_follower_cut_off_from_its_leader_answers_writes_503_within_10_s() {
+    let mut cell = Cell::start();
+    cell.create();
+    for i in 0..20 {
+        cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
+    }
+    let leader = cell.wait_leader();
+    let alone = (0..3).find(|&i| i != leader).unwrap();
+    for i in (0..3).filter(|&i| i != alone) {
+        cell.nodes[i].kill9();
+        cell.up[i] = false;
+    }
+    for attempt in 0..2 {
+        let asked = Instant::now();
+        let r = cell.nodes[alone].conn().request("POST", STREAM, &[("content-type", "text/plain")], b"<cut off>");
+        assert_eq!(r.status, 503, "attempt {attempt}: a lone follower acknowledged: {}", r.summary());
+        assert!(r.header("retry-after").is_some(), "503 without Retry-After");
+        assert!(asked.elapsed() < Duration::from_secs(10), "attempt {attempt}: the 503 took {:?}", asked.elapsed());
+    }
+    cell.serves_all(alone);
 }

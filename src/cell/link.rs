@@ -15,11 +15,19 @@
 //! accepted connection (its newest). A broken link is dialled again with a
 //! backoff from [`BACKOFF_MIN`] to [`BACKOFF_MAX`]. Dropping [`Links`]
 //! ends every task and closes every connection.
+//!
+//! Beside Raft's messages the links carry requests a replica that does not
+//! lead forwards to its leader ([`Links::forward`]) and their answers,
+//! opaque bytes here. At most [`CELL_FORWARDS_MAX`] wait for an answer at
+//! once, each until its deadline; the leader's side runs each through the
+//! [`ForwardHandler`] it was given and answers on its own link back.
 
 use super::auth::{accept_handshake, dial_handshake};
 use super::config::Secret;
 use super::wire::{self, Frame};
-use crate::limits::{CELL_FRAME_BYTES_MAX, CELL_HANDSHAKES_MAX, CELL_LINK_QUEUE_BYTES, CELL_LINK_QUEUE_FRAMES};
+use crate::limits::{CELL_FORWARDS_MAX, CELL_FRAME_BYTES_MAX, CELL_HANDSHAKES_MAX};
+use crate::limits::{CELL_LINK_QUEUE_BYTES, CELL_LINK_QUEUE_FRAMES, CELL_VOTERS_MAX};
+use futures_channel::oneshot;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::{TcpListener, TcpStream};
@@ -27,7 +35,9 @@ use glommio::{GlommioError, Task};
 use raft::prelude::Message;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -64,6 +74,34 @@ pub struct LinkStats {
     /// Connections refused or closed: a failed handshake, too many at once,
     /// a frame that does not decode or is not admitted.
     pub refused: Cell<u64>,
+    /// Requests forwarded to the leader, and those of them answered.
+    pub forwarded: Cell<u64>,
+    pub forward_answers: Cell<u64>,
+    /// Forwarded requests this replica ran for a peer.
+    pub forwards_served: Cell<u64>,
+}
+
+/// The leader's side of forwarding: runs a forwarded request (opaque bytes)
+/// and gives the answer to send back.
+pub trait ForwardHandler {
+    fn handle(&self, request: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>>>>;
+}
+
+/// Why a forwarded request got no answer. Whether it ran is unknown.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("{CELL_FORWARDS_MAX} requests already wait for the leader's answer")]
+    Busy,
+    #[error("the link to node {0} is full or not a peer")]
+    NotSent(u64),
+    #[error("node {0} is not connected to this one")]
+    NotConnected(u64),
+    #[error("the link from node {0} broke before its answer came")]
+    Broke(u64),
+    #[error("node {0} did not answer within {1:?}")]
+    TimedOut(u64, Duration),
+    #[error("the links closed")]
+    Closed,
 }
 
 impl LinkStats {
@@ -78,12 +116,55 @@ struct Queue {
     bytes: Rc<Cell<usize>>,
 }
 
+/// The queues of frames to each peer.
+struct Outgoing {
+    group: u32,
+    out: HashMap<u64, Queue>,
+}
+
+impl Outgoing {
+    /// Queues `frame` for `to`; false when it was dropped (no such peer,
+    /// its queue full, or too large for a frame).
+    fn queue(&self, to: u64, frame: &Frame) -> bool {
+        let Some(q) = self.out.get(&to) else { return false };
+        let mut bytes = Vec::new();
+        wire::encode(frame, &mut bytes);
+        let len = bytes.len();
+        // The length prefix is not counted in a frame's bound.
+        if len > CELL_FRAME_BYTES_MAX + 4 || q.bytes.get() + len > CELL_LINK_QUEUE_BYTES {
+            return false;
+        }
+        let queued = q.tx.try_send(bytes).is_ok();
+        if queued {
+            q.bytes.set(q.bytes.get() + len);
+        }
+        queued
+    }
+}
+
+/// Forwarded requests: those this replica waits on, by id, and what runs
+/// those peers forward to it.
+struct Exchange {
+    /// By id: the peer asked, and where its answer goes.
+    waiting: RefCell<HashMap<u64, (u64, oneshot::Sender<Vec<u8>>)>>,
+    /// The peers whose connection to this replica is up (answers come on
+    /// it), each with the number of its newest connection.
+    connected: RefCell<HashMap<u64, u64>>,
+    connections: Cell<u64>,
+    /// Random at start, so that an answer meant for an earlier run of this
+    /// process (still queued at the leader) matches nothing.
+    next_id: Cell<u64>,
+    handler: RefCell<Option<Rc<dyn ForwardHandler>>>,
+    /// Peers' requests running here now.
+    serving: Cell<usize>,
+}
+
 /// The outgoing side; the incoming frames come out of the receiver
 /// [`Links::start`] returns. Dropping it closes every link.
 pub struct Links {
     me: u64,
-    group: u32,
-    out: HashMap<u64, Queue>,
+    outgoing: Rc<Outgoing>,
+    exchange: Rc<Exchange>,
     stats: Rc<LinkStats>,
     _tasks: Vec<Task<()>>,
 }
@@ -96,9 +177,7 @@ impl Links {
         let (arrived, messages) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
         let mut voters: Vec<u64> = cfg.peers.iter().map(|(id, _)| *id).collect();
         voters.push(cfg.me);
-        let acceptor =
-            Acceptor { me: cfg.me, group: cfg.group, voters, secret: cfg.secret.clone(), stats: stats.clone() };
-        let mut tasks = vec![glommio::spawn_local(acceptor.run(listener, arrived))];
+        let mut tasks = Vec::new();
         let mut out = HashMap::new();
         for (peer, addr) in cfg.peers {
             let (tx, rx) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
@@ -107,36 +186,137 @@ impl Links {
             tasks.push(glommio::spawn_local(dialer.run(rx, stats.clone())));
             out.insert(peer, Queue { tx, bytes });
         }
-        Ok((Links { me: cfg.me, group: cfg.group, out, stats, _tasks: tasks }, messages))
+        let outgoing = Rc::new(Outgoing { group: cfg.group, out });
+        let exchange = Rc::new(Exchange {
+            waiting: RefCell::default(),
+            connected: RefCell::default(),
+            connections: Cell::new(0),
+            next_id: Cell::new(random_u64()),
+            handler: RefCell::default(),
+            serving: Cell::new(0),
+        });
+        let acceptor = Acceptor {
+            me: cfg.me,
+            group: cfg.group,
+            voters,
+            secret: cfg.secret.clone(),
+            stats: stats.clone(),
+            outgoing: outgoing.clone(),
+            exchange: exchange.clone(),
+        };
+        tasks.push(glommio::spawn_local(acceptor.run(listener, arrived)));
+        Ok((Links { me: cfg.me, outgoing, exchange, stats, _tasks: tasks }, messages))
     }
 
     /// Queues `message` for its peer (`message.to`); false when it was
     /// dropped (no such peer, its queue full, or too large for a frame).
     pub fn send(&self, message: Message) -> bool {
-        let queued = self.queue(message);
+        let to = message.to;
+        let queued =
+            message.from == self.me && self.outgoing.queue(to, &Frame::Raft { group: self.outgoing.group, message });
         LinkStats::bump(if queued { &self.stats.queued } else { &self.stats.dropped });
         queued
     }
 
-    fn queue(&self, message: Message) -> bool {
-        let Some(q) = self.out.get(&message.to).filter(|_| message.from == self.me) else { return false };
-        let mut bytes = Vec::new();
-        wire::encode(&Frame::Raft { group: self.group, message }, &mut bytes);
-        let len = bytes.len();
-        // The length prefix is not counted in a frame's bound.
-        if len > CELL_FRAME_BYTES_MAX + 4 || q.bytes.get() + len > CELL_LINK_QUEUE_BYTES {
-            return false;
+    /// What runs the requests peers forward to this replica (none: they
+    /// get no answer, and their senders time out).
+    pub fn serve_forwards(&self, handler: Rc<dyn ForwardHandler>) {
+        *self.exchange.handler.borrow_mut() = Some(handler);
+    }
+
+    /// Sends `request` to replica `to` (its group's leader) and waits at
+    /// most `timeout` for its answer. Fails at once when `to`'s connection
+    /// to this replica is down (a leader's heartbeats keep it up), and as
+    /// soon as it breaks.
+    pub async fn forward(&self, to: u64, request: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, ForwardError> {
+        let ex = &self.exchange;
+        if ex.waiting.borrow().len() >= CELL_FORWARDS_MAX {
+            return Err(ForwardError::Busy);
         }
-        let queued = q.tx.try_send(bytes).is_ok();
-        if queued {
-            q.bytes.set(q.bytes.get() + len);
+        if !ex.connected.borrow().contains_key(&to) {
+            return Err(ForwardError::NotConnected(to));
         }
-        queued
+        let id = ex.next_id.get();
+        ex.next_id.set(id.wrapping_add(1));
+        let (tx, rx) = oneshot::channel();
+        ex.waiting.borrow_mut().insert(id, (to, tx));
+        // However this future ends (answered, timed out, dropped), the
+        // entry goes.
+        let _forget = Forget(ex, id);
+        let frame = Frame::Forward { group: self.outgoing.group, id, body: request };
+        if !self.outgoing.queue(to, &frame) {
+            LinkStats::bump(&self.stats.dropped);
+            return Err(ForwardError::NotSent(to));
+        }
+        LinkStats::bump(&self.stats.forwarded);
+        match glommio::timer::timeout(timeout, async { Ok(rx.await) }).await {
+            Ok(Ok(answer)) => {
+                LinkStats::bump(&self.stats.forward_answers);
+                Ok(answer)
+            }
+            Ok(Err(_)) if ex.connected.borrow().contains_key(&to) => Err(ForwardError::Closed),
+            Ok(Err(_)) => Err(ForwardError::Broke(to)),
+            Err(_) => Err(ForwardError::TimedOut(to, timeout)),
+        }
     }
 
     pub fn stats(&self) -> &LinkStats {
         &self.stats
     }
+}
+
+impl Exchange {
+    /// `peer`'s newest connection is up: its number.
+    fn connect(&self, peer: u64) -> u64 {
+        let n = self.connections.get() + 1;
+        self.connections.set(n);
+        self.connected.borrow_mut().insert(peer, n);
+        n
+    }
+
+    /// Connection `n` of `peer` ended. If it was the newest, the answers
+    /// still awaited from `peer` will not come: their waits end.
+    fn disconnect(&self, peer: u64, n: u64) {
+        if self.connected.borrow().get(&peer) != Some(&n) {
+            return;
+        }
+        self.connected.borrow_mut().remove(&peer);
+        // Dropping a sender ends its wait.
+        self.waiting.borrow_mut().retain(|_, (to, _)| *to != peer);
+    }
+}
+
+/// Ends a peer's connection in the exchange when its reader ends (also
+/// when the reader is dropped for a newer connection).
+struct Connection {
+    exchange: Rc<Exchange>,
+    peer: u64,
+    number: u64,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.exchange.disconnect(self.peer, self.number);
+    }
+}
+
+/// Drops a forward's wait entry when its future ends.
+struct Forget<'a>(&'a Exchange, u64);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.borrow_mut().remove(&self.1);
+    }
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // Without the kernel's randomness the clock is unique enough per run.
+    if getrandom::fill(&mut b).is_err() {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return t.as_nanos() as u64;
+    }
+    u64::from_le_bytes(b)
 }
 
 /// The listening side: handshakes, then one reader per peer.
@@ -146,6 +326,9 @@ struct Acceptor {
     voters: Vec<u64>,
     secret: Rc<Secret>,
     stats: Rc<LinkStats>,
+    /// Where the answers to peers' forwarded requests go.
+    outgoing: Rc<Outgoing>,
+    exchange: Rc<Exchange>,
 }
 
 impl Acceptor {
@@ -175,9 +358,14 @@ impl Acceptor {
             glommio::spawn_local(async move {
                 let peer = this.handshake(io, &shaking).await;
                 if let Some((peer, io)) = peer {
+                    let number = this.exchange.connect(peer);
+                    let connection = Connection { exchange: this.exchange.clone(), peer, number };
                     let reader = glommio::spawn_local({
                         let this = this.clone();
-                        async move { this.receive(io, peer, &arrived).await }
+                        async move {
+                            let _connection = connection;
+                            this.receive(io, peer, &arrived).await
+                        }
                     });
                     // The newest connection of a peer replaces its older one.
                     readers.borrow_mut().insert(peer, reader);
@@ -217,12 +405,10 @@ impl Acceptor {
         let mut chunk = vec![0; READ_CHUNK];
         loop {
             while let Some(next) = self.take_frame(&buf[at..], peer, &io) {
-                let Ok((message, used)) = next else { return };
+                let Ok((frame, used)) = next else { return };
                 at += used;
-                match arrived.try_send(message) {
-                    Ok(()) => LinkStats::bump(&self.stats.received),
-                    Err(GlommioError::Closed(_)) => return,
-                    Err(_) => LinkStats::bump(&self.stats.dropped),
+                if !self.deliver(frame, peer, arrived) {
+                    return;
                 }
             }
             buf.drain(..at);
@@ -234,18 +420,64 @@ impl Acceptor {
         }
     }
 
-    /// The next admitted message in `bytes`: None for more bytes, Some(Err)
-    /// when the connection must close (refused and counted).
-    fn take_frame(&self, bytes: &[u8], peer: u64, io: &TcpStream) -> Option<Result<(Message, usize), ()>> {
-        let why = match wire::decode(bytes) {
-            Ok(None) => return None,
-            Ok(Some((Frame::Raft { group, message }, used))) if group == self.group => {
-                match wire::admit(peer, self.me, &message) {
-                    Ok(()) => return Some(Ok((message, used))),
-                    Err(why) => why,
+    /// Hands an arrived frame on: a Raft message to the replica, a
+    /// forwarded request to the handler, an answer to its waiter. False
+    /// once the replica is gone.
+    fn deliver(&self, frame: Frame, peer: u64, arrived: &LocalSender<Message>) -> bool {
+        match frame {
+            Frame::Raft { message, .. } => match arrived.try_send(message) {
+                Ok(()) => LinkStats::bump(&self.stats.received),
+                Err(GlommioError::Closed(_)) => return false,
+                Err(_) => LinkStats::bump(&self.stats.dropped),
+            },
+            Frame::Forward { id, body, .. } => self.serve(peer, id, body),
+            Frame::Answer { id, body, .. } => {
+                // Only the peer asked answers (an id is no secret).
+                let mut waiting = self.exchange.waiting.borrow_mut();
+                if waiting.get(&id).is_some_and(|(to, _)| *to == peer) {
+                    let (_, waiter) = waiting.remove(&id).expect("checked");
+                    let _ = waiter.send(body);
                 }
             }
-            Ok(Some((Frame::Raft { group, .. }, _))) => format!("a frame for group {group}, not {}", self.group),
+        }
+        true
+    }
+
+    /// Runs a peer's forwarded request and queues the answer back to it;
+    /// dropped (counted) past the bound or without a handler.
+    fn serve(&self, peer: u64, id: u64, request: Vec<u8>) {
+        let ex = self.exchange.clone();
+        let handler = ex.handler.borrow().clone();
+        let Some(handler) = handler.filter(|_| ex.serving.get() < CELL_FORWARDS_MAX * (CELL_VOTERS_MAX - 1)) else {
+            return LinkStats::bump(&self.stats.dropped);
+        };
+        LinkStats::bump(&self.stats.forwards_served);
+        ex.serving.set(ex.serving.get() + 1);
+        let outgoing = self.outgoing.clone();
+        let stats = self.stats.clone();
+        glommio::spawn_local(async move {
+            let body = handler.handle(request).await;
+            ex.serving.set(ex.serving.get() - 1);
+            if !outgoing.queue(peer, &Frame::Answer { group: outgoing.group, id, body }) {
+                LinkStats::bump(&stats.dropped);
+            }
+        })
+        .detach();
+    }
+
+    /// The next admitted frame in `bytes`: None for more bytes, Some(Err)
+    /// when the connection must close (refused and counted).
+    fn take_frame(&self, bytes: &[u8], peer: u64, io: &TcpStream) -> Option<Result<(Frame, usize), ()>> {
+        let why = match wire::decode(bytes) {
+            Ok(None) => return None,
+            Ok(Some((frame, _))) if frame.group() != self.group => {
+                format!("a frame for group {}, not {}", frame.group(), self.group)
+            }
+            Ok(Some((Frame::Raft { group, message }, used))) => match wire::admit(peer, self.me, &message) {
+                Ok(()) => return Some(Ok((Frame::Raft { group, message }, used))),
+                Err(why) => why,
+            },
+            Ok(Some((frame, used))) => return Some(Ok((frame, used))),
             Err(e) => e.to_string(),
         };
         self.refuse(io, &format!("peer {peer} sent {why}"));

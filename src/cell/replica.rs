@@ -69,6 +69,9 @@ pub struct Status {
     /// It leads, and its term's first entry is committed (so every entry
     /// before it is applied): the shard may write (`Shard::set_writable`).
     pub leading: Rc<Cell<bool>>,
+    /// The leader this replica knows of (itself included), where requests
+    /// it may not run itself go.
+    pub leader: Cell<Option<u64>>,
 }
 
 pub struct Replica<S: SegmentStore> {
@@ -170,6 +173,7 @@ impl<S: SegmentStore> Replica<S> {
         while let Some(w) = self.group.ready() {
             if let Some(rc) = w.role {
                 tracing::info!("replica {}: {:?} in term {}, leader {:?}", self.id, rc.role, rc.term, rc.leader);
+                self.status.leader.set(rc.leader);
                 if rc.role != StateRole::Leader {
                     // The shard first, so that no read sees a record the
                     // cut-back below discards.

@@ -16,7 +16,10 @@ use raft::eraftpb::{EntryType, Message, MessageType};
 
 const LEN_BYTES: usize = 4;
 const KIND_RAFT: u8 = 1;
+const KIND_FORWARD: u8 = 2;
+const KIND_ANSWER: u8 = 3;
 const GROUP_BYTES: usize = 4;
+const ID_BYTES: usize = 8;
 
 /// One frame of a peer link. More kinds will come (snapshots, a link's
 /// keep-alive); a match on it keeps a wildcard arm.
@@ -30,6 +33,25 @@ pub enum Frame {
         /// The message, from the sender's replica of the group to ours.
         message: Message,
     },
+    /// A request a replica that does not lead hands to its group's leader
+    /// (`shard::forward` encodes it; the link only carries it).
+    Forward {
+        group: u32,
+        /// Unique among the sender's forwards in flight; the answer names it.
+        id: u64,
+        body: Vec<u8>,
+    },
+    /// The leader's answer to the `Forward` of that `id`.
+    Answer { group: u32, id: u64, body: Vec<u8> },
+}
+
+impl Frame {
+    /// The group the frame is for.
+    pub fn group(&self) -> u32 {
+        match self {
+            Frame::Raft { group, .. } | Frame::Forward { group, .. } | Frame::Answer { group, .. } => *group,
+        }
+    }
 }
 
 /// Why bytes received on a peer link are not a frame. The link cannot
@@ -84,7 +106,19 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
             out.extend_from_slice(&group.to_le_bytes());
             message.encode(out).expect("a Vec has room for any message");
         }
+        Frame::Forward { group, id, body } => encode_opaque(KIND_FORWARD, *group, *id, body, out),
+        Frame::Answer { group, id, body } => encode_opaque(KIND_ANSWER, *group, *id, body, out),
     }
+}
+
+fn encode_opaque(kind: u8, group: u32, id: u64, body: &[u8], out: &mut Vec<u8>) {
+    let len = 1 + GROUP_BYTES + ID_BYTES + body.len();
+    out.reserve(LEN_BYTES + len);
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(&group.to_le_bytes());
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(body);
 }
 
 /// The first frame in `buf` and the bytes it took, or `None` when more
@@ -100,12 +134,27 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
         return Err(WireError::Empty);
     }
     let Some(&kind) = buf.get(LEN_BYTES) else { return Ok(None) };
-    if kind != KIND_RAFT {
+    if !matches!(kind, KIND_RAFT | KIND_FORWARD | KIND_ANSWER) {
         return Err(WireError::UnknownKind { kind });
     }
     let end = LEN_BYTES + len as usize;
     let Some(body) = buf.get(LEN_BYTES + 1..end) else { return Ok(None) };
-    Ok(Some((decode_raft(body)?, end)))
+    let frame = match kind {
+        KIND_RAFT => decode_raft(body)?,
+        _ => decode_opaque(kind, body)?,
+    };
+    Ok(Some((frame, end)))
+}
+
+fn decode_opaque(kind: u8, body: &[u8]) -> Result<Frame, WireError> {
+    let truncated = || WireError::Truncated { kind, len: body.len() };
+    let (group, rest) = body.split_first_chunk::<GROUP_BYTES>().ok_or_else(truncated)?;
+    let (id, rest) = rest.split_first_chunk::<ID_BYTES>().ok_or_else(truncated)?;
+    let (group, id, body) = (u32::from_le_bytes(*group), u64::from_le_bytes(*id), rest.to_vec());
+    Ok(match kind {
+        KIND_FORWARD => Frame::Forward { group, id, body },
+        _ => Frame::Answer { group, id, body },
+    })
 }
 
 fn decode_raft(body: &[u8]) -> Result<Frame, WireError> {
@@ -176,7 +225,7 @@ mod tests {
 
     #[test]
     fn unknown_kinds_short_bodies_and_corrupt_messages_fail() {
-        for kind in [0, 2, 255] {
+        for kind in [0, 4, 255] {
             assert!(matches!(decode(&[9, 0, 0, 0, kind]), Err(WireError::UnknownKind { kind: k }) if k == kind));
         }
         for body_len in 0..GROUP_BYTES {
@@ -195,6 +244,32 @@ mod tests {
         let len = cut.len() as u32 - 4;
         cut[..4].copy_from_slice(&len.to_le_bytes());
         assert!(matches!(decode(&cut), Err(WireError::BadMessage { .. })));
+    }
+
+    #[test]
+    fn forwards_and_answers_round_trip_and_short_heads_fail() {
+        let forward = Frame::Forward { group: 2, id: u64::MAX - 1, body: b"a request".to_vec() };
+        let answer = Frame::Answer { group: 2, id: 7, body: Vec::new() };
+        let mut bytes = encoded(&forward);
+        assert_eq!(bytes[4], KIND_FORWARD);
+        encode(&answer, &mut bytes);
+        let (first, used) = decode(&bytes).unwrap().unwrap();
+        assert_eq!(first, forward);
+        assert_eq!(decode(&bytes[used..]).unwrap().unwrap(), (answer.clone(), bytes.len() - used));
+        for split in 0..used {
+            assert!(decode(&bytes[..split]).unwrap().is_none(), "split at {split}");
+        }
+        // A head shorter than group + id, for either kind.
+        for kind in [KIND_FORWARD, KIND_ANSWER] {
+            for body_len in 0..GROUP_BYTES + ID_BYTES {
+                let mut short = (1 + body_len as u32).to_le_bytes().to_vec();
+                short.push(kind);
+                short.extend(std::iter::repeat_n(1, body_len));
+                let err = decode(&short).unwrap_err();
+                assert!(matches!(err, WireError::Truncated { kind: k, len } if k == kind && len == body_len), "{err}");
+            }
+        }
+        assert_eq!(answer.group(), 2);
     }
 
     /// xorshift64*: a seeded stream, so a failure replays.

@@ -289,7 +289,7 @@ pub fn error(surface: Surface, e: &Error) -> Response {
     match e {
         Error::BadRequest(m) => Response::new(400).text(m),
         Error::NotFound => Response::new(404).text("not found"),
-        Error::Gone(m) => Response::new(410).text(m),
+        Error::Gone(m) => Response::new(410).text(&m),
         Error::Conflict(m) => Response::new(409).text(m),
         Error::TooLarge => Response::new(413).text("payload too large"),
         Error::StreamClosed { next_offset } => Response::new(409)
@@ -441,7 +441,7 @@ mod tests {
         for (e, want) in [
             (Error::BadRequest("x".into()), 400),
             (Error::NotFound, 404),
-            (Error::Gone("x"), 410),
+            (Error::Gone("x".into()), 410),
             (Error::Conflict("x".into()), 409),
             (Error::TooLarge, 413),
             (Error::StreamClosed { next_offset: Offset::new(0, 1) }, 409),

@@ -4,14 +4,14 @@
 
 use super::offset::Offset;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum Error {
     #[error("bad request: {0}")]
     BadRequest(String),
     #[error("not found")]
     NotFound,
     #[error("gone: {0}")]
-    Gone(&'static str),
+    Gone(std::borrow::Cow<'static, str>),
     #[error("conflict: {0}")]
     Conflict(String),
     #[error("payload too large")]
@@ -45,7 +45,7 @@ pub enum Error {
 }
 
 /// Which quota of a `[[bucket]]` entry a write would pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum QuotaKind {
     MaxStreams,
     MaxBytes,

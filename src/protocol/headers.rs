@@ -61,7 +61,7 @@ pub fn parse_expires_at(v: &str) -> Result<i64, Error> {
         .map_err(|e| Error::BadRequest(format!("Stream-Expires-At {v:?}: {e}")))
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Lifetime {
     Forever,
     Ttl {
@@ -141,7 +141,7 @@ pub fn sse_is_text(ct: &str) -> bool {
     mt == "application/json" || mt.strip_prefix("text/").is_some_and(|sub| !sub.is_empty())
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProducerHeaders {
     pub id: String,
     pub epoch: u64,

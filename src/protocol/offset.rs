@@ -12,7 +12,7 @@ use super::Error;
 /// accepted token re-renders to the same string.
 const FIELD_DIGITS: usize = 16;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Offset {
     pub seq: u64,
     pub pos: u64,
@@ -63,7 +63,7 @@ pub fn parse_offset(s: &str) -> Result<Offset, Error> {
     Ok(Offset::new(parse_field(seq, s)?, parse_field(pos, s)?))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ReadFrom {
     Start,
     Now,

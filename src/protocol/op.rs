@@ -6,7 +6,7 @@ use super::offset::{Offset, ReadFrom};
 
 /// Which HTTP surface a request came through; decides the status dialect and
 /// whether the bucket must exist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Surface {
     /// `/ds/{bucket}/{stream}`: the product API (snakream.md).
     Ds,
@@ -14,14 +14,14 @@ pub enum Surface {
     V1,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct StreamKey {
     pub bucket: String,
     pub stream: String,
 }
 
 /// `Stream-Forked-From` and friends on a PUT (F97–F101).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ForkReq {
     pub source: StreamKey,
     /// `Stream-Fork-Offset`; None = the source's tail.
@@ -30,7 +30,7 @@ pub struct ForkReq {
     pub sub_offset: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CreateReq {
     /// The Content-Type header as sent, if any.
     pub content_type: Option<String>,
@@ -41,7 +41,7 @@ pub struct CreateReq {
     pub fork: Option<ForkReq>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct AppendReq {
     pub content_type: Option<String>,
     pub body: Vec<u8>,
@@ -51,7 +51,7 @@ pub struct AppendReq {
     pub if_match: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Live {
     No,
     LongPoll,
@@ -61,7 +61,7 @@ pub enum Live {
     Sse,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ReadReq {
     pub from: ReadFrom,
     pub live: Live,
@@ -69,7 +69,7 @@ pub struct ReadReq {
     pub if_none_match: Option<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum StreamOp {
     Create(CreateReq),
     Append(AppendReq),
@@ -95,7 +95,7 @@ pub enum StreamOp {
     Bootstrap,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SnapshotReq {
     pub offset: Offset,
     /// The blob's own Content-Type, as sent.
@@ -103,7 +103,7 @@ pub struct SnapshotReq {
     pub body: Vec<u8>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum BucketOp {
     Create,
     Get,
@@ -112,7 +112,7 @@ pub enum BucketOp {
 
 /// `GET /ds/{bucket}/streams?prefix=&after=&limit=`: one page of a bucket's
 /// streams, sorted by stream ID (byte order).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListReq {
     /// Only stream IDs starting with these bytes ("" = all).
     pub prefix: String,
@@ -123,7 +123,7 @@ pub struct ListReq {
 }
 
 /// One stream in a bucket listing (durable state only).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListedStream {
     pub stream_id: String,
     pub closed: bool,
@@ -135,7 +135,7 @@ pub struct ListedStream {
 }
 
 /// A page of a bucket listing, as the HTTP edge renders it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Listing {
     pub bucket: String,
     pub prefix: String,
@@ -148,7 +148,7 @@ pub struct Listing {
 }
 
 /// What a stream looks like to a client right now (only durable state).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StreamInfo {
     pub content_type: String,
     pub next_offset: Offset,
@@ -161,14 +161,14 @@ pub struct StreamInfo {
     pub snapshot_offset: Option<Offset>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProducerAck {
     pub epoch: u64,
     /// Highest accepted sequence number.
     pub seq: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReadOutcome {
     pub info: StreamInfo,
     pub body: Vec<u8>,
@@ -195,7 +195,7 @@ impl ReadOutcome {
 
 /// `GET .../bootstrap`: the current snapshot (if any), then the retained
 /// messages after it, each its own part (snakream.md).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Bootstrap {
     pub info: StreamInfo,
     /// (offset, Content-Type, blob) of the current snapshot.
@@ -210,7 +210,7 @@ pub struct Bootstrap {
     pub closed_at_end: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// PUT: `new` = 201, else 200 (identical config existed).
     Created {

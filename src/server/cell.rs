@@ -3,17 +3,21 @@
 //! committed records only, then the peer links of its group (the node's
 //! `--cell` port plus the shard's index) and the replica's loop on this
 //! executor. The shard applies what its group commits and writes only
-//! while its replica leads.
+//! while its replica leads; while it does not, what the leader must decide
+//! goes to the leader over the group's links (`shard::forward`).
 
 use crate::cell::config::CellConfig;
-use crate::cell::link::{LinkConfig, Links};
-use crate::cell::replica::{self, Applier, Replica, Sleep};
+use crate::cell::link::{ForwardHandler, LinkConfig, Links};
+use crate::cell::replica::{self, Applier, Replica, Sleep, Status};
 use crate::limits::{CELL_ENTRY_BYTES_MAX, CELL_TICK_MS};
+use crate::shard::forward::Forwarder;
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::{Log, LogConfig, Recovered, RecoveryReport};
 use std::cell::Cell;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -61,6 +65,39 @@ impl Applier for Applies {
     }
 }
 
+/// The shard's way to its group's leader: the links, to whichever replica
+/// the replica knows leads.
+struct ToLeader {
+    me: u64,
+    links: Rc<Links>,
+    status: Rc<Status>,
+}
+
+impl Forwarder for ToLeader {
+    fn forward(&self, request: Vec<u8>, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>>>> {
+        let links = self.links.clone();
+        let leader = self.status.leader.get();
+        let me = self.me;
+        Box::pin(async move {
+            match leader {
+                None => Err("no leader is known now (an election is under way)".to_string()),
+                Some(l) if l == me => Err("this node is taking over the lead".to_string()),
+                Some(l) => links.forward(l, request, timeout).await.map_err(|e| e.to_string()),
+            }
+        })
+    }
+}
+
+/// The leader's side: its shard runs what followers forward.
+struct RunsForwards(Rc<Shard<DiskStore>>);
+
+impl ForwardHandler for RunsForwards {
+    fn handle(&self, request: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>>>> {
+        let shard = self.0.clone();
+        Box::pin(async move { shard.run_forwarded(request).await })
+    }
+}
+
 /// Connects the shard and its replica, starts the group's links and the
 /// replica's loop on this executor. The first voter of `--cell` is the one
 /// every group is steered to be led by, so one node leads them all.
@@ -82,11 +119,14 @@ pub(super) fn start(
     let secret = Rc::new(cell.secret.clone());
     let (links, inbox) = Links::start(LinkConfig { me: cell.node_id, group: id as u32, listen, peers, secret })
         .map_err(|e| format!("shard {id}: listening for its peers on {listen}: {e}"))?;
+    let links = Rc::new(links);
+    links.serve_forwards(Rc::new(RunsForwards(shard.clone())));
+    shard.set_forwarder(Rc::new(ToLeader { me: cell.node_id, links: links.clone(), status: replica.status() }));
     let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
     glommio::spawn_local(async move {
         let stop = Cell::new(false);
         let tick = Duration::from_millis(CELL_TICK_MS);
-        replica::run(replica, inbox.stream(), &links, &sleep, tick, &stop).await;
+        replica::run(replica, inbox.stream(), &*links, &sleep, tick, &stop).await;
     })
     .detach();
     Ok(())

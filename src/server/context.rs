@@ -63,7 +63,7 @@ impl Served for Remote {
         let shard = self.shard.clone();
         Box::pin(async move {
             shard.stats.borrow_mut().requests_remote_in += 1;
-            shard.handle(req).await
+            shard.run_owned(req).await
         })
     }
 

@@ -48,7 +48,7 @@ impl<S: SegmentStore> Dispatch for Shard<S> {
         match owner {
             Owner::Here => {
                 self.stats.borrow_mut().requests_local += 1;
-                self.handle(req).await
+                self.run_owned(req).await
             }
             Owner::Peer(n) => {
                 debug_assert_eq!(n, req.owner(self.shards));

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::os::fd::OwnedFd;
 
 /// A request for the owner of a stream or a bucket.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum ShardRequest {
     Stream {
         key: StreamKey,

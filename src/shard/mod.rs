@@ -17,6 +17,7 @@
 
 mod control;
 mod dispatch;
+pub mod forward;
 pub mod mesh;
 pub mod message;
 mod ops;
@@ -59,6 +60,10 @@ pub struct ShardStats {
     pub quota_refused_streams: u64,
     /// Writes refused by a bucket's max_bytes (507).
     pub quota_refused_bytes: u64,
+    /// In a cell: requests sent to the group's leader, and those a
+    /// follower sent here.
+    pub requests_forwarded: u64,
+    pub requests_forwarded_in: u64,
 }
 
 pub struct Shard<S: SegmentStore> {
@@ -90,6 +95,8 @@ pub struct Shard<S: SegmentStore> {
     /// In a cell: whether this replica may write now (it leads its group);
     /// None for a single node, which always may.
     writable: RefCell<Option<Rc<Cell<bool>>>>,
+    /// In a cell: the way to the group's leader (`forward`).
+    forwarder: RefCell<Option<Rc<dyn forward::Forwarder>>>,
 }
 
 /// An executor's timer: resolves after the duration.
@@ -165,11 +172,16 @@ impl<S: SegmentStore> Shard<S> {
         *self.writable.borrow_mut() = Some(flag);
     }
 
+    /// Whether this shard may write: a single node's always may, a
+    /// replica's while it leads its group.
+    fn leads(&self) -> bool {
+        self.writable.borrow().as_ref().is_none_or(|f| f.get())
+    }
+
     /// Whether `req` may run here now: reads always; writes unless this is
     /// a replica of a cell that does not lead its group.
     fn admits(&self, req: &ShardRequest) -> Result<(), Error> {
-        let leads = self.writable.borrow().as_ref().is_none_or(|f| f.get());
-        if leads || !writes(req) {
+        if self.leads() || !writes(req) {
             return Ok(());
         }
         Err(Error::Unavailable(format!(
@@ -201,6 +213,10 @@ impl<S: SegmentStore> Shard<S> {
         let mut out = Samples::default();
         out.sample(Family::ShardRequests, id, "origin=\"local\"", s.requests_local);
         out.sample(Family::ShardRequests, id, "origin=\"remote\"", s.requests_remote_in);
+        if self.forwarder.borrow().is_some() {
+            out.sample(Family::CellForwarded, id, "direction=\"to_leader\"", s.requests_forwarded);
+            out.sample(Family::CellForwarded, id, "direction=\"from_follower\"", s.requests_forwarded_in);
+        }
         out.sample(Family::Appends, id, "", s.appends);
         out.sample(Family::AppendedBytes, id, "", s.append_bytes);
         out.histogram(Family::AppendSeconds, id, &self.append_us.borrow());
@@ -259,7 +275,7 @@ impl<S: SegmentStore> Shard<S> {
         if self.state.borrow().get(&key).is_some_and(|s| s.soft_deleted) {
             return Err(match op {
                 StreamOp::Create(_) => Error::Conflict("a deleted stream with live forks still holds this path".into()),
-                _ => Error::Gone("the stream was deleted; its forks still read its data"),
+                _ => Error::Gone("the stream was deleted; its forks still read its data".into()),
             });
         }
         match op {

@@ -46,6 +46,7 @@ impl<S: SegmentStore> Shard<S> {
             counted: RefCell::default(),
             hot_budget: Cell::new(0),
             writable: RefCell::new(None),
+            forwarder: RefCell::new(None),
         };
         let mut replay = Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
         let mut body = Vec::new();

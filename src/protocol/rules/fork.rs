@@ -25,7 +25,7 @@ pub fn check_fork_source(
         return Err(Error::Conflict("the fork source was deleted".into()));
     }
     if src.trim > 0 {
-        return Err(Error::Gone("the fork source's early data was trimmed by a snapshot"));
+        return Err(Error::Gone("the fork source's early data was trimmed by a snapshot".into()));
     }
     if let Some(ct) = content_type.filter(|ct| !content_types_match(ct, src.content_type)) {
         return Err(Error::Conflict(format!(

@@ -15,7 +15,7 @@ pub fn read_start(from: ReadFrom, trim: u64, tail: u64) -> Result<u64, Error> {
         ReadFrom::Now => false,
     };
     if below_trim {
-        return Err(Error::Gone("data before the current snapshot was trimmed; read the bootstrap instead"));
+        return Err(Error::Gone("data before the current snapshot was trimmed; read the bootstrap instead".into()));
     }
     Ok(match from {
         ReadFrom::Start => 0,

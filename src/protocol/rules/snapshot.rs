@@ -28,7 +28,7 @@ pub fn check_snapshot_offset(offset: Offset, t: &SnapshotTarget) -> Result<(), E
         return Err(Error::Conflict(format!("a newer snapshot exists at {}", Offset::new(0, newest))));
     }
     if offset.pos < t.trim {
-        return Err(Error::Gone("the snapshot offset is below the stream's retained data"));
+        return Err(Error::Gone("the snapshot offset is below the stream's retained data".into()));
     }
     if !t.at_boundary {
         return Err(Error::BadRequest("the snapshot offset is not a message boundary of the stream".into()));

@@ -1,0 +1,265 @@
+//! In a cell, what a shard whose replica does not lead does with a request
+//! its group's leader must decide: it hands the request, encoded, to the
+//! leader (over the cell's peer link, which the server connects as a
+//! [`Forwarder`]) and answers with the leader's answer.
+//!
+//! Writes, HEAD (it tells the tail), and bucket requests (existence, counts,
+//! listings) go to the leader at once. Reads run here first, on what this
+//! replica has applied, and go to the leader only when their answer would
+//! claim a freshness this replica cannot vouch for: "not found" (the stream
+//! may just have been created), or a catch-up read that reached this
+//! replica's tail (`Stream-Up-To-Date`). Live reads (long-poll, SSE) are
+//! served here from the committed prefix as it grows.
+//!
+//! The leader runs a forwarded request as its own ([`Shard::run_forwarded`])
+//! and never forwards it again: a replica that lost its lead meanwhile
+//! answers 503 and the client retries.
+
+use super::message::{Reply, ShardRequest};
+use super::Shard;
+use crate::limits::CELL_FORWARD_TIMEOUT_MS;
+use crate::protocol::{Error, Live, Outcome, StreamOp};
+use crate::storage::io::SegmentStore;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// The way to the group's leader: sends an encoded request, resolves to
+/// the encoded answer or to why none came (no leader known, the link down,
+/// no answer in time; the request may or may not have run).
+pub trait Forwarder {
+    /// Waits at most `timeout` for the answer.
+    fn forward(&self, request: Vec<u8>, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>>>>;
+}
+
+/// Where a request runs while this replica does not lead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Road {
+    /// On the leader.
+    Leader,
+    /// Here, then on the leader if the answer claims freshness.
+    HereFirst,
+}
+
+fn road(req: &ShardRequest) -> Road {
+    match req {
+        ShardRequest::Stream { op, .. } => match op {
+            StreamOp::Read(_) | StreamOp::Bootstrap | StreamOp::SnapshotLatest | StreamOp::SnapshotRead { .. } => {
+                Road::HereFirst
+            }
+            _ => Road::Leader,
+        },
+        ShardRequest::Bucket { .. } | ShardRequest::ListBucket { .. } => Road::Leader,
+    }
+}
+
+/// Whether a read's answer here claims more than this replica knows: that
+/// nothing exists, or that nothing comes after what it returns.
+fn claims_freshness(req: &ShardRequest, reply: &Reply) -> bool {
+    let live = match req {
+        ShardRequest::Stream { op: StreamOp::Read(r), .. } => r.live,
+        _ => Live::No,
+    };
+    match reply {
+        Err(Error::NotFound) => true,
+        Ok(Outcome::Read(r)) => r.up_to_date && live == Live::No,
+        Ok(Outcome::Bootstrap(b)) => b.up_to_date,
+        _ => false,
+    }
+}
+
+/// The answer to a read the leader was asked to confirm: the leader's, or
+/// when the leader cannot be reached (no majority here, say) what this
+/// replica read, if it carries data, no longer claiming to reach the tail:
+/// committed data stays readable, and only "there is no more" waits for a
+/// leader.
+fn unconfirmed(leader: Reply, here: Reply) -> Reply {
+    match (leader, here) {
+        (Err(Error::Unavailable(_)), Ok(Outcome::Read(mut r))) if r.has_data() => {
+            r.up_to_date = false;
+            Ok(Outcome::Read(r))
+        }
+        (leader, _) => leader,
+    }
+}
+
+pub fn encode_request(req: &ShardRequest) -> Vec<u8> {
+    postcard::to_allocvec(req).expect("a request always encodes")
+}
+
+pub fn decode_request(bytes: &[u8]) -> Result<ShardRequest, Error> {
+    postcard::from_bytes(bytes).map_err(|e| Error::BadRequest(format!("a forwarded request does not decode: {e}")))
+}
+
+pub fn encode_reply(reply: &Reply) -> Vec<u8> {
+    postcard::to_allocvec(reply).expect("an answer always encodes")
+}
+
+pub fn decode_reply(bytes: &[u8]) -> Reply {
+    postcard::from_bytes(bytes)
+        .map_err(|e| Error::Unavailable(format!("the leader's answer to a forwarded request does not decode: {e}")))?
+}
+
+impl<S: SegmentStore> Shard<S> {
+    /// In a cell: how requests reach the group's leader while this replica
+    /// does not lead.
+    pub fn set_forwarder(&self, forwarder: Rc<dyn Forwarder>) {
+        *self.forwarder.borrow_mut() = Some(forwarder);
+    }
+
+    /// Runs a request this shard owns: here, or on its group's leader.
+    pub async fn run_owned(&self, req: ShardRequest) -> Reply {
+        let forwarder = self.forwarder.borrow().clone();
+        let Some(to_leader) = forwarder.filter(|_| !self.leads()) else { return self.handle(req).await };
+        match road(&req) {
+            Road::Leader => self.forward(&*to_leader, &req).await,
+            Road::HereFirst => {
+                // A read: small, no body.
+                let again = req.clone();
+                let reply = self.handle(req).await;
+                if !claims_freshness(&again, &reply) || self.leads() {
+                    return reply;
+                }
+                unconfirmed(self.forward(&*to_leader, &again).await, reply)
+            }
+        }
+    }
+
+    async fn forward(&self, to_leader: &dyn Forwarder, req: &ShardRequest) -> Reply {
+        self.stats.borrow_mut().requests_forwarded += 1;
+        let mut timeout = Duration::from_millis(CELL_FORWARD_TIMEOUT_MS);
+        if matches!(req, ShardRequest::Stream { op: StreamOp::Read(r), .. } if r.live != Live::No) {
+            timeout += self.long_poll_timeout.get();
+        }
+        match to_leader.forward(encode_request(req), timeout).await {
+            Ok(answer) => decode_reply(&answer),
+            Err(why) => Err(Error::Unavailable(format!("shard {}: forwarding to the leader: {why}", self.id))),
+        }
+    }
+
+    /// On the leader: runs a request a peer forwarded, answers it encoded.
+    pub async fn run_forwarded(&self, request: Vec<u8>) -> Vec<u8> {
+        self.stats.borrow_mut().requests_forwarded_in += 1;
+        let reply = match decode_request(&request) {
+            Ok(req) => self.handle(req).await,
+            Err(e) => Err(e),
+        };
+        encode_reply(&reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::headers::Lifetime;
+    use crate::protocol::offset::{Offset, ReadFrom};
+    use crate::protocol::{AppendReq, BucketOp, ReadOutcome, ReadReq, StreamInfo, StreamKey, Surface};
+
+    fn stream(op: StreamOp) -> ShardRequest {
+        ShardRequest::Stream { key: StreamKey { bucket: "b".into(), stream: "s".into() }, surface: Surface::V1, op }
+    }
+
+    fn read(live: Live) -> ShardRequest {
+        stream(StreamOp::Read(ReadReq { from: ReadFrom::Start, live, cursor: None, if_none_match: None }))
+    }
+
+    fn read_answer(up_to_date: bool) -> Reply {
+        let info = StreamInfo {
+            content_type: "text/plain".into(),
+            next_offset: Offset::new(0, 5),
+            closed: false,
+            etag: "\"e\"".into(),
+            ttl_secs: None,
+            expires_at: None,
+            snapshot_offset: None,
+        };
+        Ok(Outcome::Read(ReadOutcome {
+            info,
+            body: b"hello".to_vec(),
+            next_offset: Offset::new(0, 5),
+            up_to_date,
+            closed_at_end: false,
+            etag: None,
+            not_modified: false,
+            offset_now: false,
+            cursor: Some(3),
+            timed_out: false,
+        }))
+    }
+
+    #[test]
+    fn writes_heads_and_bucket_requests_go_to_the_leader_reads_run_here_first() {
+        let append = AppendReq {
+            content_type: None,
+            body: vec![1, 2, 3],
+            close: false,
+            stream_seq: None,
+            producer: None,
+            if_match: None,
+        };
+        assert_eq!(road(&stream(StreamOp::Append(append))), Road::Leader);
+        assert_eq!(road(&stream(StreamOp::Delete)), Road::Leader);
+        assert_eq!(road(&stream(StreamOp::Head { if_none_match: None })), Road::Leader);
+        assert_eq!(road(&ShardRequest::Bucket { bucket: "b".into(), op: BucketOp::Get }), Road::Leader);
+        assert_eq!(road(&read(Live::No)), Road::HereFirst);
+        assert_eq!(road(&stream(StreamOp::Bootstrap)), Road::HereFirst);
+    }
+
+    #[test]
+    fn only_answers_that_claim_freshness_are_asked_of_the_leader() {
+        assert!(claims_freshness(&read(Live::No), &Err(Error::NotFound)));
+        assert!(claims_freshness(&read(Live::LongPoll), &Err(Error::NotFound)));
+        assert!(claims_freshness(&read(Live::No), &read_answer(true)));
+        assert!(!claims_freshness(&read(Live::No), &read_answer(false)), "the middle of a stream");
+        assert!(!claims_freshness(&read(Live::LongPoll), &read_answer(true)), "live reads are served here");
+        assert!(!claims_freshness(&read(Live::Sse), &read_answer(true)));
+        assert!(!claims_freshness(&read(Live::No), &Err(Error::Gone("trimmed".into()))));
+    }
+
+    #[test]
+    fn without_a_leader_data_read_here_is_served_without_claiming_the_tail() {
+        let down = || Err(Error::Unavailable("no leader".into()));
+        let Ok(Outcome::Read(r)) = unconfirmed(down(), read_answer(true)) else { panic!("not served") };
+        assert!(!r.up_to_date && r.body == b"hello");
+        assert_eq!(unconfirmed(down(), Err(Error::NotFound)), down(), "not found is not confirmed");
+        let Ok(Outcome::Read(mut empty)) = read_answer(true) else { unreachable!() };
+        empty.body.clear();
+        assert_eq!(unconfirmed(down(), Ok(Outcome::Read(empty))), down(), "an empty read at the tail");
+        assert_eq!(unconfirmed(read_answer(false), read_answer(true)), read_answer(false), "the leader's answer");
+        let gone = Err(Error::Gone("x".into()));
+        assert_eq!(unconfirmed(gone.clone(), read_answer(true)), gone);
+    }
+
+    #[test]
+    fn requests_and_answers_round_trip() {
+        let create = stream(StreamOp::Create(crate::protocol::CreateReq {
+            content_type: Some("application/json".into()),
+            lifetime: Lifetime::ExpiresAt { at_ms: 1_700_000_000_000, raw: "2023-11-14T22:13:20Z".into() },
+            closed: false,
+            body: b"[1,2]".to_vec(),
+            if_match: None,
+            fork: None,
+        }));
+        let back = decode_request(&encode_request(&create)).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{create:?}"));
+        for reply in [
+            read_answer(true),
+            Err(Error::Gone("trimmed".into())),
+            Err(Error::SeqGap { expected: 4, received: 9 }),
+            Ok(Outcome::BucketInfo { bucket: "b".into(), streams: 7 }),
+        ] {
+            assert_eq!(decode_reply(&encode_reply(&reply)), reply);
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error_never_a_panic() {
+        assert!(matches!(decode_request(&[0xff; 9]), Err(Error::BadRequest(_))));
+        assert!(matches!(decode_reply(&[0xff; 9]), Err(Error::Unavailable(_))));
+        let good = encode_request(&read(Live::LongPoll));
+        for cut in 0..good.len() {
+            assert!(decode_request(&good[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+}
