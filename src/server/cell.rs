@@ -5,6 +5,7 @@
 //! executor. The shard applies what its group commits and writes only
 //! while its replica leads.
 
+use crate::cell::board::{self, Counting, Slot};
 use crate::cell::config::CellConfig;
 use crate::cell::link::{LinkConfig, Links};
 use crate::cell::replica::{self, Applier, Replica, Sleep};
@@ -12,9 +13,11 @@ use crate::limits::{CELL_ENTRY_BYTES_MAX, CELL_TICK_MS};
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::{Log, LogConfig, Recovered, RecoveryReport};
+use futures_util::StreamExt;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A shard's log in a cell, recovered, with what its shard is rebuilt from.
@@ -63,14 +66,17 @@ impl Applier for Applies {
 
 /// Connects the shard and its replica, starts the group's links and the
 /// replica's loop on this executor. The first voter of `--cell` is the one
-/// every group is steered to be led by, so one node leads them all.
+/// every group is steered to be led by, so one node leads them all. The
+/// replica publishes its state, and the bytes its links carry, to `slot`.
 pub(super) fn start(
     id: usize,
     cell: &CellConfig,
     mut replica: Replica<DiskStore>,
     shard: &Rc<Shard<DiskStore>>,
+    slot: Arc<Slot>,
 ) -> Result<(), String> {
     replica.set_applier(Rc::new(Applies(shard.clone())));
+    replica.publish_to(slot.clone());
     replica.prefer(cell.voters[0].id);
     shard.set_writable(replica.status().leading.clone());
     let port = |addr: SocketAddr| -> Result<SocketAddr, String> {
@@ -86,7 +92,9 @@ pub(super) fn start(
     glommio::spawn_local(async move {
         let stop = Cell::new(false);
         let tick = Duration::from_millis(CELL_TICK_MS);
-        replica::run(replica, inbox.stream(), &links, &sleep, tick, &stop).await;
+        let received = inbox.stream().inspect(|m| slot.add_received(board::message_bytes(m)));
+        let out = Counting { out: &links, slot: &slot };
+        replica::run(replica, received, &out, &sleep, tick, &stop).await;
     })
     .detach();
     Ok(())
