@@ -14,9 +14,6 @@
 mod common;
 
 use common::{read_all, Conn, Server, TempDir};
-use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 const STREAM: &str = "/v1/stream/cell";
@@ -36,21 +33,9 @@ struct Cell {
     attempts: u64,
 }
 
-fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<_> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
-
 impl Cell {
     fn start() -> Cell {
-        let dir = TempDir::new("cell");
-        let secret = dir.path().join("secret");
-        std::fs::write(&secret, "a cell secret of some length\n").unwrap();
-        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let ports = free_ports(3);
-        let voters: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
-        let voters = voters.join(",");
-        let nodes = (1..=3).map(|id| start_node(id, &voters, &secret)).collect();
+        let (dir, nodes) = common::cell::start(3);
         Cell { _dir: dir, nodes, up: vec![true; 3], acked: Vec::new(), attempts: 0 }
     }
 
@@ -153,12 +138,6 @@ impl Cell {
         }
         Ok(())
     }
-}
-
-fn start_node(id: usize, voters: &str, secret: &Path) -> Server {
-    let id = id.to_string();
-    let secret = secret.to_str().unwrap();
-    Server::start_with(&["--shards", "1", "--node-id", &id, "--cell", voters, "--cell-secret-file", secret])
 }
 
 #[test]
