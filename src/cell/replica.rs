@@ -193,13 +193,10 @@ impl<S: SegmentStore> Replica<S> {
     /// the group committed, and reports the turns that became durable.
     pub async fn turn(&mut self, out: &impl Outbox) -> Result<(), StoreError> {
         while let Some(w) = self.group.ready() {
+            self.role_seen(w.role);
             if let Some(rc) = w.role {
                 tracing::info!("replica {}: {:?} in term {}, leader {:?}", self.id, rc.role, rc.term, rc.leader);
-                if let Some(board) = &self.board {
-                    board.role_changed(rc.role, rc.leader);
-                }
                 if rc.role != StateRole::Leader {
-                    self.proposed.clear();
                     // The shard first, so that no read sees a record the
                     // cut-back below discards.
                     self.stop_writing()?;
@@ -228,6 +225,16 @@ impl<S: SegmentStore> Replica<S> {
         self.apply(self.group.leads_committed())?;
         self.publish();
         Ok(())
+    }
+
+    /// Counts a role change on the board; a replica that stops leading
+    /// times none of its proposals any more.
+    fn role_seen(&mut self, change: Option<group::RoleChange>) {
+        let (Some(rc), Some(board)) = (change, &self.board) else { return };
+        board.role_changed(rc.role, rc.leader);
+        if rc.role != StateRole::Leader {
+            self.proposed.clear();
+        }
     }
 
     /// Records how long the proposals committed up to `index` took.
