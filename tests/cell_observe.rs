@@ -98,6 +98,7 @@ fn leaderz_cellz_and_metrics_follow_the_leader_through_a_kill() {
         (Some("leader"), Some(leader_id), Some(true))
     );
     assert!(g["commit"].as_u64().unwrap() >= 20, "{g}");
+    assert!((20..=g["commit"].as_u64().unwrap()).contains(&g["applied"].as_u64().unwrap()), "{g}");
     let ids: Vec<u64> = g["followers"].as_array().unwrap().iter().map(|f| f["id"].as_u64().unwrap()).collect();
     assert!(!ids.contains(&leader_id) && ids.len() == 2, "{ids:?}");
     let follower = (0..3).find(|&i| i != leader).unwrap();

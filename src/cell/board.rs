@@ -73,6 +73,8 @@ pub struct Published {
     pub view: GroupView,
     /// The replica leads and its shard writes (`Status::leading`).
     pub leading: bool,
+    /// The last committed entry whose records its shard has applied.
+    pub applied: u64,
 }
 
 /// A follower's progress as its leader published it; id 0: no one.
@@ -92,6 +94,7 @@ pub struct Slot {
     leader: AtomicU64,
     commit: AtomicU64,
     last_index: AtomicU64,
+    applied: AtomicU64,
     leading: AtomicBool,
     followers: [FollowerSlot; CELL_VOTERS_MAX - 1],
     elections: AtomicU64,
@@ -111,6 +114,7 @@ impl Slot {
         self.leader.store(view.leader.unwrap_or(0), Relaxed);
         self.commit.store(view.commit, Relaxed);
         self.last_index.store(view.last_index, Relaxed);
+        self.applied.store(view.applied, Relaxed);
         self.leading.store(view.leading, Relaxed);
     }
 
@@ -181,6 +185,7 @@ impl Slot {
                 followers,
             },
             leading: self.leading.load(Relaxed),
+            applied: self.applied.load(Relaxed),
         }
     }
 }
@@ -216,6 +221,7 @@ pub struct Scalars {
     pub leader: Option<u64>,
     pub commit: u64,
     pub last_index: u64,
+    pub applied: u64,
     pub leading: bool,
 }
 
@@ -252,7 +258,15 @@ mod tests {
     use super::*;
 
     fn scalars(role: StateRole, term: u64) -> Scalars {
-        Scalars { role, term, leader: Some(1), commit: 5, last_index: 6, leading: role == StateRole::Leader }
+        Scalars {
+            role,
+            term,
+            leader: Some(1),
+            commit: 5,
+            last_index: 6,
+            applied: 4,
+            leading: role == StateRole::Leader,
+        }
     }
 
     #[test]
@@ -264,7 +278,7 @@ mod tests {
         let three = [FollowerView { id: 2, matched: 6, lag: 0 }, FollowerView { id: 3, matched: 1, lag: 5 }];
         s.publish_followers(&three);
         let p = s.read();
-        assert_eq!((p.view.term, p.view.commit, p.view.last_index, p.leading), (3, 5, 6, true));
+        assert_eq!((p.view.term, p.view.commit, p.view.last_index, p.applied, p.leading), (3, 5, 6, 4, true));
         assert_eq!(p.view.followers, three);
         s.publish_followers(&three[1..]);
         assert_eq!(s.read().view.followers, three[1..], "a shorter list clears the rest");

@@ -46,6 +46,7 @@ fn group_json(group: usize, p: &Published) -> serde_json::Value {
         "leader": v.leader,
         "commit": v.commit,
         "last_index": v.last_index,
+        "applied": p.applied,
         "writable": p.leading,
     });
     if v.role == StateRole::Leader {
@@ -63,7 +64,7 @@ mod tests {
     use crate::cell::group::FollowerView;
 
     fn scalars(role: StateRole, leader: Option<u64>, leading: bool) -> Scalars {
-        Scalars { role, term: 7, leader, commit: 40, last_index: 42, leading }
+        Scalars { role, term: 7, leader, commit: 40, last_index: 42, applied: 39, leading }
     }
 
     #[test]
@@ -100,7 +101,7 @@ mod tests {
         let g0 = &v["groups"][0];
         assert_eq!(
             g0,
-            &json!({"group": 0, "role": "leader", "term": 7, "leader": 1, "commit": 40, "last_index": 42,
+            &json!({"group": 0, "role": "leader", "term": 7, "leader": 1, "commit": 40, "last_index": 42, "applied": 39,
                 "writable": true, "followers": [{"id": 2, "match": 42, "lag": 0}, {"id": 3, "match": 30, "lag": 12}]})
         );
         let g1 = &v["groups"][1];

@@ -256,6 +256,9 @@ impl<S: SegmentStore> Replica<S> {
             leader: g.leader(),
             commit: g.commit(),
             last_index: g.last_index(),
+            // apply() ran this turn: the shard holds every committed
+            // entry handed out so far.
+            applied: self.log.committed_index(),
             leading: self.status.leading.get(),
         });
     }
