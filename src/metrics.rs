@@ -21,6 +21,7 @@
 use crate::limits::{HISTOGRAM_BATCH_RECORDS_MAX, HISTOGRAM_LATENCY_US_MAX};
 use std::cell::Cell;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -76,6 +77,15 @@ pub enum Family {
     TierFetchedBytes,
     TierRemoteDeleted,
     TierStoreUp,
+    CellElections,
+    CellTerm,
+    CellLeaderChanges,
+    CellLeading,
+    CellCommitIndex,
+    CellCommitSeconds,
+    CellSentBytes,
+    CellReceivedBytes,
+    CellFollowerLag,
     BuildInfo,
     DiskFreeBytes,
     DiskSizeBytes,
@@ -87,7 +97,8 @@ pub enum Family {
 }
 
 /// Latency bounds in microseconds (exported in seconds): 50 µs to 10 s.
-const LATENCY_BOUNDS_US: &[u64] = &[
+const LATENCY_BUCKETS: usize = 17;
+const LATENCY_BOUNDS_US: &[u64; LATENCY_BUCKETS] = &[
     50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
     5_000_000, 10_000_000,
 ];
@@ -105,7 +116,7 @@ struct Def {
 
 /// Every family's name, type and help text, in [`Family::ALL`] order (a
 /// unit test checks the order, so `DEFS[f as usize]` is `f`'s row).
-const DEFS: [Def; 52] = [
+const DEFS: [Def; 61] = [
     Def {
         family: Family::HttpRequests,
         name: "ringstream_http_requests_total",
@@ -371,6 +382,60 @@ const DEFS: [Def; 52] = [
         help: "Tiered storage: 1 while the object store answered its last request, 0 while it does not (/readyz says degraded).",
     },
     Def {
+        family: Family::CellElections,
+        name: "ringstream_cell_elections_total",
+        kind: Kind::Counter,
+        help: "In a cell: elections this shard's replica started (it became a candidate after its leader went silent past the election timeout, or a leader handed its group over to it); pre-votes it lost are not counted.",
+    },
+    Def {
+        family: Family::CellTerm,
+        name: "ringstream_cell_term",
+        kind: Kind::Gauge,
+        help: "In a cell: the Raft term this shard's replica is in (it rises with every election in its group).",
+    },
+    Def {
+        family: Family::CellLeaderChanges,
+        name: "ringstream_cell_leader_changes_total",
+        kind: Kind::Counter,
+        help: "In a cell: times this shard's replica learned of a new leader of its group (itself included).",
+    },
+    Def {
+        family: Family::CellLeading,
+        name: "ringstream_cell_leading",
+        kind: Kind::Gauge,
+        help: "In a cell: 1 while this shard's replica leads its group and lets its shard write (what /leaderz reports), 0 otherwise.",
+    },
+    Def {
+        family: Family::CellCommitIndex,
+        name: "ringstream_cell_commit_index",
+        kind: Kind::Gauge,
+        help: "In a cell: the highest Raft log index this shard's replica knows committed (durable on a majority).",
+    },
+    Def {
+        family: Family::CellCommitSeconds,
+        name: "ringstream_cell_commit_seconds",
+        kind: Kind::Histogram,
+        help: "In a cell, on a leader: from proposing an entry (one group-commit batch) to seeing it committed (durable on a majority, the leader included).",
+    },
+    Def {
+        family: Family::CellSentBytes,
+        name: "ringstream_cell_sent_bytes_total",
+        kind: Kind::Counter,
+        help: "In a cell: bytes of Raft messages this shard's replica queued to its peers (prost-encoded messages; frame headers and handshakes not counted).",
+    },
+    Def {
+        family: Family::CellReceivedBytes,
+        name: "ringstream_cell_received_bytes_total",
+        kind: Kind::Counter,
+        help: "In a cell: bytes of Raft messages this shard's replica received from its peers (prost-encoded messages; frame headers and handshakes not counted).",
+    },
+    Def {
+        family: Family::CellFollowerLag,
+        name: "ringstream_cell_follower_lag_entries",
+        kind: Kind::Gauge,
+        help: "In a cell, on a leader: entries of the leader's log each follower (label peer: its node id) is not known to hold, as of the last tick.",
+    },
+    Def {
         family: Family::BuildInfo,
         name: "ringstream_build_info",
         kind: Kind::Gauge,
@@ -430,7 +495,7 @@ const _: () = {
 };
 
 impl Family {
-    pub const ALL: [Family; 52] = [
+    pub const ALL: [Family; 61] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -475,6 +540,15 @@ impl Family {
         Family::TierFetchedBytes,
         Family::TierRemoteDeleted,
         Family::TierStoreUp,
+        Family::CellElections,
+        Family::CellTerm,
+        Family::CellLeaderChanges,
+        Family::CellLeading,
+        Family::CellCommitIndex,
+        Family::CellCommitSeconds,
+        Family::CellSentBytes,
+        Family::CellReceivedBytes,
+        Family::CellFollowerLag,
         Family::BuildInfo,
         Family::DiskFreeBytes,
         Family::DiskSizeBytes,
@@ -557,6 +631,44 @@ impl Histo {
 
 /// The `route` label of `ringstream_http_requests_total`: a fixed set, so
 /// counting needs no allocation and the label set stays small.
+/// A latency histogram recorded on one thread and read on any other (the
+/// cell's board: a replica records, whichever shard answers `/metrics`
+/// reads): one atomic count per exported bucket, no lock, no
+/// hdrhistogram. Counts are exact (no 1% rounding as in [`Histo`]).
+#[derive(Debug)]
+pub struct SharedLatency {
+    /// Values in (bound i-1, bound i]; values past the last bound are
+    /// counted only in `count`.
+    buckets: [AtomicU64; LATENCY_BUCKETS],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Default for SharedLatency {
+    fn default() -> Self {
+        SharedLatency {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+}
+
+impl SharedLatency {
+    pub fn record(&self, us: u64) {
+        let i = LATENCY_BOUNDS_US.partition_point(|&bound| bound < us);
+        if let Some(b) = self.buckets.get(i) {
+            b.fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouteLabel {
     DsStream,
@@ -747,6 +859,25 @@ impl Samples {
     }
 
     /// The blocks, to send to another shard.
+    /// A [`SharedLatency`] as a latency family. Buckets are read before
+    /// the count, and capped by it, so a record landing meanwhile leaves
+    /// the buckets cumulative and at most `+Inf`.
+    pub fn shared_histogram(&mut self, f: Family, shard: usize, h: &SharedLatency) {
+        debug_assert!(f.kind() == Kind::Histogram && f.buckets().0 == LATENCY_BOUNDS_US);
+        let name = f.name();
+        let counts: Vec<u64> = h.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        let (total, sum) = (h.count(), h.sum_us.load(Ordering::Relaxed));
+        let b = &mut self.blocks[f.index()];
+        let mut below = 0;
+        for (le, n) in LATENCY_BOUNDS_US.iter().zip(counts) {
+            below += n;
+            let _ = writeln!(b, "{name}_bucket{{shard=\"{shard}\",le=\"{}\"}} {}", *le as f64 / 1e6, below.min(total));
+        }
+        let _ = writeln!(b, "{name}_bucket{{shard=\"{shard}\",le=\"+Inf\"}} {total}");
+        let _ = writeln!(b, "{name}_sum{{shard=\"{shard}\"}} {}", sum as f64 / 1e6);
+        let _ = writeln!(b, "{name}_count{{shard=\"{shard}\"}} {total}");
+    }
+
     pub fn into_blocks(self) -> Vec<String> {
         self.blocks
     }
@@ -758,10 +889,15 @@ impl Samples {
         }
     }
 
-    /// The exposition text: every family with its HELP and TYPE lines.
+    /// The exposition text: every family with its HELP and TYPE lines,
+    /// but a histogram with no series (the cell's, without `--cell`): a
+    /// histogram is its buckets, `_sum` and `_count`, so none is written.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(self.blocks.iter().map(|b| b.len() + 256).sum());
         for f in Family::ALL {
+            if f.kind() == Kind::Histogram && self.blocks[f.index()].is_empty() {
+                continue;
+            }
             let kind = match f.kind() {
                 Kind::Counter => "counter",
                 Kind::Gauge => "gauge",
@@ -832,6 +968,21 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_histogram_renders_as_the_hdr_one_does() {
+        let (mut h, shared) = (Histo::latency_us(), SharedLatency::default());
+        for v in [10, 50, 60, 60, 300, 2_000, 20_000_000] {
+            h.record(v);
+            shared.record(v);
+        }
+        let (mut a, mut b) = (Samples::default(), Samples::default());
+        a.histogram(Family::CellCommitSeconds, 2, &h);
+        b.shared_histogram(Family::CellCommitSeconds, 2, &shared);
+        assert_eq!(a.render(), b.render());
+        assert!(b.render().contains("ringstream_cell_commit_seconds_bucket{shard=\"2\",le=\"0.00005\"} 2\n"));
+        assert_eq!(shared.count(), 7);
+    }
+
+    #[test]
     fn merged_shards_keep_each_family_together() {
         let mut a = Samples::default();
         a.sample(Family::Appends, 0, "", 1);
@@ -844,6 +995,8 @@ mod tests {
         let appends = text.find("ringstream_appends_total{shard=\"0\"} 1\nringstream_appends_total{shard=\"1\"} 3\n");
         assert!(appends.is_some(), "{text}");
         assert_eq!(text.matches("# TYPE ringstream_streams gauge").count(), 1);
+        assert!(text.contains("# TYPE ringstream_tier_uploads_total counter\n"), "an empty counter keeps its header");
+        assert!(!text.contains("ringstream_cell_commit_seconds"), "an empty histogram is left out");
     }
 
     #[test]

@@ -16,9 +16,6 @@
 mod common;
 
 use common::{Conn, Server, TempDir};
-use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 const STREAM: &str = "/v1/stream/cell";
@@ -40,21 +37,9 @@ struct Cell {
     through: [usize; 3],
 }
 
-fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<_> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
-
 impl Cell {
     fn start() -> Cell {
-        let dir = TempDir::new("cell");
-        let secret = dir.path().join("secret");
-        std::fs::write(&secret, "a cell secret of some length\n").unwrap();
-        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let ports = free_ports(3);
-        let voters: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
-        let voters = voters.join(",");
-        let nodes = (1..=3).map(|id| start_node(id, &voters, &secret)).collect();
+        let (dir, nodes) = common::cell::start(3);
         Cell { _dir: dir, nodes, up: vec![true; 3], acked: Vec::new(), attempts: 0, through: [0; 3] }
     }
 
@@ -149,21 +134,12 @@ impl Cell {
         panic!("node {}: {last}", i + 1);
     }
 
-    /// The node that leads: the one whose last role change in its log made
-    /// it leader, in the highest term (None while none has).
+    /// The node that leads (its /leaderz answers 200), if one does.
     fn leader(&self) -> Option<usize> {
-        let mut best: Option<(u64, usize)> = None;
-        for i in (0..3).filter(|&i| self.up[i]) {
-            let log = std::fs::read_to_string(self.nodes[i].log_path()).unwrap_or_default();
-            let Some(line) = log.lines().rev().find(|l| l.contains(" in term ") && l.contains("replica ")) else {
-                continue;
-            };
-            let term: u64 = line.split(" in term ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
-            if line.contains(": Leader in term ") && best.is_none_or(|(t, _)| term > t) {
-                best = Some((term, i));
-            }
-        }
-        best.map(|(_, i)| i)
+        (0..3).filter(|&i| self.up[i]).find(|&i| {
+            let Ok(mut c) = Conn::try_connect(self.nodes[i].port()) else { return false };
+            c.try_request("GET", "/leaderz", &[], b"").is_ok_and(|r| r.status == 200)
+        })
     }
 
     /// The node that leads, waiting up to 10 s for one.
@@ -201,12 +177,6 @@ impl Cell {
         }
         Ok(())
     }
-}
-
-fn start_node(id: usize, voters: &str, secret: &Path) -> Server {
-    let id = id.to_string();
-    let secret = secret.to_str().unwrap();
-    Server::start_with(&["--shards", "1", "--node-id", &id, "--cell", voters, "--cell-secret-file", secret])
 }
 
 #[test]

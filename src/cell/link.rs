@@ -142,11 +142,14 @@ impl Outgoing {
     }
 }
 
+/// A forwarded request's wait: the peer asked, and where its answer goes.
+type Waiter = (u64, oneshot::Sender<Vec<u8>>);
+
 /// Forwarded requests: those this replica waits on, by id, and what runs
 /// those peers forward to it.
 struct Exchange {
     /// By id: the peer asked, and where its answer goes.
-    waiting: RefCell<HashMap<u64, (u64, oneshot::Sender<Vec<u8>>)>>,
+    waiting: RefCell<HashMap<u64, Waiter>>,
     /// The peers whose connection to this replica is up (answers come on
     /// it), each with the number of its newest connection.
     connected: RefCell<HashMap<u64, u64>>,

@@ -5,6 +5,9 @@
 //! - [`config`]: the cell's voters, this node's id and the shared secret,
 //!   as `--node-id`, `--cell` and `--cell-secret-file` give them (`cli`
 //!   resolves them; a start with a cell is refused until it is served).
+//! - [`board`]: what each replica publishes (atomics, one slot per
+//!   group) for `/cellz`, `/leaderz` and the cell's metrics, read by any
+//!   shard's HTTP edge.
 //! - [`auth`]: peers prove they hold the secret (an HMAC-SHA256
 //!   challenge both ways) before any Raft message crosses a link.
 //! - [`wire`]: the frames of the peer link (a group's Raft message, prost
@@ -18,6 +21,7 @@
 //!   dial with backoff, accept, authenticate, frames both ways, bounded
 //!   queues (the one file here that uses glommio).
 //! - [`log`]: raft-rs's log lines (slog) into ours (tracing).
+//! - [`observe`]: the bodies of `/leaderz` and `/cellz` from the board.
 //! - [`replica`]: one group's replica at work on its shard's executor:
 //!   messages, ticks, proposals of what the shard appended, each turn
 //!   handed to the log, commits made visible.
@@ -31,10 +35,12 @@
 //! acknowledged proposal survives. Without `--cell` nothing here runs.
 
 pub mod auth;
+pub mod board;
 pub mod config;
 pub mod group;
 pub mod link;
 pub mod log;
+pub mod observe;
 pub mod replica;
 pub mod store;
 pub mod wire;

@@ -14,6 +14,7 @@
 //! No glommio here: the owner gives the loop its inbox (a stream of
 //! messages), its outbox and a timer.
 
+use super::board::{Scalars, Slot};
 use super::group::{self, Group, Refused};
 use super::store::{LogStore, StoreError};
 use crate::storage::io::SegmentStore;
@@ -27,6 +28,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Where a replica's messages go (the peer links).
@@ -86,6 +88,11 @@ pub struct Replica<S: SegmentStore> {
     /// The shard's state holds the log's records up to here: committed
     /// ones applied, and while it leads, all it wrote.
     applied_to: BatchEnd,
+    /// Where it publishes its state for `/cellz`, `/leaderz` and metrics.
+    board: Option<Arc<Slot>>,
+    /// On a leader with a board: its proposals not yet committed, with
+    /// when they were made (for the commit latency).
+    proposed: VecDeque<(u64, Instant)>,
 }
 
 impl<S: SegmentStore> Replica<S> {
@@ -110,6 +117,8 @@ impl<S: SegmentStore> Replica<S> {
             applier: None,
             preferred: None,
             applied_to,
+            board: None,
+            proposed: VecDeque::new(),
         })
     }
 
@@ -117,6 +126,12 @@ impl<S: SegmentStore> Replica<S> {
     /// boot the shard recovered the committed ones).
     pub fn set_applier(&mut self, applier: Rc<dyn Applier>) {
         self.applier = Some(applier);
+    }
+
+    /// Publishes the replica's state to `slot`: scalars each turn, the
+    /// followers once a tick.
+    pub fn publish_to(&mut self, slot: Arc<Slot>) {
+        self.board = Some(slot);
     }
 
     pub fn status(&self) -> Rc<Status> {
@@ -144,6 +159,13 @@ impl<S: SegmentStore> Replica<S> {
         if let Some(id) = self.preferred {
             self.group.lead_toward(id);
         }
+        if let Some(board) = &self.board {
+            let followers = match self.group.role() {
+                StateRole::Leader => self.group.view().followers,
+                _ => Vec::new(),
+            };
+            board.publish_followers(&followers);
+        }
     }
 
     /// On the leader, proposes what was appended since the last proposal
@@ -160,6 +182,9 @@ impl<S: SegmentStore> Replica<S> {
         let end = self.log.tail_position();
         let batch = self.log.pending_batch().map_err(|_| Refused::Busy)?;
         let p = self.group.propose(batch.encode())?;
+        if self.board.is_some() {
+            self.proposed.push_back((p.index, Instant::now()));
+        }
         if let Err(e) = self.log.close_batch(p.term, p.index, end) {
             // Raft holds an entry the log cannot close: stop writing.
             self.log.poison(e);
@@ -171,6 +196,7 @@ impl<S: SegmentStore> Replica<S> {
     /// the group committed, and reports the turns that became durable.
     pub async fn turn(&mut self, out: &impl Outbox) -> Result<(), StoreError> {
         while let Some(w) = self.group.ready() {
+            self.role_seen(w.role);
             if let Some(rc) = w.role {
                 tracing::info!("replica {}: {:?} in term {}, leader {:?}", self.id, rc.role, rc.term, rc.leader);
                 self.status.leader.set(rc.leader);
@@ -196,11 +222,49 @@ impl<S: SegmentStore> Replica<S> {
             self.written.push_back(Written { number: w.number, lsn, after: w.send_when_durable });
             if let Some(last) = w.apply.last() {
                 self.log.commit_to(last.index);
+                self.committed(last.index);
             }
         }
         self.report_durable(out);
         self.apply(self.group.leads_committed())?;
+        self.publish();
         Ok(())
+    }
+
+    /// Counts a role change on the board; a replica that stops leading
+    /// times none of its proposals any more.
+    fn role_seen(&mut self, change: Option<group::RoleChange>) {
+        let (Some(rc), Some(board)) = (change, &self.board) else { return };
+        board.role_changed(rc.role, rc.leader);
+        if rc.role != StateRole::Leader {
+            self.proposed.clear();
+        }
+    }
+
+    /// Records how long the proposals committed up to `index` took.
+    fn committed(&mut self, index: u64) {
+        let Some(board) = &self.board else { return };
+        while self.proposed.front().is_some_and(|(i, _)| *i <= index) {
+            let (_, at) = self.proposed.pop_front().expect("checked");
+            board.committed_after(at.elapsed());
+        }
+    }
+
+    /// The turn's scalars to the board (a few relaxed stores).
+    fn publish(&self) {
+        let Some(board) = &self.board else { return };
+        let g = &self.group;
+        board.publish(&Scalars {
+            role: g.role(),
+            term: g.term(),
+            leader: g.leader(),
+            commit: g.commit(),
+            last_index: g.last_index(),
+            // apply() ran this turn: the shard holds every committed
+            // entry handed out so far.
+            applied: self.log.committed_index(),
+            leading: self.status.leading.get(),
+        });
     }
 
     /// The shard stops writing. If it wrote records past the committed ones

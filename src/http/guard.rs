@@ -55,12 +55,14 @@ fn stream_right(op: &StreamOp) -> Right {
 }
 
 /// What a routed request needs; None for the endpoints that stay open
-/// (`/healthz`, `/readyz`, CORS preflights). A request that did not route
+/// (`/healthz`, `/readyz`, `/leaderz`, CORS preflights); `/cellz`, like
+/// `/metrics`, needs the admin right over every bucket (it shows the
+/// cell's shape). A request that did not route
 /// needs only a known token: it is then answered with its routing error.
 pub fn needs(routed: &Result<Route, RouteError>) -> Option<Needs<'_>> {
     let req = match routed {
-        Ok(Route::Edge(Fixed::Metrics)) => return Some(Needs::one(Need::AllBuckets(Right::Admin))),
-        Ok(Route::Edge(Fixed::Options | Fixed::Health | Fixed::Ready)) => return None,
+        Ok(Route::Edge(Fixed::Metrics | Fixed::Cell)) => return Some(Needs::one(Need::AllBuckets(Right::Admin))),
+        Ok(Route::Edge(Fixed::Options | Fixed::Health | Fixed::Ready | Fixed::Leader)) => return None,
         Ok(Route::Sse(sse)) => return Some(Needs::one(bucket(&sse.key.bucket, Right::Read))),
         Ok(Route::Shard(req)) => req,
         Err(_) => return Some(Needs::NONE),
@@ -178,12 +180,13 @@ mod tests {
             ("PUT /v1/stream/orders/a", vec![b("orders", Manage)]),
             ("GET /v1/stream/solo?offset=-1", vec![b("_default", Read)]),
             ("GET /metrics", vec![Need::AllBuckets(Admin)]),
+            ("GET /cellz", vec![Need::AllBuckets(Admin)]),
             ("GET /nowhere", vec![]),
             ("PATCH /ds/orders/s", vec![]),
         ] {
             assert_eq!(needs_of(&format!("{req} HTTP/1.1\r\n\r\n")), Some(want), "{req}");
         }
-        for open in ["GET /healthz", "HEAD /readyz", "OPTIONS /ds/orders/s"] {
+        for open in ["GET /healthz", "HEAD /readyz", "GET /leaderz", "HEAD /leaderz", "OPTIONS /ds/orders/s"] {
             assert_eq!(needs_of(&format!("{open} HTTP/1.1\r\n\r\n")), None, "{open}");
         }
         let fork = "PUT /ds/orders/f HTTP/1.1\r\nStream-Forked-From: /ds/archive/src\r\n\r\n";

@@ -289,7 +289,7 @@ pub fn error(surface: Surface, e: &Error) -> Response {
     match e {
         Error::BadRequest(m) => Response::new(400).text(m),
         Error::NotFound => Response::new(404).text("not found"),
-        Error::Gone(m) => Response::new(410).text(&m),
+        Error::Gone(m) => Response::new(410).text(m),
         Error::Conflict(m) => Response::new(409).text(m),
         Error::TooLarge => Response::new(413).text("payload too large"),
         Error::StreamClosed { next_offset } => Response::new(409)
@@ -358,6 +358,25 @@ pub fn forbidden(message: &str) -> Response {
     Response::new(403).text(message)
 }
 
+/// `/leaderz`: 200 on a node that leads every group (HAProxy's health
+/// check passes), 503 elsewhere; the line says why, either way.
+pub fn leaderz(leads: bool, why: &str) -> Response {
+    Response::new(if leads { 200 } else { 503 }).text(why)
+}
+
+/// `/cellz`: the cell's JSON, or 404 (with a JSON error) on a node
+/// started without `--cell`.
+pub fn cellz(json_body: Option<String>) -> Response {
+    let Some(body) = json_body else {
+        let body = serde_json::json!({
+            "error": "not_in_a_cell",
+            "message": "this node is not in a cell (started without --cell): there is no group to show",
+        });
+        return Response { status: 404, ..json(body.to_string()) };
+    };
+    json(body)
+}
+
 pub fn preflight() -> Response {
     Response::new(204)
         .header("Access-Control-Allow-Methods", "GET, HEAD, PUT, POST, DELETE, OPTIONS")
@@ -369,6 +388,21 @@ pub fn preflight() -> Response {
 mod tests {
     use super::*;
     use crate::protocol::ListedStream;
+
+    #[test]
+    fn leaderz_and_cellz_answers() {
+        let r = leaderz(true, "single node: it takes every write");
+        assert_eq!((r.status, &r.body[..]), (200, &b"single node: it takes every write\n"[..]));
+        assert_eq!(leaderz(false, "node 2: leads 0 of 1 groups").status, 503);
+        let r = cellz(Some("{\"node\":1}".into()));
+        assert_eq!((r.status, &r.body[..]), (200, &b"{\"node\":1}"[..]));
+        assert!(r.headers.contains(&("Content-Type", "application/json".into())));
+        let r = cellz(None);
+        assert_eq!(r.status, 404);
+        assert!(r.headers.contains(&("Content-Type", "application/json".into())));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["error"], "not_in_a_cell");
+    }
 
     fn info() -> StreamInfo {
         StreamInfo {

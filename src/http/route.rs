@@ -74,6 +74,11 @@ pub enum Fixed {
     Health,
     /// `GET /readyz`: recovered, every shard serving, not shutting down.
     Ready,
+    /// `GET /leaderz`: this node leads every group of its cell (or is a
+    /// single node): for a proxy to prefer it.
+    Leader,
+    /// `GET /cellz`: the cell as this node sees it (JSON).
+    Cell,
 }
 
 /// Routing failures the HTTP edge answers itself.
@@ -114,7 +119,7 @@ fn place(path: &str) -> (RouteLabel, Surface) {
     let surface = if path == "/ds" { Surface::Ds } else { Surface::V1 };
     let label = match path {
         "/metrics" => RouteLabel::Metrics,
-        "/healthz" | "/readyz" => RouteLabel::Health,
+        "/healthz" | "/readyz" | "/leaderz" => RouteLabel::Health,
         _ => RouteLabel::Other,
     };
     (label, surface)
@@ -129,6 +134,8 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
         "/metrics" => Some(Fixed::Metrics),
         "/healthz" => Some(Fixed::Health),
         "/readyz" => Some(Fixed::Ready),
+        "/leaderz" => Some(Fixed::Leader),
+        "/cellz" => Some(Fixed::Cell),
         _ => None,
     };
     if let Some(f) = fixed {
@@ -410,9 +417,13 @@ mod tests {
                 other => panic!("{path}: {other:?}"),
             }
         }
-        for path in ["/metrics", "/healthz", "/readyz"] {
+        for path in ["/metrics", "/healthz", "/readyz", "/leaderz", "/cellz"] {
             assert!(class_of(&format!("HEAD {path} HTTP/1.1\r\n\r\n")).route.is_ok(), "{path}");
         }
+        assert!(matches!(class_of("GET /leaderz HTTP/1.1\r\n\r\n").route, Ok(Route::Edge(Fixed::Leader))));
+        assert!(matches!(class_of("GET /cellz HTTP/1.1\r\n\r\n").route, Ok(Route::Edge(Fixed::Cell))));
+        let post = class_of("POST /leaderz HTTP/1.1\r\n\r\n").route;
+        assert_eq!(post.unwrap_err(), RouteError::MethodNotAllowed("GET, HEAD"));
     }
 
     #[test]
@@ -426,6 +437,8 @@ mod tests {
             ("/metrics", RouteLabel::Metrics),
             ("/healthz", RouteLabel::Health),
             ("/readyz", RouteLabel::Health),
+            ("/leaderz", RouteLabel::Health),
+            ("/cellz", RouteLabel::Other),
             ("/", RouteLabel::Other),
             ("/v1/streamx", RouteLabel::Other),
         ] {

@@ -6,6 +6,7 @@
 //! while its replica leads; while it does not, what the leader must decide
 //! goes to the leader over the group's links (`shard::forward`).
 
+use crate::cell::board::{self, Counting, Slot};
 use crate::cell::config::CellConfig;
 use crate::cell::link::{ForwardHandler, LinkConfig, Links};
 use crate::cell::replica::{self, Applier, Replica, Sleep, Status};
@@ -14,11 +15,13 @@ use crate::shard::forward::Forwarder;
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::{Log, LogConfig, Recovered, RecoveryReport};
+use futures_util::StreamExt;
 use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A shard's log in a cell, recovered, with what its shard is rebuilt from.
@@ -100,14 +103,17 @@ impl ForwardHandler for RunsForwards {
 
 /// Connects the shard and its replica, starts the group's links and the
 /// replica's loop on this executor. The first voter of `--cell` is the one
-/// every group is steered to be led by, so one node leads them all.
+/// every group is steered to be led by, so one node leads them all. The
+/// replica publishes its state, and the bytes its links carry, to `slot`.
 pub(super) fn start(
     id: usize,
     cell: &CellConfig,
     mut replica: Replica<DiskStore>,
     shard: &Rc<Shard<DiskStore>>,
+    slot: Arc<Slot>,
 ) -> Result<(), String> {
     replica.set_applier(Rc::new(Applies(shard.clone())));
+    replica.publish_to(slot.clone());
     replica.prefer(cell.voters[0].id);
     shard.set_writable(replica.status().leading.clone());
     let port = |addr: SocketAddr| -> Result<SocketAddr, String> {
@@ -126,7 +132,9 @@ pub(super) fn start(
     glommio::spawn_local(async move {
         let stop = Cell::new(false);
         let tick = Duration::from_millis(CELL_TICK_MS);
-        replica::run(replica, inbox.stream(), &*links, &sleep, tick, &stop).await;
+        let received = inbox.stream().inspect(|m| slot.add_received(board::message_bytes(m)));
+        let out = Counting { out: &*links, slot: &slot };
+        replica::run(replica, received, &out, &sleep, tick, &stop).await;
     })
     .detach();
     Ok(())

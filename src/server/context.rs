@@ -109,6 +109,9 @@ impl ConnContext for Ctx {
                     all.merge(&blocks);
                 }
             }
+            if let Some(board) = &self.process.cell {
+                board.render(&mut all);
+            }
             crate::procstat::render(&self.data_dir, &mut all);
             all.render()
         })
@@ -129,6 +132,14 @@ impl ConnContext for Ctx {
     fn degraded(&self) -> Option<&'static str> {
         let down = self.process.tier.as_ref().is_some_and(|t| !t.is_up());
         down.then_some("degraded: the object store does not answer (cold reads 503, uploads retry)")
+    }
+
+    fn leaderz(&self) -> (bool, String) {
+        crate::cell::observe::leaderz(self.process.cell.as_deref())
+    }
+
+    fn cellz(&self) -> Option<String> {
+        self.process.cell.as_deref().map(crate::cell::observe::cellz)
     }
 
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection> {

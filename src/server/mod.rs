@@ -101,6 +101,9 @@ struct Process {
     auth: Option<Arc<access::Auth>>,
     /// The object store of tiered storage (`--tier s3`); None: off.
     tier: Option<crate::tier::TierClient>,
+    /// What each shard's replica publishes (`--cell`), read by every
+    /// shard's HTTP edge for `/cellz`, `/leaderz` and metrics; None: off.
+    cell: Option<Arc<crate::cell::board::Board>>,
 }
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
@@ -128,6 +131,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         heartbeats: (0..n).map(|_| AtomicU64::new(0)).collect(),
         auth,
         tier,
+        cell: cfg.cell.as_ref().map(|c| Arc::new(crate::cell::board::Board::new(c.node_id, n))),
     });
     signals::start_signal_thread(stop_signals, process.clone());
     let (reservation, addr) = host::reserve(cfg.listen)?;

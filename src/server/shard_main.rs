@@ -97,9 +97,9 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     let l = log.clone();
     glommio::spawn_local(async move { l.run_writer().await }).detach();
     glommio::spawn_local(async move { log.run_preparer().await }).detach();
-    if let (Some(cell), Some(replica)) = (&b.cfg.cell, replica) {
+    if let (Some(cell), Some(replica), Some(board)) = (&b.cfg.cell, replica, &b.process.cell) {
         b.step("starting its replica");
-        super::cell::start(id, cell, replica, &shard)?;
+        super::cell::start(id, cell, replica, &shard, board.slot(id))?;
     }
     b.step("joining the mesh");
     let (mesh, edge, remote) = join_mesh(link, &shard, b.process.auth.clone());

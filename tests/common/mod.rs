@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod auth;
+pub mod cell;
 pub mod rng;
 pub mod sim;
 

@@ -37,6 +37,16 @@ pub trait ConnContext {
     fn degraded(&self) -> Option<&'static str> {
         None
     }
+    /// For GET /leaderz: whether this node leads every group of its cell
+    /// and lets each shard write (a single node always does), and why.
+    fn leaderz(&self) -> (bool, String) {
+        (true, "single node: it takes every write".to_string())
+    }
+    /// For GET /cellz: the cell as this node sees it, as JSON; None when
+    /// the node is not in a cell.
+    fn cellz(&self) -> Option<String> {
+        None
+    }
     /// Hands a connection to shard `to`, which serves it from then on; gives
     /// it back when that shard cannot take it.
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection>;

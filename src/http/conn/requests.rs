@@ -185,6 +185,11 @@ async fn edge_answer<C: ConnContext + ?Sized>(cx: &C, fixed: Fixed) -> Response 
         Fixed::Health => respond::plain(200, "ok"),
         Fixed::Ready if cx.ready() => respond::plain(200, cx.degraded().unwrap_or("ready")),
         Fixed::Ready => respond::plain(503, "not ready (starting or shutting down)"),
+        Fixed::Leader => {
+            let (leads, why) = cx.leaderz();
+            respond::leaderz(leads, &why)
+        }
+        Fixed::Cell => respond::cellz(cx.cellz()),
     }
 }
 
