@@ -6,7 +6,9 @@
 # control, then with a bearer token) and the Python client on both, a short
 # loadgen smoke run (report, plot), the deploy files' checks, three nodes
 # behind the HAProxy configuration of docs/deploy/ (the conformance suite
-# and the TypeScript client through it, a node killed and restarted), tiered
+# and the TypeScript client through it, a node killed and restarted), a
+# replicated cell of three (the conformance suite through a follower and on
+# the leader, the TypeScript and Python clients through the follower), tiered
 # storage against a real SeaweedFS (scripts/tiering.sh: budget, kill -9
 # during uploads, the store stopped and started, deletes), and a short run
 # of each fuzz target (fuzz/, cargo-fuzz). The release binaries are built
@@ -25,4 +27,5 @@ scripts/python-client.sh
 scripts/loadgen-smoke.sh
 scripts/check-deploy.sh
 scripts/multinode.sh
+scripts/cell-conformance.sh
 scripts/tiering.sh

@@ -226,9 +226,11 @@ pub const AUTH_TOKEN_BYTES_MAX: usize = 1024;
 pub const RELOAD_COUNT_TIMEOUT_MS: u64 = 10_000;
 
 /// A replica's Raft tick: heartbeats go out every 2 ticks and a follower
-/// that hears none for 10 to 20 ticks stands for election (so a leader
-/// that died is replaced in about 100 to 200 ms on a quiet network).
-pub const CELL_TICK_MS: u64 = 10;
+/// that hears none for 10 to 20 ticks stands for election, so a leader
+/// that died is replaced in 0.5 to 1 s, and a leader that hears no majority
+/// for as long steps down. At 10 ms a 2-core machine under load deposed
+/// working leaders every few seconds (heartbeat answers late by 100 ms).
+pub const CELL_TICK_MS: u64 = 50;
 
 /// Replicated cells: fewest voters in a cell (`--cell`). Fewer tolerate no
 /// failure at all: two need both for a majority.

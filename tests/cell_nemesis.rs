@@ -41,7 +41,8 @@ struct Shared {
 
 fn writer(w: usize, shared: Arc<Shared>) {
     let mut n = 0u64;
-    let mut node = 0usize;
+    // Writers start on different nodes: followers forward their appends.
+    let mut node = w % 3;
     while !shared.stop.load(Ordering::Relaxed) {
         n += 1;
         shared.attempts.fetch_add(1, Ordering::Relaxed);
@@ -81,7 +82,19 @@ struct Nemesis {
 }
 
 impl Nemesis {
+    /// The node whose /leaderz answers 200 (up to 10 s), else the node
+    /// that acknowledged last (followers acknowledge too: they forward).
     fn leader(&self) -> usize {
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            for i in (0..3).filter(|&i| self.up[i]) {
+                let Ok(mut c) = Conn::try_connect(self.nodes[i].port()) else { continue };
+                if c.try_request("GET", "/leaderz", &[], b"").is_ok_and(|r| r.status == 200) {
+                    return i;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.shared.last_leader.load(Ordering::Relaxed) as usize
     }
 
