@@ -183,13 +183,18 @@ impl Cell {
 fn a_cell_acknowledges_through_its_leader_survives_a_kill_and_catches_up() {
     let mut cell = Cell::start();
     cell.create();
-    // Each append starts at the next node: followers forward theirs.
+    // Leadership goes to the first voter (every group is steered to be led
+    // by it) and stays; then each append starts at the next node, so the
+    // followers forward theirs.
+    let end = Instant::now() + Duration::from_secs(10);
+    while cell.leader() != Some(0) {
+        assert!(Instant::now() < end, "the first voter does not lead after 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for i in 0..99 {
         cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
     }
     assert!(cell.through.iter().all(|&n| n >= 20), "acknowledged through each node: {:?}", cell.through);
-    // Leadership may move once, to the first voter (every group is steered
-    // to be led by it); then it stays.
     let leader = cell.wait_leader();
     let forwarded = |i: usize, direction: &str| -> f64 {
         let name = format!("ringstream_cell_forwarded_requests_total{{shard=\"0\",direction=\"{direction}\"}}");

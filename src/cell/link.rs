@@ -112,8 +112,16 @@ impl LinkStats {
 
 /// One peer's outgoing queue: frames and the bytes they hold.
 struct Queue {
-    tx: LocalSender<Vec<u8>>,
+    tx: LocalSender<Queued>,
     bytes: Rc<Cell<usize>>,
+}
+
+/// A frame's bytes, waiting for its link; for a forwarded request its id,
+/// so that one whose sender stopped waiting is never sent (it would run
+/// after its client was answered 503).
+struct Queued {
+    bytes: Vec<u8>,
+    forward: Option<u64>,
 }
 
 /// The queues of frames to each peer.
@@ -134,7 +142,11 @@ impl Outgoing {
         if len > CELL_FRAME_BYTES_MAX + 4 || q.bytes.get() + len > CELL_LINK_QUEUE_BYTES {
             return false;
         }
-        let queued = q.tx.try_send(bytes).is_ok();
+        let forward = match frame {
+            Frame::Forward { id, .. } => Some(*id),
+            _ => None,
+        };
+        let queued = q.tx.try_send(Queued { bytes, forward }).is_ok();
         if queued {
             q.bytes.set(q.bytes.get() + len);
         }
@@ -180,16 +192,6 @@ impl Links {
         let (arrived, messages) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
         let mut voters: Vec<u64> = cfg.peers.iter().map(|(id, _)| *id).collect();
         voters.push(cfg.me);
-        let mut tasks = Vec::new();
-        let mut out = HashMap::new();
-        for (peer, addr) in cfg.peers {
-            let (tx, rx) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
-            let bytes = Rc::new(Cell::new(0));
-            let dialer = Dialer { me: cfg.me, peer, addr, secret: cfg.secret.clone(), bytes: bytes.clone() };
-            tasks.push(glommio::spawn_local(dialer.run(rx, stats.clone())));
-            out.insert(peer, Queue { tx, bytes });
-        }
-        let outgoing = Rc::new(Outgoing { group: cfg.group, out });
         let exchange = Rc::new(Exchange {
             waiting: RefCell::default(),
             connected: RefCell::default(),
@@ -198,6 +200,17 @@ impl Links {
             handler: RefCell::default(),
             serving: Cell::new(0),
         });
+        let mut tasks = Vec::new();
+        let mut out = HashMap::new();
+        for (peer, addr) in cfg.peers {
+            let (tx, rx) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
+            let bytes = Rc::new(Cell::new(0));
+            let secret = cfg.secret.clone();
+            let dialer = Dialer { me: cfg.me, peer, addr, secret, bytes: bytes.clone(), exchange: exchange.clone() };
+            tasks.push(glommio::spawn_local(dialer.run(rx, stats.clone())));
+            out.insert(peer, Queue { tx, bytes });
+        }
+        let outgoing = Rc::new(Outgoing { group: cfg.group, out });
         let acceptor = Acceptor {
             me: cfg.me,
             group: cfg.group,
@@ -452,7 +465,11 @@ impl Acceptor {
         let ex = self.exchange.clone();
         let handler = ex.handler.borrow().clone();
         let Some(handler) = handler.filter(|_| ex.serving.get() < CELL_FORWARDS_MAX * (CELL_VOTERS_MAX - 1)) else {
-            return LinkStats::bump(&self.stats.dropped);
+            // An empty answer: the sender's decoder refuses it, so its
+            // client is answered 503 at once instead of at its deadline.
+            LinkStats::bump(&self.stats.dropped);
+            self.outgoing.queue(peer, &Frame::Answer { group: self.outgoing.group, id, body: Vec::new() });
+            return;
         };
         LinkStats::bump(&self.stats.forwards_served);
         ex.serving.set(ex.serving.get() + 1);
@@ -496,11 +513,13 @@ struct Dialer {
     secret: Rc<Secret>,
     /// The bytes its queue holds, shared with [`Links::send`].
     bytes: Rc<Cell<usize>>,
+    /// Which forwarded requests are still waited on.
+    exchange: Rc<Exchange>,
 }
 
 impl Dialer {
     /// Dials, sends the queued frames, dials again when the link breaks.
-    async fn run(self, queued: LocalReceiver<Vec<u8>>, stats: Rc<LinkStats>) {
+    async fn run(self, queued: LocalReceiver<Queued>, stats: Rc<LinkStats>) {
         let mut backoff = BACKOFF_MIN;
         let mut was_up = true; // log the first failure
         loop {
@@ -527,9 +546,13 @@ impl Dialer {
     }
 
     /// Writes queued frames until a write fails (that frame dropped).
-    async fn send_all(&self, mut io: TcpStream, queued: &LocalReceiver<Vec<u8>>, stats: &LinkStats) {
-        while let Some(bytes) = queued.recv().await {
+    async fn send_all(&self, mut io: TcpStream, queued: &LocalReceiver<Queued>, stats: &LinkStats) {
+        while let Some(Queued { bytes, forward }) = queued.recv().await {
             self.bytes.set(self.bytes.get() - bytes.len());
+            if forward.is_some_and(|id| !self.exchange.waiting.borrow().contains_key(&id)) {
+                LinkStats::bump(&stats.dropped);
+                continue;
+            }
             if io.write_all(&bytes).await.is_err() {
                 LinkStats::bump(&stats.dropped);
                 return;

@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,13 +91,20 @@ impl Forwarder for ToLeader {
     }
 }
 
-/// The leader's side: its shard runs what followers forward.
-struct RunsForwards(Rc<Shard<DiskStore>>);
+/// The leader's side: its shard runs what followers forward. Weak: the
+/// shard holds the links (through its forwarder) and the links hold this.
+struct RunsForwards(Weak<Shard<DiskStore>>);
 
 impl ForwardHandler for RunsForwards {
     fn handle(&self, request: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>>>> {
-        let shard = self.0.clone();
-        Box::pin(async move { shard.run_forwarded(request).await })
+        let shard = self.0.upgrade();
+        Box::pin(async move {
+            match shard {
+                Some(shard) => shard.run_forwarded(request).await,
+                // Gone: an empty answer, which the sender reads as a 503.
+                None => Vec::new(),
+            }
+        })
     }
 }
 
@@ -126,7 +133,7 @@ pub(super) fn start(
     let (links, inbox) = Links::start(LinkConfig { me: cell.node_id, group: id as u32, listen, peers, secret })
         .map_err(|e| format!("shard {id}: listening for its peers on {listen}: {e}"))?;
     let links = Rc::new(links);
-    links.serve_forwards(Rc::new(RunsForwards(shard.clone())));
+    links.serve_forwards(Rc::new(RunsForwards(Rc::downgrade(shard))));
     shard.set_forwarder(Rc::new(ToLeader { me: cell.node_id, links: links.clone(), status: replica.status() }));
     let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
     glommio::spawn_local(async move {

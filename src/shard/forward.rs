@@ -3,8 +3,8 @@
 //! leader (over the cell's peer link, which the server connects as a
 //! [`Forwarder`]) and answers with the leader's answer.
 //!
-//! Writes, HEAD (it tells the tail), and bucket requests (existence, counts,
-//! listings) go to the leader at once. Reads run here first, on what this
+//! Writes, HEAD (it tells the tail), where the current snapshot is, and
+//! bucket requests (existence, counts, listings) go to the leader at once. Reads run here first, on what this
 //! replica has applied, and go to the leader only when their answer would
 //! claim a freshness this replica cannot vouch for: "not found" (the stream
 //! may just have been created), or a catch-up read that reached this
@@ -45,9 +45,7 @@ enum Road {
 fn road(req: &ShardRequest) -> Road {
     match req {
         ShardRequest::Stream { op, .. } => match op {
-            StreamOp::Read(_) | StreamOp::Bootstrap | StreamOp::SnapshotLatest | StreamOp::SnapshotRead { .. } => {
-                Road::HereFirst
-            }
+            StreamOp::Read(_) | StreamOp::Bootstrap | StreamOp::SnapshotRead { .. } => Road::HereFirst,
             _ => Road::Leader,
         },
         ShardRequest::Bucket { .. } | ShardRequest::ListBucket { .. } => Road::Leader,
@@ -88,8 +86,10 @@ pub fn encode_request(req: &ShardRequest) -> Vec<u8> {
     postcard::to_allocvec(req).expect("a request always encodes")
 }
 
+/// A request that does not decode is the cell's fault (nodes of different
+/// builds), not the client's: 503.
 pub fn decode_request(bytes: &[u8]) -> Result<ShardRequest, Error> {
-    postcard::from_bytes(bytes).map_err(|e| Error::BadRequest(format!("a forwarded request does not decode: {e}")))
+    postcard::from_bytes(bytes).map_err(|e| Error::Unavailable(format!("a forwarded request does not decode: {e}")))
 }
 
 pub fn encode_reply(reply: &Reply) -> Vec<u8> {
@@ -139,9 +139,16 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     /// On the leader: runs a request a peer forwarded, answers it encoded.
+    /// A replica that does not lead (deposed since the follower chose it,
+    /// or elected and not yet writing) answers 503: its reads could miss
+    /// committed entries, and the follower asked it to vouch for them.
     pub async fn run_forwarded(&self, request: Vec<u8>) -> Vec<u8> {
         self.stats.borrow_mut().requests_forwarded_in += 1;
         let reply = match decode_request(&request) {
+            Ok(_) if !self.leads() => Err(Error::Unavailable(format!(
+                "shard {}: a forwarded request reached a replica that does not lead now (retry)",
+                self.id
+            ))),
             Ok(req) => self.handle(req).await,
             Err(e) => Err(e),
         };
@@ -201,6 +208,7 @@ mod tests {
         assert_eq!(road(&stream(StreamOp::Append(append))), Road::Leader);
         assert_eq!(road(&stream(StreamOp::Delete)), Road::Leader);
         assert_eq!(road(&stream(StreamOp::Head { if_none_match: None })), Road::Leader);
+        assert_eq!(road(&stream(StreamOp::SnapshotLatest)), Road::Leader, "it names the current snapshot");
         assert_eq!(road(&ShardRequest::Bucket { bucket: "b".into(), op: BucketOp::Get }), Road::Leader);
         assert_eq!(road(&read(Live::No)), Road::HereFirst);
         assert_eq!(road(&stream(StreamOp::Bootstrap)), Road::HereFirst);
@@ -255,7 +263,7 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_never_a_panic() {
-        assert!(matches!(decode_request(&[0xff; 9]), Err(Error::BadRequest(_))));
+        assert!(matches!(decode_request(&[0xff; 9]), Err(Error::Unavailable(_))));
         assert!(matches!(decode_reply(&[0xff; 9]), Err(Error::Unavailable(_))));
         let good = encode_request(&read(Live::LongPoll));
         for cut in 0..good.len() {
