@@ -142,6 +142,12 @@ impl Cell {
         })
     }
 
+    /// Whether node `i`'s /leaderz names node `id` as its group's leader.
+    fn knows_leader(&self, i: usize, id: usize) -> bool {
+        let Ok(mut c) = Conn::try_connect(self.nodes[i].port()) else { return false };
+        c.try_request("GET", "/leaderz", &[], b"").is_ok_and(|r| r.text().contains(&format!("leader is node {id}")))
+    }
+
     /// The node that leads, waiting up to 10 s for one.
     fn wait_leader(&self) -> usize {
         let end = Instant::now() + Duration::from_secs(10);
@@ -187,8 +193,8 @@ fn a_cell_acknowledges_through_its_leader_survives_a_kill_and_catches_up() {
     // by it) and stays; then each append starts at the next node, so the
     // followers forward theirs.
     let end = Instant::now() + Duration::from_secs(10);
-    while cell.leader() != Some(0) {
-        assert!(Instant::now() < end, "the first voter does not lead after 10 s");
+    while cell.leader() != Some(0) || !(1..3).all(|i| cell.knows_leader(i, 1)) {
+        assert!(Instant::now() < end, "the first voter does not lead, known to all, after 10 s");
         std::thread::sleep(Duration::from_millis(20));
     }
     for i in 0..99 {
