@@ -280,6 +280,10 @@ pub const CELL_FORWARDS_MAX: usize = 1024;
 /// node cut off from its leader answers a write within 10 s. A forwarded
 /// long-poll waits the long-poll timeout more.
 pub const CELL_FORWARD_TIMEOUT_MS: u64 = 8_000;
+/// Replicated cells: how long a follower that knows no reachable leader
+/// (an election under way, the leader just died) holds a request that must
+/// go to the leader, looking again every tick, before it answers 503.
+pub const CELL_LEADER_WAIT_MS: u64 = 2_000;
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));

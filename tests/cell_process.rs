@@ -189,27 +189,33 @@ impl Cell {
 fn a_cell_acknowledges_through_its_leader_survives_a_kill_and_catches_up() {
     let mut cell = Cell::start();
     cell.create();
-    // Leadership goes to the first voter (every group is steered to be led
-    // by it) and stays; then each append starts at the next node, so the
-    // followers forward theirs.
-    let end = Instant::now() + Duration::from_secs(10);
-    while cell.leader() != Some(0) || !(1..3).all(|i| cell.knows_leader(i, 1)) {
-        assert!(Instant::now() < end, "the first voter does not lead, known to all, after 10 s");
+    // Once a leader is known to every node, each append starts at the next
+    // node, so followers forward theirs (leadership may still move once,
+    // to the first voter, which every group is steered to be led by).
+    let end = Instant::now() + Duration::from_secs(30);
+    while !cell.leader().is_some_and(|l| (0..3).filter(|&i| i != l).all(|i| cell.knows_leader(i, l + 1))) {
+        if Instant::now() >= end {
+            for i in 0..3 {
+                let r = cell.nodes[i].conn().request("GET", "/leaderz", &[], b"");
+                eprintln!("node {}: /leaderz {}", i + 1, r.summary());
+            }
+            panic!("no leader known to every node after 30 s");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     for i in 0..99 {
         cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
     }
     assert!(cell.through.iter().all(|&n| n >= 20), "acknowledged through each node: {:?}", cell.through);
-    let leader = cell.wait_leader();
-    let forwarded = |i: usize, direction: &str| -> f64 {
+    let forwarded = |direction: &str| -> f64 {
         let name = format!("ringstream_cell_forwarded_requests_total{{shard=\"0\",direction=\"{direction}\"}}");
-        cell.nodes[i].metrics().into_iter().find(|(k, _)| *k == name).map_or(0.0, |(_, v)| v)
+        (0..3).map(|i| cell.nodes[i].metrics().into_iter().find(|(k, _)| *k == name).map_or(0.0, |(_, v)| v)).sum()
     };
-    for i in (0..3).filter(|&i| i != leader) {
-        assert!(forwarded(i, "to_leader") >= 20.0, "node {} forwarded {}", i + 1, forwarded(i, "to_leader"));
-    }
-    assert!(forwarded(leader, "from_follower") >= 40.0, "the leader ran {}", forwarded(leader, "from_follower"));
+    // About 2 in 3 appends start at a follower (and a follower's reads at
+    // its tail are forwarded too).
+    let (sent, ran) = (forwarded("to_leader"), forwarded("from_follower"));
+    assert!(sent >= 50.0 && ran >= 50.0, "forwarded {sent}, run for followers {ran}");
+    let leader = cell.wait_leader();
     for i in 0..3 {
         cell.serves_all(i);
     }

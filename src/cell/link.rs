@@ -240,6 +240,12 @@ impl Links {
         *self.exchange.handler.borrow_mut() = Some(handler);
     }
 
+    /// Whether `to`'s connection to this replica is up (a forward to it
+    /// fails at once otherwise).
+    pub fn is_connected(&self, to: u64) -> bool {
+        self.exchange.connected.borrow().contains_key(&to)
+    }
+
     /// Sends `request` to replica `to` (its group's leader) and waits at
     /// most `timeout` for its answer. Fails at once when `to`'s connection
     /// to this replica is down (a leader's heartbeats keep it up), and as

@@ -10,7 +10,7 @@ use crate::cell::board::{self, Counting, Slot};
 use crate::cell::config::CellConfig;
 use crate::cell::link::{ForwardHandler, LinkConfig, Links};
 use crate::cell::replica::{self, Applier, Replica, Sleep, Status};
-use crate::limits::{CELL_ENTRY_BYTES_MAX, CELL_TICK_MS};
+use crate::limits::{CELL_ENTRY_BYTES_MAX, CELL_LEADER_WAIT_MS, CELL_TICK_MS};
 use crate::shard::forward::Forwarder;
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A shard's log in a cell, recovered, with what its shard is rebuilt from.
 pub(super) struct Opened {
@@ -77,15 +77,24 @@ struct ToLeader {
 }
 
 impl Forwarder for ToLeader {
+    /// While no leader is reachable (none known, this node taking over, or
+    /// the known one not connected) the request waits, looking again every
+    /// tick, up to CELL_LEADER_WAIT_MS: an election usually ends sooner.
     fn forward(&self, request: Vec<u8>, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>>>> {
-        let links = self.links.clone();
-        let leader = self.status.leader.get();
-        let me = self.me;
+        let (links, status, me) = (self.links.clone(), self.status.clone(), self.me);
         Box::pin(async move {
-            match leader {
-                None => Err("no leader is known now (an election is under way)".to_string()),
-                Some(l) if l == me => Err("this node is taking over the lead".to_string()),
-                Some(l) => links.forward(l, request, timeout).await.map_err(|e| e.to_string()),
+            let give_up = Instant::now() + Duration::from_millis(CELL_LEADER_WAIT_MS);
+            loop {
+                let why = match status.leader.get() {
+                    None => "no leader is known now (an election is under way)".to_string(),
+                    Some(l) if l == me => "this node is taking over the lead".to_string(),
+                    Some(l) if !links.is_connected(l) => format!("the leader, node {l}, is not connected to this one"),
+                    Some(l) => return links.forward(l, request, timeout).await.map_err(|e| e.to_string()),
+                };
+                if Instant::now() >= give_up {
+                    return Err(why);
+                }
+                glommio::timer::sleep(Duration::from_millis(CELL_TICK_MS)).await;
             }
         })
     }
