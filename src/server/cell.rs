@@ -11,7 +11,7 @@ use crate::cell::config::CellConfig;
 use crate::cell::link::{ForwardHandler, LinkConfig, Links};
 use crate::cell::replica::{self, Applier, Replica, Sleep, Status};
 use crate::limits::{CELL_ENTRY_BYTES_MAX, CELL_LEADER_WAIT_MS, CELL_TICK_MS};
-use crate::shard::forward::Forwarder;
+use crate::shard::forward::{Forwarder, Unsent};
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::{Log, LogConfig, Recovered, RecoveryReport};
@@ -80,19 +80,24 @@ impl Forwarder for ToLeader {
     /// While no leader is reachable (none known, this node taking over, or
     /// the known one not connected) the request waits, looking again every
     /// tick, up to CELL_LEADER_WAIT_MS: an election usually ends sooner.
-    fn forward(&self, request: Vec<u8>, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>>>> {
+    /// Once this replica leads and writes, the request runs here instead.
+    fn forward(&self, request: Vec<u8>, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, Unsent>>>> {
         let (links, status, me) = (self.links.clone(), self.status.clone(), self.me);
         Box::pin(async move {
             let give_up = Instant::now() + Duration::from_millis(CELL_LEADER_WAIT_MS);
             loop {
                 let why = match status.leader.get() {
                     None => "no leader is known now (an election is under way)".to_string(),
+                    Some(l) if l == me && status.leading.get() => return Err(Unsent::LeadsHere),
                     Some(l) if l == me => "this node is taking over the lead".to_string(),
                     Some(l) if !links.is_connected(l) => format!("the leader, node {l}, is not connected to this one"),
-                    Some(l) => return links.forward(l, request, timeout).await.map_err(|e| e.to_string()),
+                    Some(l) => {
+                        let answer = links.forward(l, request, timeout).await;
+                        return answer.map_err(|e| Unsent::Failed(e.to_string()));
+                    }
                 };
                 if Instant::now() >= give_up {
-                    return Err(why);
+                    return Err(Unsent::Failed(why));
                 }
                 glommio::timer::sleep(Duration::from_millis(CELL_TICK_MS)).await;
             }

@@ -26,11 +26,21 @@ use std::rc::Rc;
 use std::time::Duration;
 
 /// The way to the group's leader: sends an encoded request, resolves to
-/// the encoded answer or to why none came (no leader known, the link down,
-/// no answer in time; the request may or may not have run).
+/// the encoded answer or to why none came.
 pub trait Forwarder {
     /// Waits at most `timeout` for the answer.
-    fn forward(&self, request: Vec<u8>, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>>>>;
+    fn forward(&self, request: Vec<u8>, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, Unsent>>>>;
+}
+
+/// Why a forwarded request got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unsent {
+    /// It was never sent: this replica took over the lead while it waited
+    /// for a leader to be reachable, so it runs here.
+    LeadsHere,
+    /// No leader known, the link down, no answer in time: it may or may
+    /// not have run.
+    Failed(String),
 }
 
 /// Where a request runs while this replica does not lead.
@@ -134,7 +144,11 @@ impl<S: SegmentStore> Shard<S> {
         }
         match to_leader.forward(encode_request(req), timeout).await {
             Ok(answer) => decode_reply(&answer),
-            Err(why) => Err(Error::Unavailable(format!("shard {}: forwarding to the leader: {why}", self.id))),
+            Err(Unsent::LeadsHere) if self.leads() => self.handle(req.clone()).await,
+            Err(Unsent::LeadsHere) => Err(Error::Unavailable(format!("shard {}: the lead moved again", self.id))),
+            Err(Unsent::Failed(why)) => {
+                Err(Error::Unavailable(format!("shard {}: forwarding to the leader: {why}", self.id)))
+            }
         }
     }
 
