@@ -1,17 +1,19 @@
 //! Replicated cells (issue 33): three or five nodes whose shard *i* forms
 //! Raft group *i*, so that an acknowledged append is durable on a majority.
 //!
-//! This first landing is the consensus core, not yet on a request path:
+//! The server connects each shard to its group's replica
+//! (`server/cell.rs`); what is here knows neither HTTP nor shards:
 //! - [`config`]: the cell's voters, this node's id and the shared secret,
 //!   as `--node-id`, `--cell` and `--cell-secret-file` give them (`cli`
-//!   resolves them; a start with a cell is refused until it is served).
+//!   resolves them).
 //! - [`board`]: what each replica publishes (atomics, one slot per
 //!   group) for `/cellz`, `/leaderz` and the cell's metrics, read by any
 //!   shard's HTTP edge.
 //! - [`auth`]: peers prove they hold the secret (an HMAC-SHA256
 //!   challenge both ways) before any Raft message crosses a link.
 //! - [`wire`]: the frames of the peer link (a group's Raft message, prost
-//!   encoded), decoded with bounds and typed errors.
+//!   encoded; a forwarded request or its answer, opaque), decoded with
+//!   bounds and typed errors.
 //! - [`group`]: one Raft group as a replica sees it: tikv's raft-rs
 //!   `RawNode` driven by its owner (sans-I/O; no thread, timer or channel
 //!   of its own), what must be written, sent and applied, and the
@@ -19,7 +21,8 @@
 //!   them) or refused when they cannot be.
 //! - [`link`]: a replica's links to its peers on its shard's executor:
 //!   dial with backoff, accept, authenticate, frames both ways, bounded
-//!   queues (the one file here that uses glommio).
+//!   queues, requests forwarded to the leader and their answers (the one
+//!   file here that uses glommio).
 //! - [`log`]: raft-rs's log lines (slog) into ours (tracing).
 //! - [`observe`]: the bodies of `/leaderz` and `/cellz` from the board.
 //! - [`replica`]: one group's replica at work on its shard's executor:
