@@ -142,6 +142,18 @@ impl Cell {
         })
     }
 
+    /// A cell holding the stream with `n` appends acknowledged, and the
+    /// node that leads it.
+    fn with_appends(n: usize) -> (Cell, usize) {
+        let mut cell = Cell::start();
+        cell.create();
+        for i in 0..n {
+            cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
+        }
+        let leader = cell.wait_leader();
+        (cell, leader)
+    }
+
     /// Whether node `i`'s /leaderz names node `id` as its group's leader.
     fn knows_leader(&self, i: usize, id: usize) -> bool {
         let Ok(mut c) = Conn::try_connect(self.nodes[i].port()) else { return false };
@@ -245,12 +257,7 @@ fn a_cell_acknowledges_through_its_leader_survives_a_kill_and_catches_up() {
 
 #[test]
 fn a_leader_without_its_followers_acknowledges_nothing_and_serves_what_was_committed() {
-    let mut cell = Cell::start();
-    cell.create();
-    for i in 0..20 {
-        cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
-    }
-    let leader = cell.wait_leader();
+    let (mut cell, leader) = Cell::with_appends(20);
     for i in (0..3).filter(|&i| i != leader) {
         cell.nodes[i].kill9();
         cell.up[i] = false;
@@ -266,12 +273,7 @@ fn a_leader_without_its_followers_acknowledges_nothing_and_serves_what_was_commi
 
 #[test]
 fn a_follower_cut_off_from_its_leader_answers_writes_503_within_10_s() {
-    let mut cell = Cell::start();
-    cell.create();
-    for i in 0..20 {
-        cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
-    }
-    let leader = cell.wait_leader();
+    let (mut cell, leader) = Cell::with_appends(20);
     let alone = (0..3).find(|&i| i != leader).unwrap();
     for i in (0..3).filter(|&i| i != alone) {
         cell.nodes[i].kill9();
