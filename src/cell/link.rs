@@ -14,7 +14,9 @@
 //! run at once, each within [`HANDSHAKE_TIMEOUT`]; a peer keeps one
 //! accepted connection (its newest). A broken link is dialled again with a
 //! backoff from [`BACKOFF_MIN`] to [`BACKOFF_MAX`]. Dropping [`Links`]
-//! ends every task and closes every connection.
+//! ends every task and closes every connection. A node dials from its own
+//! peer address (when it names one: not `0.0.0.0`), so a link between two
+//! nodes is always between their two addresses, as firewalls see it.
 //!
 //! Beside Raft's messages the links carry requests a replica that does not
 //! lead forwards to its leader ([`Links::forward`]) and their answers,
@@ -206,7 +208,9 @@ impl Links {
             let (tx, rx) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
             let bytes = Rc::new(Cell::new(0));
             let secret = cfg.secret.clone();
-            let dialer = Dialer { me: cfg.me, peer, addr, secret, bytes: bytes.clone(), exchange: exchange.clone() };
+            let from = dial_from(cfg.listen);
+            let dialer =
+                Dialer { me: cfg.me, peer, addr, from, secret, bytes: bytes.clone(), exchange: exchange.clone() };
             tasks.push(glommio::spawn_local(dialer.run(rx, stats.clone())));
             out.insert(peer, Queue { tx, bytes });
         }
@@ -511,11 +515,22 @@ impl Acceptor {
     }
 }
 
+/// Where a node listening at `listen` dials its peers from: the same
+/// address, any port; none when it listens on every address.
+fn dial_from(listen: SocketAddr) -> Option<SocketAddr> {
+    (!listen.ip().is_unspecified()).then(|| SocketAddr::new(listen.ip(), 0))
+}
+
 /// This replica's side of its link to one peer.
 struct Dialer {
     me: u64,
     peer: u64,
     addr: SocketAddr,
+    /// The address it dials from: this node's own peer address with any
+    /// port, so that a peer (and a firewall between them) sees the
+    /// connection come from the address this node is known by; none when
+    /// it listens on every address.
+    from: Option<SocketAddr>,
     secret: Rc<Secret>,
     /// The bytes its queue holds, shared with [`Links::send`].
     bytes: Rc<Cell<usize>>,
@@ -567,7 +582,11 @@ impl Dialer {
     }
 
     async fn dial(&self) -> Result<TcpStream, String> {
-        let mut io = TcpStream::connect_timeout(self.addr, HANDSHAKE_TIMEOUT).await.map_err(|e| e.to_string())?;
+        let connecting = match self.from {
+            Some(from) => TcpStream::connect_timeout_from(from, self.addr, HANDSHAKE_TIMEOUT).await,
+            None => TcpStream::connect_timeout(self.addr, HANDSHAKE_TIMEOUT).await,
+        };
+        let mut io = connecting.map_err(|e| e.to_string())?;
         let _ = io.set_nodelay(true);
         let shake = dial_handshake(&mut io, self.me, self.peer, &self.secret);
         match glommio::timer::timeout(HANDSHAKE_TIMEOUT, async { Ok(shake.await) }).await {
@@ -575,5 +594,19 @@ impl Dialer {
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("the handshake timed out".to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dial_from;
+
+    #[test]
+    fn a_node_dials_from_its_own_address_unless_it_listens_on_all() {
+        let from = |listen: &str| dial_from(listen.parse().unwrap()).map(|a| a.to_string());
+        assert_eq!(from("127.0.0.2:7001").as_deref(), Some("127.0.0.2:0"));
+        assert_eq!(from("[::1]:7001").as_deref(), Some("[::1]:0"));
+        assert_eq!(from("0.0.0.0:7001"), None);
+        assert_eq!(from("[::]:7001"), None);
     }
 }

@@ -462,6 +462,34 @@ impl TcpStream {
 
         let addr = addr.to_socket_addrs()?.next().unwrap();
         let socket = make_tcp_socket(&addr)?;
+        Self::connect_socket_timeout(socket, addr, duration).await
+    }
+
+    /// Like [`TcpStream::connect_timeout`], from the local address `from`:
+    /// the socket is bound to it (port 0 picks a free port) before it
+    /// connects, so the peer sees that address as the source.
+    pub async fn connect_timeout_from(
+        from: SocketAddr,
+        addr: SocketAddr,
+        duration: Duration,
+    ) -> Result<TcpStream> {
+        if duration.as_secs() == 0 && duration.subsec_nanos() == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot set a 0 duration timeout",
+            )
+            .into());
+        }
+        let socket = make_tcp_socket(&addr)?;
+        socket.bind(&from.into())?;
+        Self::connect_socket_timeout(socket, addr, duration).await
+    }
+
+    async fn connect_socket_timeout(
+        socket: Socket,
+        addr: SocketAddr,
+        duration: Duration,
+    ) -> Result<TcpStream> {
         let reactor = crate::executor().reactor();
         let source =
             reactor.connect_timeout(socket.as_raw_fd(), SockaddrStorage::from(addr), duration);
