@@ -39,13 +39,13 @@ use std::path::{Path, PathBuf};
 /// of the file. Without it the server is open to whoever reaches the port,
 /// so it listens only on loopback unless --no-auth says otherwise.
 ///
-/// Replicated cell (issue 33, in progress): --node-id, --cell and
-/// --cell-secret-file, all three or none, make this node one voter of a
-/// cell of 3, 5 or 7 nodes with the same --shards, where an append is to be
-/// acknowledged only once its batch is durable on a majority of them.
-/// In progress: a cell serves one shard per node (--shards 1); writes go
-/// to the leader (others answer 503), any node serves reads of what it has
-/// applied; no tiering. Without them the server is a single node.
+/// Replicated cell: --node-id, --cell and --cell-secret-file, all three or
+/// none, make this node one voter of a cell of 3, 5 or 7 nodes, where an
+/// append is acknowledged only once its batch is durable on a majority of
+/// them. Any node takes any request: a follower forwards writes (and what
+/// only the leader can vouch for) to the leader and serves reads from its
+/// committed records. For now a cell serves one shard per node (--shards
+/// 1) and does not tier. Without them the server is a single node.
 #[derive(Debug, Parser)]
 #[command(version = crate::build_info::LONG_VERSION, about, long_about)]
 pub struct Cli {
@@ -212,10 +212,10 @@ pub struct Cli {
     /// node's own PORT + i: each voter uses ports PORT to PORT + shards - 1
     /// (all at most 65535). In a cell an append is acknowledged only once
     /// its batch is durable (O_DIRECT|O_DSYNC, or fdatasync) on a majority
-    /// of the voters, and reads show only what a majority holds. In progress
-    /// (issue 33): --shards 1 only, writes to the leader (the first voter
-    /// while it is up; others answer 503), no --tier. Default: none (a
-    /// single node).
+    /// of the voters, and reads show only what a majority holds. Any node
+    /// takes any request (followers forward writes to the leader). Each
+    /// node dials its peers from its own address in this list. For now:
+    /// --shards 1 only, no --tier. Default: none (a single node).
     #[arg(long, env = "RINGSTREAM_CELL", value_name = "ID@HOST:PORT,...")]
     pub cell: Option<String>,
 

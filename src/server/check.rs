@@ -76,8 +76,8 @@ fn cell(cfg: &Config, out: &mut String) {
         Some(why) => writeln!(out, "cell             WARNING: a start exits 78: {why}"),
         None => writeln!(
             out,
-            "cell             in progress (issue 33): writes go to the leader (followers answer 503), \
-             any node serves reads from its committed records"
+            "cell             any node takes any request: writes, HEADs and bucket requests are forwarded \
+             to the leader; reads are served from this node's committed records"
         ),
     };
 }
