@@ -8,7 +8,9 @@
 # behind the HAProxy configuration of docs/deploy/ (the conformance suite
 # and the TypeScript client through it, a node killed and restarted), a
 # replicated cell of three (the conformance suite through a follower and on
-# the leader, the TypeScript and Python clients through the follower), tiered
+# the leader, the TypeScript and Python clients through the follower), the
+# same cell under writers while nftables cuts links between its nodes in a
+# private network namespace (scripts/cell-partition.sh), tiered
 # storage against a real SeaweedFS (scripts/tiering.sh: budget, kill -9
 # during uploads, the store stopped and started, deletes), and a short run
 # of each fuzz target (fuzz/, cargo-fuzz). The release binaries are built
@@ -28,4 +30,5 @@ scripts/loadgen-smoke.sh
 scripts/check-deploy.sh
 scripts/multinode.sh
 scripts/cell-conformance.sh
+scripts/cell-partition.sh
 scripts/tiering.sh

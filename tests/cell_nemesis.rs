@@ -2,14 +2,23 @@
 //! concurrent writers while faults come one after another for
 //! `NEMESIS_SECS` (default 60): the leader killed (SIGKILL) and restarted,
 //! a follower killed and restarted, the leader paused (SIGSTOP) and woken,
-//! both followers killed and restarted. Then everything heals and the
+//! both followers killed and restarted. Inside a private network namespace
+//! (`scripts/cell-partition.sh`: nodes on 127.0.0.1, .2 and .3, links cut
+//! with nftables) the faults also include network partitions: the leader
+//! cut off from both followers (it must step down and acknowledge nothing
+//! while the other two elect a leader), a follower cut off, the leader's
+//! packets to both followers dropped one way, and the two followers cut
+//! from each other. `NEMESIS_FAULTS` picks `processes`, `partitions` or
+//! `all` (the default: `all` inside such a namespace, else `processes`).
+//! Then everything heals and the
 //! checker reads every node: each acknowledged append served once, at the
 //! offset it was acknowledged with, in acknowledgement order per writer;
 //! every node serves the same stream; the replicas' segment files are byte
 //! for byte the same. Printed: appends acknowledged and attempted, faults,
 //! and the time from each leader kill to the next acknowledgement.
 //!
-//! Ignored in the test run (minutes long): `scripts/cell-nemesis.sh` runs it.
+//! Ignored in the test run (minutes long): `scripts/cell-nemesis.sh` and
+//! `scripts/cell-partition.sh` run it.
 
 mod common;
 
@@ -69,6 +78,71 @@ fn writer(w: usize, shared: Arc<Shared>) {
     }
 }
 
+/// One fault of the nemesis, healed before the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    KillLeader,
+    KillFollower,
+    PauseLeader,
+    KillFollowers,
+    IsolateLeader,
+    IsolateFollower,
+    LeaderMutedOneWay,
+    SplitFollowers,
+}
+
+const PROCESS_FAULTS: [Fault; 4] = [Fault::KillLeader, Fault::KillFollower, Fault::PauseLeader, Fault::KillFollowers];
+const PARTITION_FAULTS: [Fault; 4] =
+    [Fault::IsolateLeader, Fault::IsolateFollower, Fault::LeaderMutedOneWay, Fault::SplitFollowers];
+
+/// Whether this process runs in a namespace of `scripts/lib/netns.sh run`.
+fn in_private_network() -> bool {
+    let ns = std::fs::read_link("/proc/self/ns/net").ok();
+    std::env::var_os("RINGSTREAM_NETNS").is_some_and(|want| ns.is_some_and(|ns| ns.as_os_str() == want))
+}
+
+/// The faults `NEMESIS_FAULTS` asks for.
+fn faults() -> Vec<Fault> {
+    let partitions_possible = in_private_network();
+    let which = std::env::var("NEMESIS_FAULTS")
+        .unwrap_or_else(|_| if partitions_possible { "all" } else { "processes" }.to_string());
+    let wants_partitions = which == "all" || which == "partitions";
+    assert!(
+        partitions_possible || !wants_partitions,
+        "NEMESIS_FAULTS={which} needs a private network namespace: run scripts/cell-partition.sh"
+    );
+    match which.as_str() {
+        "processes" => PROCESS_FAULTS.to_vec(),
+        "partitions" => PARTITION_FAULTS.to_vec(),
+        "all" => PROCESS_FAULTS.iter().chain(&PARTITION_FAULTS).copied().collect(),
+        other => panic!("NEMESIS_FAULTS={other}: not processes, partitions or all"),
+    }
+}
+
+/// Node `i`'s address for its peers: its own loopback address inside a
+/// private network (so links between two nodes can be cut), else 127.0.0.1.
+fn peer_ip(i: usize) -> String {
+    if in_private_network() {
+        format!("127.0.0.{}", i + 1)
+    } else {
+        "127.0.0.1".to_string()
+    }
+}
+
+/// `scripts/lib/netns.sh` with `args` (cut, cut_both, heal_all).
+fn netns(args: &[&str]) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/lib/netns.sh");
+    let status = std::process::Command::new(script).args(args).status().expect("running netns.sh");
+    assert!(status.success(), "netns.sh {args:?} failed");
+}
+
+/// Cuts every link between node `i` and the nodes `others`, both ways.
+fn isolate(i: usize, others: &[usize]) {
+    for &o in others {
+        netns(&["cut_both", &peer_ip(i), &peer_ip(o)]);
+    }
+}
+
 fn signal(server: &Server, sig: i32) {
     // Safety: kill(2) on our own child.
     unsafe { libc::kill(server.pid() as libc::pid_t, sig) };
@@ -79,6 +153,8 @@ struct Nemesis {
     up: [bool; 3],
     shared: Arc<Shared>,
     faults: HashMap<&'static str, u32>,
+    /// The faults it cycles through.
+    kinds: Vec<Fault>,
 }
 
 impl Nemesis {
@@ -114,40 +190,102 @@ impl Nemesis {
     }
 
     /// One fault, then healed.
-    fn fault(&mut self, which: u64) {
+    fn fault(&mut self, which: usize) {
         let leader = self.leader();
         let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
-        let kind = match which % 4 {
-            0 => {
+        let fault = self.kinds[which % self.kinds.len()];
+        match fault {
+            Fault::KillLeader => {
                 *self.shared.killed_at.lock().unwrap() = Some(Instant::now());
                 self.kill(leader);
                 Self::pause(Duration::from_millis(1500));
                 self.restart(leader);
-                "leader killed"
             }
-            1 => {
+            Fault::KillFollower => {
                 self.kill(others[0]);
                 Self::pause(Duration::from_millis(1000));
                 self.restart(others[0]);
-                "follower killed"
             }
-            2 => {
+            Fault::PauseLeader => {
                 signal(&self.nodes[leader], libc::SIGSTOP);
                 Self::pause(Duration::from_millis(1500));
                 signal(&self.nodes[leader], libc::SIGCONT);
-                "leader paused"
             }
-            _ => {
+            Fault::KillFollowers => {
                 self.kill(others[0]);
                 self.kill(others[1]);
                 Self::pause(Duration::from_millis(1000));
                 self.restart(others[0]);
                 self.restart(others[1]);
-                "both followers killed"
             }
-        };
-        *self.faults.entry(kind).or_default() += 1;
+            Fault::IsolateLeader => self.isolate_leader(leader, &others),
+            Fault::IsolateFollower => {
+                isolate(others[0], &[leader, others[1]]);
+                Self::pause(Duration::from_millis(2000));
+            }
+            Fault::LeaderMutedOneWay => {
+                // Its packets to the followers are lost; theirs arrive.
+                for &o in &others {
+                    netns(&["cut", &peer_ip(leader), &peer_ip(o)]);
+                }
+                Self::pause(Duration::from_millis(3000));
+            }
+            Fault::SplitFollowers => {
+                netns(&["cut_both", &peer_ip(others[0]), &peer_ip(others[1])]);
+                Self::pause(Duration::from_millis(2000));
+            }
+        }
+        if PARTITION_FAULTS.contains(&fault) {
+            netns(&["heal_all"]);
+        }
+        *self.faults.entry(fault.name()).or_default() += 1;
         Self::pause(Duration::from_millis(1000));
+    }
+
+    /// The leader cut off from both followers: within a few seconds it no
+    /// longer leads (check-quorum), an append sent to it is answered 503,
+    /// never acknowledged, and the other two elect a leader of their own.
+    fn isolate_leader(&mut self, leader: usize, others: &[usize]) {
+        isolate(leader, others);
+        let end = Instant::now() + Duration::from_secs(10);
+        let new_leader = loop {
+            let new = others.iter().copied().find(|&o| self.leads(o));
+            if let Some(new) = new.filter(|_| !self.leads(leader)) {
+                break new;
+            }
+            assert!(Instant::now() < end, "10 s after the leader was cut off: no new leader, or it still leads");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let probe = format!("<probe-{}>", self.shared.attempts.fetch_add(1, Ordering::Relaxed));
+        let asked = Instant::now();
+        let r = self.nodes[leader].conn().request("POST", STREAM, &[("content-type", "text/plain")], probe.as_bytes());
+        assert_eq!(r.status, 503, "the cut-off old leader answered an append {}", r.summary());
+        assert!(asked.elapsed() < Duration::from_secs(10), "the cut-off node took {:?} to refuse", asked.elapsed());
+        assert!(self.leads(new_leader), "the majority's leader lost its lead while the old one was cut off");
+        Self::pause(Duration::from_millis(500));
+    }
+
+    /// Whether node `i` answers /leaderz with 200.
+    fn leads(&self, i: usize) -> bool {
+        self.up[i]
+            && Conn::try_connect(self.nodes[i].port())
+                .and_then(|mut c| c.try_request("GET", "/leaderz", &[], b""))
+                .is_ok_and(|r| r.status == 200)
+    }
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::KillLeader => "leader killed",
+            Fault::KillFollower => "follower killed",
+            Fault::PauseLeader => "leader paused",
+            Fault::KillFollowers => "both followers killed",
+            Fault::IsolateLeader => "leader cut off",
+            Fault::IsolateFollower => "follower cut off",
+            Fault::LeaderMutedOneWay => "leader's packets to followers dropped",
+            Fault::SplitFollowers => "followers cut from each other",
+        }
     }
 }
 
@@ -206,7 +344,7 @@ fn nemesis() {
         ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
     };
     let voters =
-        ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
+        ports.iter().enumerate().map(|(i, p)| format!("{}@{}:{p}", i + 1, peer_ip(i))).collect::<Vec<_>>().join(",");
     let secret_path = secret.to_str().unwrap().to_string();
     let nodes: Vec<Server> = (1..=3)
         .map(|id| {
@@ -227,7 +365,8 @@ fn nemesis() {
     for (i, n) in nodes.iter().enumerate() {
         shared.ports[i].store(n.port(), Ordering::Relaxed);
     }
-    let mut nem = Nemesis { nodes, up: [true; 3], shared: shared.clone(), faults: HashMap::new() };
+    let kinds = faults();
+    let mut nem = Nemesis { nodes, up: [true; 3], shared: shared.clone(), faults: HashMap::new(), kinds };
     // The stream, through whichever node leads.
     let created = (0..400).any(|k| {
         let i = k % 3;
