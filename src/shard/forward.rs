@@ -92,23 +92,45 @@ fn unconfirmed(leader: Reply, here: Reply) -> Reply {
     }
 }
 
+/// The version of the encoding of forwarded requests and their answers,
+/// their first byte. postcard writes no field names: nodes whose request
+/// and answer types differ (two builds in a rolling upgrade) could read
+/// each other's bytes as something else, so a node refuses bytes of another
+/// version (503: the client retries, and a forward meets a node of its own
+/// version once the upgrade is through). Bump it whenever the encoding of
+/// [`ShardRequest`] or [`Reply`] changes; the test
+/// `tests::the_encoding_is_pinned` fails until it is.
+pub const FORWARD_CODEC: u8 = 1;
+
 pub fn encode_request(req: &ShardRequest) -> Vec<u8> {
-    postcard::to_allocvec(req).expect("a request always encodes")
+    postcard::to_extend(req, vec![FORWARD_CODEC]).expect("a request always encodes")
 }
 
 /// A request that does not decode is the cell's fault (nodes of different
 /// builds), not the client's: 503.
 pub fn decode_request(bytes: &[u8]) -> Result<ShardRequest, Error> {
-    postcard::from_bytes(bytes).map_err(|e| Error::Unavailable(format!("a forwarded request does not decode: {e}")))
+    let body = versioned(bytes).map_err(|e| Error::Unavailable(format!("a forwarded request {e}")))?;
+    postcard::from_bytes(body).map_err(|e| Error::Unavailable(format!("a forwarded request does not decode: {e}")))
 }
 
 pub fn encode_reply(reply: &Reply) -> Vec<u8> {
-    postcard::to_allocvec(reply).expect("an answer always encodes")
+    postcard::to_extend(reply, vec![FORWARD_CODEC]).expect("an answer always encodes")
 }
 
 pub fn decode_reply(bytes: &[u8]) -> Reply {
-    postcard::from_bytes(bytes)
+    let body =
+        versioned(bytes).map_err(|e| Error::Unavailable(format!("the leader's answer to a forwarded request {e}")))?;
+    postcard::from_bytes(body)
         .map_err(|e| Error::Unavailable(format!("the leader's answer to a forwarded request does not decode: {e}")))?
+}
+
+/// The encoded value after its version byte, if that is [`FORWARD_CODEC`].
+fn versioned(bytes: &[u8]) -> Result<&[u8], String> {
+    match bytes.split_first() {
+        Some((&FORWARD_CODEC, body)) => Ok(body),
+        Some((v, _)) => Err(format!("is of encoding version {v}, this node's is {FORWARD_CODEC} (another build)")),
+        None => Err("is empty (the peer refused it)".to_string()),
+    }
 }
 
 impl<S: SegmentStore> Shard<S> {
@@ -274,6 +296,41 @@ mod tests {
             assert_eq!(decode_reply(&encode_reply(&reply)), reply);
         }
     }
+
+    #[test]
+    fn bytes_of_another_encoding_version_are_refused() {
+        let mut request = encode_request(&read(Live::No));
+        request[0] = FORWARD_CODEC + 1;
+        let Err(Error::Unavailable(why)) = decode_request(&request) else { panic!("another version was read") };
+        assert!(why.contains("version 2") && why.contains("another build"), "{why}");
+        let mut answer = encode_reply(&read_answer(true));
+        answer[0] = FORWARD_CODEC.wrapping_sub(1);
+        assert!(matches!(decode_reply(&answer), Err(Error::Unavailable(_))));
+        assert!(matches!(decode_reply(&[]), Err(Error::Unavailable(why)) if why.contains("refused")));
+    }
+
+    /// If this fails, the encoding of forwarded requests or answers changed:
+    /// bump [`FORWARD_CODEC`] (nodes of the old build must not read the new
+    /// bytes as something else), then update the bytes here.
+    #[test]
+    fn the_encoding_is_pinned() {
+        let append = stream(StreamOp::Append(AppendReq {
+            content_type: Some("text/plain".into()),
+            body: b"hi".to_vec(),
+            close: true,
+            stream_seq: Some("7".into()),
+            producer: None,
+            if_match: Some("\"e\"".into()),
+        }));
+        let hex = |b: Vec<u8>| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(hex(encode_request(&append)), PINNED_APPEND, "bump FORWARD_CODEC");
+        assert_eq!(hex(encode_request(&read(Live::Sse))), PINNED_READ, "bump FORWARD_CODEC");
+        assert_eq!(hex(encode_reply(&read_answer(true))), PINNED_ANSWER, "bump FORWARD_CODEC");
+    }
+
+    const PINNED_APPEND: &str = "0100016201730101010a746578742f706c61696e02686901010137000103226522";
+    const PINNED_READ: &str = "010001620173010200020000";
+    const PINNED_ANSWER: &str = "0100020a746578742f706c61696e000500032265220000000568656c6c6f00050100000000010300";
 
     #[test]
     fn garbage_is_an_error_never_a_panic() {
