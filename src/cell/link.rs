@@ -22,13 +22,15 @@
 //! lead forwards to its leader ([`Links::forward`]) and their answers,
 //! opaque bytes here. At most [`CELL_FORWARDS_MAX`] wait for an answer at
 //! once, each until its deadline; the leader's side runs each through the
-//! [`ForwardHandler`] it was given and answers on its own link back.
+//! [`ForwardHandler`] it was given (at most [`CELL_FORWARDS_MAX`] of each
+//! peer's at once; past that it answers "refused" at once) and answers on
+//! its own link back, trying a full queue again for about 100 ms.
 
 use super::auth::{accept_handshake, dial_handshake};
 use super::config::Secret;
 use super::wire::{self, Frame};
 use crate::limits::{CELL_FORWARDS_MAX, CELL_FRAME_BYTES_MAX, CELL_HANDSHAKES_MAX};
-use crate::limits::{CELL_LINK_QUEUE_BYTES, CELL_LINK_QUEUE_FRAMES, CELL_VOTERS_MAX};
+use crate::limits::{CELL_LINK_QUEUE_BYTES, CELL_LINK_QUEUE_FRAMES};
 use futures_channel::oneshot;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
@@ -51,6 +53,10 @@ pub const BACKOFF_MIN: Duration = Duration::from_millis(50);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// The pause after a failed accept (out of descriptors, say).
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// How often an answer finding its link's queue full is queued again, and
+/// how long apart (it waits at most ~100 ms, far below a forward's deadline).
+const ANSWER_TRIES: u32 = 10;
+const ANSWER_RETRY: Duration = Duration::from_millis(10);
 /// What one read from a peer takes at most.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -172,8 +178,10 @@ struct Exchange {
     /// process (still queued at the leader) matches nothing.
     next_id: Cell<u64>,
     handler: RefCell<Option<Rc<dyn ForwardHandler>>>,
-    /// Peers' requests running here now.
-    serving: Cell<usize>,
+    /// Each peer's forwarded requests running here now (at most
+    /// [`CELL_FORWARDS_MAX`] a peer, as many as it may wait on: one busy
+    /// follower cannot take another's share).
+    serving: RefCell<HashMap<u64, usize>>,
 }
 
 /// The outgoing side; the incoming frames come out of the receiver
@@ -200,7 +208,7 @@ impl Links {
             connections: Cell::new(0),
             next_id: Cell::new(random_u64()),
             handler: RefCell::default(),
-            serving: Cell::new(0),
+            serving: RefCell::default(),
         });
         let mut tasks = Vec::new();
         let mut out = HashMap::new();
@@ -292,6 +300,20 @@ impl Links {
 }
 
 impl Exchange {
+    fn serving_for(&self, peer: u64) -> usize {
+        self.serving.borrow().get(&peer).copied().unwrap_or(0)
+    }
+
+    /// One more (or one fewer) of `peer`'s requests running here.
+    fn count_serving(&self, peer: u64, started: bool) {
+        let mut serving = self.serving.borrow_mut();
+        let n = serving.entry(peer).or_default();
+        *n = if started { *n + 1 } else { n.saturating_sub(1) };
+        if *n == 0 {
+            serving.remove(&peer);
+        }
+    }
+
     /// `peer`'s newest connection is up: its number.
     fn connect(&self, peer: u64) -> u64 {
         let n = self.connections.get() + 1;
@@ -474,7 +496,7 @@ impl Acceptor {
     fn serve(&self, peer: u64, id: u64, request: Vec<u8>) {
         let ex = self.exchange.clone();
         let handler = ex.handler.borrow().clone();
-        let Some(handler) = handler.filter(|_| ex.serving.get() < CELL_FORWARDS_MAX * (CELL_VOTERS_MAX - 1)) else {
+        let Some(handler) = handler.filter(|_| ex.serving_for(peer) < CELL_FORWARDS_MAX) else {
             // An empty answer: the sender's decoder refuses it, so its
             // client is answered 503 at once instead of at its deadline.
             LinkStats::bump(&self.stats.dropped);
@@ -482,15 +504,13 @@ impl Acceptor {
             return;
         };
         LinkStats::bump(&self.stats.forwards_served);
-        ex.serving.set(ex.serving.get() + 1);
+        ex.count_serving(peer, true);
         let outgoing = self.outgoing.clone();
         let stats = self.stats.clone();
         glommio::spawn_local(async move {
             let body = handler.handle(request).await;
-            ex.serving.set(ex.serving.get() - 1);
-            if !outgoing.queue(peer, &Frame::Answer { group: outgoing.group, id, body }) {
-                LinkStats::bump(&stats.dropped);
-            }
+            ex.count_serving(peer, false);
+            answer(&outgoing, peer, Frame::Answer { group: outgoing.group, id, body }, &stats).await;
         })
         .detach();
     }
@@ -513,6 +533,20 @@ impl Acceptor {
         self.refuse(io, &format!("peer {peer} sent {why}"));
         Some(Err(()))
     }
+}
+
+/// Queues the answer to a peer's forwarded request. A queue full for a
+/// moment (a burst of Raft traffic) is tried again a few times before the
+/// answer is dropped, which would leave the peer's client waiting to its
+/// deadline.
+async fn answer(outgoing: &Outgoing, peer: u64, frame: Frame, stats: &LinkStats) {
+    for _ in 0..ANSWER_TRIES {
+        if outgoing.queue(peer, &frame) {
+            return;
+        }
+        glommio::timer::sleep(ANSWER_RETRY).await;
+    }
+    LinkStats::bump(&stats.dropped);
 }
 
 /// Where a node listening at `listen` dials its peers from: the same
@@ -599,7 +633,29 @@ impl Dialer {
 
 #[cfg(test)]
 mod tests {
-    use super::dial_from;
+    use super::{dial_from, Exchange};
+    use std::cell::{Cell, RefCell};
+
+    #[test]
+    fn forwards_served_are_counted_per_peer() {
+        let ex = Exchange {
+            waiting: RefCell::default(),
+            connected: RefCell::default(),
+            connections: Cell::new(0),
+            next_id: Cell::new(1),
+            handler: RefCell::default(),
+            serving: RefCell::default(),
+        };
+        for _ in 0..3 {
+            ex.count_serving(2, true);
+        }
+        ex.count_serving(3, true);
+        assert_eq!((ex.serving_for(2), ex.serving_for(3), ex.serving_for(4)), (3, 1, 0));
+        ex.count_serving(3, false);
+        ex.count_serving(3, false);
+        assert_eq!(ex.serving_for(3), 0, "never below zero");
+        assert!(!ex.serving.borrow().contains_key(&3), "a peer with none running holds no entry");
+    }
 
     #[test]
     fn a_node_dials_from_its_own_address_unless_it_listens_on_all() {
