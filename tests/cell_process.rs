@@ -11,7 +11,9 @@
 //! - both followers killed: the leader acknowledges nothing (503 within
 //!   the append timeout) and still serves what was committed;
 //! - a follower whose leader and other follower are killed answers a write
-//!   503 with `Retry-After` within 10 s.
+//!   503 with `Retry-After` within 10 s;
+//! - a stream past its TTL, never touched, is expired by the leader's sweep
+//!   and gone from every node.
 
 mod common;
 
@@ -287,4 +289,34 @@ fn a_follower_cut_off_from_its_leader_answers_writes_503_within_10_s() {
         assert!(asked.elapsed() < Duration::from_secs(10), "attempt {attempt}: the 503 took {:?}", asked.elapsed());
     }
     cell.serves_all(alone);
+}
+
+/// The streams a node holds, from its `ringstream_streams` gauges.
+fn streams_held(node: &Server) -> f64 {
+    node.metrics().iter().filter(|(k, _)| k.starts_with("ringstream_streams{")).map(|(_, v)| v).sum()
+}
+
+#[test]
+fn a_stream_past_its_ttl_is_expired_by_the_leader_and_on_every_node_untouched() {
+    let (cell, leader) = Cell::with_appends(5);
+    let mut c = cell.nodes[leader].conn();
+    let r = c.request("PUT", "/v1/stream/short-lived", &[("content-type", "text/plain"), ("stream-ttl", "1")], b"x");
+    assert_eq!(r.status, 201, "{}", r.summary());
+    // Every node holds both streams once it has applied the create.
+    let end = Instant::now() + Duration::from_secs(10);
+    while (0..3).any(|i| streams_held(&cell.nodes[i]) != 2.0) {
+        assert!(Instant::now() < end, "the create did not reach every node");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Nothing touches the stream: its expiry comes from the leader's sweep,
+    // a delete record every replica applies.
+    let end = Instant::now() + Duration::from_secs(15);
+    while (0..3).any(|i| streams_held(&cell.nodes[i]) != 1.0) {
+        let held: Vec<f64> = (0..3).map(|i| streams_held(&cell.nodes[i])).collect();
+        assert!(Instant::now() < end, "15 s after a 1 s TTL the nodes hold {held:?} streams, not 1 each");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = cell.nodes[(leader + 1) % 3].conn().request("GET", "/v1/stream/short-lived?offset=-1", &[], b"");
+    assert_eq!(r.status, 404, "an expired stream read through a follower: {}", r.summary());
+    cell.serves_all((leader + 2) % 3);
 }

@@ -113,10 +113,11 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     // Every shard's buckets and fork references are known once go opens
     // (this shard keeps serving the mesh meanwhile).
     b.process.go.wait(id).await;
-    // In a cell, TTL expiry and reclaim write and remove on one replica
-    // alone: not yet (they must go through the log).
-    if b.cfg.cell.is_none() {
-        start_background(&shard);
+    // In a cell only the leader expires streams (through the log); reclaim
+    // removes segments on one replica alone: not yet.
+    match b.cfg.cell {
+        None => start_background(&shard),
+        Some(_) => start_expiry(&shard),
     }
     if let Some(t) = &b.cfg.tier {
         let (s, budget) = (shard.clone(), t.hot_bytes / b.cfg.shards as u64);
@@ -177,6 +178,19 @@ fn start_background(shard: &Rc<Shard<DiskStore>>) {
         loop {
             glommio::timer::sleep(Duration::from_millis(RECLAIM_INTERVAL_MS)).await;
             s.reclaim().await;
+        }
+    })
+    .detach();
+}
+
+/// In a cell: the TTL sweep of the reclaim pass alone, which runs only
+/// while this shard's replica leads.
+fn start_expiry(shard: &Rc<Shard<DiskStore>>) {
+    let s = shard.clone();
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(Duration::from_millis(RECLAIM_INTERVAL_MS)).await;
+            s.expire_as_leader().await;
         }
     })
     .detach();

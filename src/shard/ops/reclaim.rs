@@ -59,6 +59,17 @@ impl<S: SegmentStore> Shard<S> {
         self.reclaim_sealed.set(self.log.sealed_segments().len());
     }
 
+    /// In a cell: expires every due stream, on the replica that leads its
+    /// group only. Its delete records go through the group's log like any
+    /// write, so every replica applies the same expiry; a follower decides
+    /// none. Segment reclamation stays off in a cell: it removes files on one
+    /// replica alone.
+    pub async fn expire_as_leader(&self) {
+        if self.leads() && !self.stopping.get() {
+            self.expire_due().await;
+        }
+    }
+
     /// Expires every stream whose TTL or expiry time has passed.
     async fn expire_due(&self) {
         let now = (self.now_ms)();
