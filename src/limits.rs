@@ -284,6 +284,17 @@ pub const CELL_FORWARD_TIMEOUT_MS: u64 = 8_000;
 /// (an election under way, the leader just died) holds a request that must
 /// go to the leader, looking again every tick, before it answers 503.
 pub const CELL_LEADER_WAIT_MS: u64 = 2_000;
+/// Replicated cells: requests a leader holds while it confirms that it still
+/// leads before answering them (a freshness claim: HEAD, a 404, a read at
+/// the tail); past it a request is answered 503 at once. Room for every
+/// follower's forwards and as many of its own.
+pub const CELL_CONFIRMS_MAX: usize = CELL_VOTERS_MAX * CELL_FORWARDS_MAX;
+/// Replicated cells: ticks a leader waits for a majority to confirm that it
+/// still leads (one read index round) before those waiting get 503: two
+/// election timeouts, by when check-quorum has stepped a leader cut off
+/// from its majority down. A healthy round takes one round trip; a lost
+/// heartbeat is made good at the next (every 2 ticks).
+pub const CELL_CONFIRM_TICKS: u64 = 20;
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
@@ -306,3 +317,5 @@ const _: () = assert!(CELL_VOTERS_MIN % 2 == 1 && CELL_VOTERS_MAX % 2 == 1 && CE
 const _: () = assert!(CELL_SECRET_BYTES_MIN <= CELL_SECRET_BYTES_MAX);
 const _: () = assert!(CELL_ENTRY_BYTES_MAX + 1024 * 1024 <= CELL_FRAME_BYTES_MAX);
 const _: () = assert!(CELL_ENTRY_BYTES_MAX <= CELL_LINK_QUEUE_BYTES);
+// A round outlives a lost heartbeat (one goes out every 2 ticks).
+const _: () = assert!(CELL_CONFIRM_TICKS > 2);

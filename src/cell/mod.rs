@@ -3,6 +3,9 @@
 //!
 //! The server connects each shard to its group's replica
 //! (`server/cell.rs`); what is here knows neither HTTP nor shards:
+//! - [`confirm`]: a leader's freshness claims (HEAD, a 404, a read at the
+//!   tail) wait until a read index round confirmed that it still leads:
+//!   the waiters, one round at a time for all of them, its deadline.
 //! - [`config`]: the cell's voters, this node's id and the shared secret,
 //!   as `--node-id`, `--cell` and `--cell-secret-file` give them (`cli`
 //!   resolves them).
@@ -40,6 +43,7 @@
 pub mod auth;
 pub mod board;
 pub mod config;
+pub mod confirm;
 pub mod group;
 pub mod link;
 pub mod log;

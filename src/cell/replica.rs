@@ -11,10 +11,17 @@
 //! waiters fail (the client retries), entries it proposed are either
 //! committed by the next leader or cut back when they conflict.
 //!
+//! While it leads, the replica also confirms that it still does for the
+//! shard's answers that claim freshness ([`super::confirm`]): each turn it
+//! starts one read index round for every waiter queued (a heartbeat to each
+//! follower), and settles the round when raft-rs confirms it, the lead ends
+//! or its deadline (in ticks) passes.
+//!
 //! No glommio here: the owner gives the loop its inbox (a stream of
 //! messages), its outbox and a timer.
 
 use super::board::{Scalars, Slot};
+use super::confirm::Confirms;
 use super::group::{self, Group, Refused};
 use super::store::{LogStore, StoreError};
 use crate::storage::io::SegmentStore;
@@ -68,6 +75,8 @@ pub trait Applier {
 /// What others on the executor may read of the replica.
 #[derive(Debug, Default)]
 pub struct Status {
+    /// The shard's answers waiting for the replica to confirm it leads.
+    pub confirms: Confirms,
     /// It leads, and its term's first entry is committed (so every entry
     /// before it is applied): the shard may write (`Shard::set_writable`).
     pub leading: Rc<Cell<bool>>,
@@ -93,6 +102,8 @@ pub struct Replica<S: SegmentStore> {
     /// On a leader with a board: its proposals not yet committed, with
     /// when they were made (for the commit latency).
     proposed: VecDeque<(u64, Instant)>,
+    /// Ticks so far: the clock of confirmation rounds' deadlines.
+    ticks: u64,
 }
 
 impl<S: SegmentStore> Replica<S> {
@@ -119,6 +130,7 @@ impl<S: SegmentStore> Replica<S> {
             applied_to,
             board: None,
             proposed: VecDeque::new(),
+            ticks: 0,
         })
     }
 
@@ -156,6 +168,8 @@ impl<S: SegmentStore> Replica<S> {
 
     pub fn tick(&mut self) {
         self.group.tick();
+        self.ticks += 1;
+        self.status.confirms.expire(self.ticks);
         if let Some(id) = self.preferred {
             self.group.lead_toward(id);
         }
@@ -195,7 +209,12 @@ impl<S: SegmentStore> Replica<S> {
     /// One turn: hands every ready piece of work to the log, commits what
     /// the group committed, and reports the turns that became durable.
     pub async fn turn(&mut self, out: &impl Outbox) -> Result<(), StoreError> {
+        if let Some(ctx) = self.status.confirms.start(self.id, self.ticks) {
+            self.group.read_index(ctx);
+        }
+        let mut reads = Vec::new();
         while let Some(w) = self.group.ready() {
+            reads.extend(w.reads);
             self.role_seen(w.role);
             if let Some(rc) = w.role {
                 tracing::info!("replica {}: {:?} in term {}, leader {:?}", self.id, rc.role, rc.term, rc.leader);
@@ -227,8 +246,21 @@ impl<S: SegmentStore> Replica<S> {
         }
         self.report_durable(out);
         self.apply(self.group.leads_committed())?;
+        self.confirmed(&reads);
         self.publish();
         Ok(())
+    }
+
+    /// Settles the confirmation rounds raft-rs answered. The read index is
+    /// the commit index when the round began; a shard that writes holds
+    /// every entry of the log in its state, so it holds that one: the
+    /// check guards the claim, it never waits. A replica that stopped
+    /// leading meanwhile refused its waiters already (`stop_writing`).
+    fn confirmed(&self, reads: &[group::ReadIndex]) {
+        for r in reads {
+            let holds = self.status.leading.get() && r.index <= self.log.last_index();
+            self.status.confirms.answered(&r.ctx, holds);
+        }
     }
 
     /// Counts a role change on the board; a replica that stops leading
@@ -275,6 +307,7 @@ impl<S: SegmentStore> Replica<S> {
         if !self.status.leading.replace(false) {
             return Ok(());
         }
+        self.status.confirms.lead_ends();
         let committed = committed_end(&self.log)?;
         let Some(applier) = self.applier.clone() else { return Ok(()) };
         if self.log.tail_position() > committed {
@@ -310,6 +343,7 @@ impl<S: SegmentStore> Replica<S> {
         }
         if leads && self.log.tail_position() == self.applied_to {
             self.status.leading.set(true);
+            self.status.confirms.lead_begins();
             self.log.set_appendable(true);
         }
         Ok(())
@@ -333,6 +367,7 @@ enum Woken {
     Message(Option<Box<Message>>),
     Tick,
     Log,
+    Confirm,
 }
 
 /// Runs `replica` until its inbox ends, `stop` is set (checked at each
@@ -349,6 +384,7 @@ pub async fn run<S: SegmentStore>(
     let mut inbox = pin!(inbox);
     let mut next_tick = Instant::now() + tick;
     let log = replica.log.clone();
+    let status = replica.status();
     while !stop.get() {
         let woken = {
             let message = async { Woken::Message(inbox.next().await.map(Box::new)) };
@@ -360,7 +396,12 @@ pub async fn run<S: SegmentStore>(
                 futures_lite::future::or(log.appended(), log.flushed()).await;
                 Woken::Log
             };
-            futures_lite::future::or(message, futures_lite::future::or(timer, logged)).await
+            let confirm = async {
+                status.confirms.wanted().await;
+                Woken::Confirm
+            };
+            let woken = futures_lite::future::or(timer, futures_lite::future::or(logged, confirm));
+            futures_lite::future::or(message, woken).await
         };
         match woken {
             Woken::Message(None) => return,
@@ -369,7 +410,7 @@ pub async fn run<S: SegmentStore>(
                 replica.tick();
                 next_tick = Instant::now() + tick;
             }
-            Woken::Log => {}
+            Woken::Log | Woken::Confirm => {}
         }
         let _ = replica.propose();
         if let Err(e) = replica.turn(out).await {

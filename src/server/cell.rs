@@ -4,7 +4,9 @@
 //! `--cell` port plus the shard's index) and the replica's loop on this
 //! executor. The shard applies what its group commits and writes only
 //! while its replica leads; while it does not, what the leader must decide
-//! goes to the leader over the group's links (`shard::forward`).
+//! goes to the leader over the group's links (`shard::forward`). While it
+//! leads, its answers that claim freshness wait for the replica to confirm
+//! the lead (`cell::confirm`, through the replica's `Status`).
 
 use crate::cell::board::{self, Counting, Slot};
 use crate::cell::config::CellConfig;
@@ -102,6 +104,13 @@ impl Forwarder for ToLeader {
                 glommio::timer::sleep(Duration::from_millis(CELL_TICK_MS)).await;
             }
         })
+    }
+
+    /// The replica's read index round (`cell::confirm`): the lead noted
+    /// now, the request queued for a round when awaited.
+    fn confirmation(&self) -> Pin<Box<dyn Future<Output = bool>>> {
+        let (status, ticket) = (self.status.clone(), self.status.confirms.ticket());
+        Box::pin(async move { status.confirms.confirm(ticket).await })
     }
 }
 

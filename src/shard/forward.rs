@@ -14,6 +14,15 @@
 //! The leader runs a forwarded request as its own ([`Shard::run_forwarded`])
 //! and never forwards it again: a replica that lost its lead meanwhile
 //! answers 503 and the client retries.
+//!
+//! On the leader, forwarded or its own, an answer that claims freshness (a
+//! read at the tail, HEAD, a 404, where the current snapshot is, a bucket
+//! or a listing) is given only once the replica confirmed, after the
+//! request read its state, that it still leads (a read index round: one
+//! heartbeat round trip to a majority, shared by every answer waiting; see
+//! `cell::confirm`); unconfirmed, it answers 503. A leader cut off and
+//! replaced, not knowing it yet, so answers no stale tail and no 404 for a
+//! stream its successor created. Writes need no round: their commit is one.
 
 use super::message::{Reply, ShardRequest};
 use super::Shard;
@@ -26,10 +35,15 @@ use std::rc::Rc;
 use std::time::Duration;
 
 /// The way to the group's leader: sends an encoded request, resolves to
-/// the encoded answer or to why none came.
+/// the encoded answer or to why none came; on the leader, the check that
+/// it still leads.
 pub trait Forwarder {
     /// Waits at most `timeout` for the answer.
     fn forward(&self, request: Vec<u8>, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, Unsent>>>>;
+    /// Called before a request reads the shard's state (it notes the lead
+    /// the state belongs to), awaited after: true once a majority confirmed
+    /// that this replica still led, under that lead, after the read.
+    fn confirmation(&self) -> Pin<Box<dyn Future<Output = bool>>>;
 }
 
 /// Why a forwarded request got no answer.
@@ -62,17 +76,28 @@ fn road(req: &ShardRequest) -> Road {
     }
 }
 
-/// Whether a read's answer here claims more than this replica knows: that
-/// nothing exists, or that nothing comes after what it returns.
-fn claims_freshness(req: &ShardRequest, reply: &Reply) -> bool {
-    let live = match req {
+/// Whether `req` is a live read (what `claims_freshness` needs of it).
+fn liveness(req: &ShardRequest) -> Live {
+    match req {
         ShardRequest::Stream { op: StreamOp::Read(r), .. } => r.live,
         _ => Live::No,
-    };
+    }
+}
+
+/// Whether an answer claims more than the state it was read from shows by
+/// itself: that nothing exists, that nothing comes after what it returns,
+/// or what is current (HEAD's tail and ETag, the current snapshot, a
+/// bucket's count, a listing). Data below the committed prefix claims
+/// nothing; nor does a write's success (committed, hence confirmed), nor a
+/// live read (served from the committed prefix as it grows).
+fn claims_freshness(live: Live, reply: &Reply) -> bool {
     match reply {
         Err(Error::NotFound) => true,
         Ok(Outcome::Read(r)) => r.up_to_date && live == Live::No,
         Ok(Outcome::Bootstrap(b)) => b.up_to_date,
+        Ok(Outcome::Head { .. } | Outcome::SnapshotAt { .. } | Outcome::BucketInfo { .. } | Outcome::Listing(_)) => {
+            true
+        }
         _ => false,
     }
 }
@@ -143,19 +168,42 @@ impl<S: SegmentStore> Shard<S> {
     /// Runs a request this shard owns: here, or on its group's leader.
     pub async fn run_owned(&self, req: ShardRequest) -> Reply {
         let forwarder = self.forwarder.borrow().clone();
-        let Some(to_leader) = forwarder.filter(|_| !self.leads()) else { return self.handle(req).await };
+        let Some(to_leader) = forwarder else { return self.handle(req).await };
+        if self.leads() {
+            return self.run_confirmed(&*to_leader, req).await;
+        }
         match road(&req) {
             Road::Leader => self.forward(&*to_leader, &req).await,
             Road::HereFirst => {
                 // A read: small, no body.
                 let again = req.clone();
                 let reply = self.handle(req).await;
-                if !claims_freshness(&again, &reply) || self.leads() {
+                if !claims_freshness(liveness(&again), &reply) {
                     return reply;
+                }
+                if self.leads() {
+                    // It took over meanwhile: its answer needs confirming.
+                    return self.run_confirmed(&*to_leader, again).await;
                 }
                 unconfirmed(self.forward(&*to_leader, &again).await, reply)
             }
         }
+    }
+
+    /// On the leader: runs `req` here and, if its answer claims freshness,
+    /// gives it once the replica confirmed that it still leads, else 503.
+    async fn run_confirmed(&self, cell: &dyn Forwarder, req: ShardRequest) -> Reply {
+        // Taken before the state is read; only awaited if needed.
+        let confirmation = cell.confirmation();
+        let live = liveness(&req);
+        let reply = self.handle(req).await;
+        if !claims_freshness(live, &reply) || confirmation.await {
+            return reply;
+        }
+        Err(Error::Unavailable(format!(
+            "shard {}: this replica could not confirm that it still leads its group (retry)",
+            self.id
+        )))
     }
 
     async fn forward(&self, to_leader: &dyn Forwarder, req: &ShardRequest) -> Reply {
@@ -166,7 +214,7 @@ impl<S: SegmentStore> Shard<S> {
         }
         match to_leader.forward(encode_request(req), timeout).await {
             Ok(answer) => decode_reply(&answer),
-            Err(Unsent::LeadsHere) if self.leads() => self.handle(req.clone()).await,
+            Err(Unsent::LeadsHere) if self.leads() => self.run_confirmed(to_leader, req.clone()).await,
             Err(Unsent::LeadsHere) => Err(Error::Unavailable(format!("shard {}: the lead moved again", self.id))),
             Err(Unsent::Failed(why)) => {
                 Err(Error::Unavailable(format!("shard {}: forwarding to the leader: {why}", self.id)))
@@ -177,16 +225,19 @@ impl<S: SegmentStore> Shard<S> {
     /// On the leader: runs a request a peer forwarded, answers it encoded.
     /// A replica that does not lead (deposed since the follower chose it,
     /// or elected and not yet writing) answers 503: its reads could miss
-    /// committed entries, and the follower asked it to vouch for them.
+    /// committed entries, and the follower asked it to vouch for them. One
+    /// that leads confirms what it vouches for (`run_confirmed`).
     pub async fn run_forwarded(&self, request: Vec<u8>) -> Vec<u8> {
         self.stats.borrow_mut().requests_forwarded_in += 1;
-        let reply = match decode_request(&request) {
-            Ok(_) if !self.leads() => Err(Error::Unavailable(format!(
+        let cell = self.forwarder.borrow().clone();
+        let reply = match (decode_request(&request), cell) {
+            (Ok(_), _) if !self.leads() => Err(Error::Unavailable(format!(
                 "shard {}: a forwarded request reached a replica that does not lead now (retry)",
                 self.id
             ))),
-            Ok(req) => self.handle(req).await,
-            Err(e) => Err(e),
+            (Ok(req), Some(cell)) => self.run_confirmed(&*cell, req).await,
+            (Ok(req), None) => self.handle(req).await,
+            (Err(e), _) => Err(e),
         };
         encode_reply(&reply)
     }
@@ -252,13 +303,40 @@ mod tests {
 
     #[test]
     fn only_answers_that_claim_freshness_are_asked_of_the_leader() {
-        assert!(claims_freshness(&read(Live::No), &Err(Error::NotFound)));
-        assert!(claims_freshness(&read(Live::LongPoll), &Err(Error::NotFound)));
-        assert!(claims_freshness(&read(Live::No), &read_answer(true)));
-        assert!(!claims_freshness(&read(Live::No), &read_answer(false)), "the middle of a stream");
-        assert!(!claims_freshness(&read(Live::LongPoll), &read_answer(true)), "live reads are served here");
-        assert!(!claims_freshness(&read(Live::Sse), &read_answer(true)));
-        assert!(!claims_freshness(&read(Live::No), &Err(Error::Gone("trimmed".into()))));
+        assert!(claims_freshness(Live::No, &Err(Error::NotFound)));
+        assert!(claims_freshness(Live::LongPoll, &Err(Error::NotFound)));
+        assert!(claims_freshness(Live::No, &read_answer(true)));
+        assert!(!claims_freshness(Live::No, &read_answer(false)), "the middle of a stream");
+        assert!(!claims_freshness(Live::LongPoll, &read_answer(true)), "live reads are served here");
+        assert!(!claims_freshness(Live::Sse, &read_answer(true)));
+        assert!(!claims_freshness(Live::No, &Err(Error::Gone("trimmed".into()))));
+    }
+
+    #[test]
+    fn on_the_leader_heads_snapshots_and_bucket_answers_claim_freshness_writes_do_not() {
+        let Ok(Outcome::Read(r)) = read_answer(true) else { unreachable!() };
+        let info = r.info;
+        let claims = |reply: Reply| claims_freshness(Live::No, &reply);
+        assert!(claims(Ok(Outcome::Head { info: info.clone(), not_modified: false })), "the tail");
+        assert!(claims(Ok(Outcome::Head { info: info.clone(), not_modified: true })), "304: the ETag is current");
+        assert!(claims(Ok(Outcome::SnapshotAt { offset: Offset::new(0, 5) })));
+        assert!(claims(Ok(Outcome::BucketInfo { bucket: "b".into(), streams: 1 })));
+        let listing = crate::protocol::Listing {
+            bucket: "b".into(),
+            prefix: String::new(),
+            stream_count: 0,
+            streams: Vec::new(),
+            next_cursor: None,
+            has_more: false,
+        };
+        assert!(claims(Ok(Outcome::Listing(listing))), "an empty listing says nothing exists");
+        let appended = Outcome::Appended { info: info.clone(), producer: None, duplicate: false, close_only: false };
+        assert!(!claims(Ok(appended)), "a write's success is committed");
+        assert!(!claims(Ok(Outcome::Created { info, new: true })));
+        assert!(!claims(Ok(Outcome::BucketCreated)));
+        assert!(!claims(Err(Error::Unavailable("no".into()))));
+        assert_eq!(liveness(&read(Live::Sse)), Live::Sse);
+        assert_eq!(liveness(&stream(StreamOp::Head { if_none_match: None })), Live::No);
     }
 
     #[test]

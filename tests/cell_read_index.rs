@@ -1,0 +1,302 @@
+//! A leader's answers that claim freshness, confirmed by a read index round
+//! (`cell::confirm`), over real parts in one process: three shards as the
+//! replicas of one group, each over a batched log on the simulated disk
+//! with its `cell::replica::Replica` (raft-rs), and a network the test
+//! steps (messages delivered, or dropped while a node is cut off). Requests
+//! go through `Shard::run_owned`, as the HTTP edge sends them.
+//!
+//! - a healthy leader answers HEAD, a read at the tail and a 404 once
+//!   confirmed, and fifty such answers share one round; a write needs none;
+//! - a leader cut off whose clock stands still (a paused process: it never
+//!   steps down by itself) still believes it leads while the other two
+//!   elect a leader that appends and creates a stream; asked then, it gives
+//!   no stale tail and no 404 for the new stream: nothing until it notices,
+//!   then 503.
+
+use futures::executor::{block_on, LocalPool};
+use futures::task::LocalSpawnExt;
+use raft::prelude::Message;
+use ringstream::cell::replica::{Applier, Outbox, Replica, Status};
+use ringstream::limits::SEGMENT_BYTES_MIN;
+use ringstream::protocol::headers::Lifetime;
+use ringstream::protocol::offset::ReadFrom;
+use ringstream::protocol::{
+    AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ReadReq, StreamKey, StreamOp, Surface,
+};
+use ringstream::shard::forward::{Forwarder, Unsent};
+use ringstream::shard::{Reply, Shard, ShardRequest};
+use ringstream::storage::sim_file::SimStore;
+use ringstream::storage::{Log, LogConfig, Recovered};
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+const BUCKET: &str = "cell";
+const OCTET: &str = "application/octet-stream";
+
+/// The shard as its replica's applier.
+struct Applies(Rc<Shard<SimStore>>);
+
+impl Applier for Applies {
+    fn apply(&self, records: &[Recovered]) -> Result<(), String> {
+        self.0.apply_committed(records)
+    }
+    fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
+        self.0.rebuild(committed)
+    }
+}
+
+/// The shard's side of the cell as the server wires it, minus the links:
+/// nothing is forwarded here (each test asks the node it means).
+struct Confirming(Rc<Status>);
+
+impl Forwarder for Confirming {
+    fn forward(&self, _: Vec<u8>, _: Duration) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, Unsent>>>> {
+        Box::pin(async { Err(Unsent::Failed("no forwarding in this test".into())) })
+    }
+    fn confirmation(&self) -> Pin<Box<dyn Future<Output = bool>>> {
+        let (status, ticket) = (self.0.clone(), self.0.confirms.ticket());
+        Box::pin(async move { status.confirms.confirm(ticket).await })
+    }
+}
+
+/// Messages a replica sent, for the test's network.
+#[derive(Default)]
+struct Sent(RefCell<Vec<Message>>);
+
+impl Outbox for Sent {
+    fn send(&self, message: Message) -> bool {
+        self.0.borrow_mut().push(message);
+        true
+    }
+}
+
+struct Node {
+    replica: Replica<SimStore>,
+    status: Rc<Status>,
+    shard: Rc<Shard<SimStore>>,
+    pool: LocalPool,
+}
+
+fn boot(id: u64) -> Node {
+    let cfg = LogConfig { segment_bytes: SEGMENT_BYTES_MIN, pending_bytes_max: 4 * 1024 * 1024 };
+    let (log, _, _, _) = block_on(Log::open_batched(SimStore::new(), cfg)).expect("a new log");
+    let log = Rc::new(log);
+    let mut replica = block_on(Replica::open(id, 0, vec![1, 2, 3], log.local().clone())).expect("replica");
+    let shard = Rc::new(Shard::recover(0, 1, log.clone(), &[]).expect("shard"));
+    replica.set_applier(Rc::new(Applies(shard.clone())));
+    let status = replica.status();
+    shard.set_writable(status.leading.clone());
+    shard.set_forwarder(Rc::new(Confirming(status.clone())));
+    let pool = LocalPool::new();
+    let (w, p) = (log.clone(), log.clone());
+    pool.spawner().spawn_local(async move { w.run_writer().await }).unwrap();
+    pool.spawner().spawn_local(async move { p.run_preparer().await }).unwrap();
+    Node { replica, status, shard, pool }
+}
+
+type Answer = Rc<RefCell<Option<Reply>>>;
+
+struct Cell {
+    nodes: Vec<Node>,
+    net: Vec<Message>,
+    /// Nodes cut off from every other: what they send or are sent is lost.
+    cut: HashSet<u64>,
+    /// Nodes whose clock stands still: their replica is not ticked.
+    paused: HashSet<u64>,
+    steps: u64,
+}
+
+impl Cell {
+    fn new() -> Cell {
+        let nodes = (1..=3).map(boot).collect();
+        Cell { nodes, net: Vec::new(), cut: HashSet::new(), paused: HashSet::new(), steps: 0 }
+    }
+
+    fn node(&mut self, id: u64) -> &mut Node {
+        &mut self.nodes[(id - 1) as usize]
+    }
+
+    /// One step: messages delivered, a tick every fifth, each node's turn.
+    fn step(&mut self) {
+        self.steps += 1;
+        for m in std::mem::take(&mut self.net) {
+            if !self.cut.contains(&m.from) && !self.cut.contains(&m.to) {
+                self.nodes[(m.to - 1) as usize].replica.step(m);
+            }
+        }
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            if self.steps.is_multiple_of(5) && !self.paused.contains(&(i as u64 + 1)) {
+                n.replica.tick();
+            }
+            let _ = n.replica.propose();
+            let sent = Sent::default();
+            n.pool.run_until(n.replica.turn(&sent)).expect("turn");
+            n.pool.run_until_stalled();
+            n.pool.run_until(n.replica.turn(&sent)).expect("turn");
+            self.net.extend(sent.0.into_inner());
+        }
+    }
+
+    /// Steps until a node that is not cut off may write.
+    fn elect(&mut self) -> u64 {
+        for _ in 0..2_000 {
+            let leading = |n: &Node| n.status.leading.get();
+            if let Some(id) = (1..=3).find(|id| !self.cut.contains(id) && leading(&self.nodes[(id - 1) as usize])) {
+                return id;
+            }
+            self.step();
+        }
+        panic!("no leader in 2,000 steps");
+    }
+
+    /// Hands `req` to node `id`'s shard as the HTTP edge does; the answer
+    /// lands in what it returns.
+    fn send(&mut self, id: u64, req: ShardRequest) -> Answer {
+        let out: Answer = Rc::default();
+        let (o, shard) = (out.clone(), self.node(id).shard.clone());
+        let spawner = self.node(id).pool.spawner();
+        spawner.spawn_local(async move { *o.borrow_mut() = Some(shard.run_owned(req).await) }).unwrap();
+        self.node(id).pool.run_until_stalled();
+        out
+    }
+
+    /// Steps until every answer came, at most `limit` steps; false if not.
+    fn until_answered(&mut self, answers: &[Answer], limit: u64) -> bool {
+        for _ in 0..limit {
+            if answers.iter().all(|a| a.borrow().is_some()) {
+                return true;
+            }
+            self.step();
+        }
+        answers.iter().all(|a| a.borrow().is_some())
+    }
+
+    fn call(&mut self, id: u64, req: ShardRequest) -> Reply {
+        let a = self.send(id, req);
+        assert!(self.until_answered(std::slice::from_ref(&a), 500), "node {id} did not answer");
+        a.take().unwrap()
+    }
+}
+
+fn on(stream: &str, op: StreamOp) -> ShardRequest {
+    ShardRequest::Stream { key: StreamKey { bucket: BUCKET.into(), stream: stream.into() }, surface: Surface::Ds, op }
+}
+
+fn create() -> StreamOp {
+    StreamOp::Create(CreateReq {
+        content_type: Some(OCTET.into()),
+        lifetime: Lifetime::Forever,
+        closed: false,
+        body: Vec::new(),
+        if_match: None,
+        fork: None,
+    })
+}
+
+fn append(body: &[u8]) -> StreamOp {
+    StreamOp::Append(AppendReq {
+        content_type: Some(OCTET.into()),
+        body: body.to_vec(),
+        close: false,
+        stream_seq: None,
+        producer: None,
+        if_match: None,
+    })
+}
+
+fn head() -> StreamOp {
+    StreamOp::Head { if_none_match: None }
+}
+
+fn read_from_start() -> StreamOp {
+    StreamOp::Read(ReadReq { from: ReadFrom::At(Offset::new(0, 0)), live: Live::No, cursor: None, if_none_match: None })
+}
+
+/// The tail a HEAD answers, or a panic naming what came instead.
+fn tail(reply: &Reply) -> Offset {
+    match reply {
+        Ok(Outcome::Head { info, .. }) => info.next_offset,
+        other => panic!("not a HEAD's answer: {other:?}"),
+    }
+}
+
+/// A cell whose leader holds stream "s" with `appends` appends; the leader.
+fn cell_with_data(appends: usize) -> (Cell, u64) {
+    let mut cell = Cell::new();
+    let leader = cell.elect();
+    let r = cell.call(leader, ShardRequest::Bucket { bucket: BUCKET.into(), op: BucketOp::Create });
+    assert!(r.is_ok(), "bucket: {r:?}");
+    let r = cell.call(leader, on("s", create()));
+    assert!(matches!(r, Ok(Outcome::Created { .. })), "create: {r:?}");
+    for i in 0..appends {
+        let r = cell.call(leader, on("s", append(format!("<append {i}>").as_bytes())));
+        assert!(matches!(r, Ok(Outcome::Appended { .. })), "append {i}: {r:?}");
+    }
+    cell.step();
+    (cell, leader)
+}
+
+#[test]
+fn a_healthy_leader_confirms_and_many_answers_share_one_round() {
+    let (mut cell, leader) = cell_with_data(3);
+    let want = tail(&cell.call(leader, on("s", head())));
+    let rounds = cell.node(leader).status.confirms.rounds();
+    let mut heads: Vec<Answer> = (0..50).map(|_| cell.send(leader, on("s", head()))).collect();
+    let read = cell.send(leader, on("s", read_from_start()));
+    let missing = cell.send(leader, on("nothing here", head()));
+    assert_eq!(cell.node(leader).status.confirms.waiting(), 52, "every such answer waits for the round");
+    heads.extend([read.clone(), missing.clone()]);
+    assert!(cell.until_answered(&heads, 50), "a healthy leader confirms within a few steps");
+    for h in &heads[..50] {
+        assert_eq!(tail(&h.borrow().clone().unwrap()), want);
+    }
+    let Some(Ok(Outcome::Read(r))) = read.take() else { panic!("the read at the tail was not answered") };
+    assert!(r.up_to_date && r.next_offset == want);
+    assert_eq!(missing.take(), Some(Err(Error::NotFound)));
+    assert_eq!(cell.node(leader).status.confirms.rounds(), rounds + 1, "52 answers, one heartbeat round");
+    // A write's answer is its commit: no round.
+    let r = cell.call(leader, on("s", append(b"<more>")));
+    assert!(matches!(r, Ok(Outcome::Appended { .. })), "{r:?}");
+    assert_eq!(cell.node(leader).status.confirms.rounds(), rounds + 1, "a write asked for a round");
+}
+
+#[test]
+fn a_leader_cut_off_and_replaced_answers_no_stale_tail_and_no_stale_404() {
+    let (mut cell, old) = cell_with_data(3);
+    let stale = tail(&cell.call(old, on("s", head())));
+    cell.cut.insert(old);
+    cell.paused.insert(old);
+    let new = cell.elect();
+    assert_ne!(new, old);
+    let r = cell.call(new, on("s", append(b"<after>")));
+    assert!(matches!(r, Ok(Outcome::Appended { .. })), "append on the new leader: {r:?}");
+    let r = cell.call(new, on("born", create()));
+    assert!(matches!(r, Ok(Outcome::Created { .. })), "create on the new leader: {r:?}");
+    let fresh = tail(&cell.call(new, on("s", head())));
+    assert!(fresh > stale);
+    assert!(cell.node(old).status.leading.get(), "the old leader still believes it leads (the hole)");
+
+    let asked = [
+        cell.send(old, on("s", head())),
+        cell.send(old, on("s", read_from_start())),
+        cell.send(old, on("born", head())),
+    ];
+    cell.until_answered(&asked, 200);
+    for a in &asked {
+        let r = a.borrow().clone();
+        assert!(r.is_none(), "the cut-off leader answered from stale state: {r:?}");
+    }
+    // Its clock runs again: it notices (no majority, or its round's deadline).
+    cell.paused.clear();
+    assert!(cell.until_answered(&asked, 2_000), "the cut-off leader never answered");
+    for a in &asked {
+        let r = a.take().unwrap();
+        assert!(matches!(r, Err(Error::Unavailable(_))), "not a 503: {r:?}");
+    }
+    assert!(!cell.node(old).status.leading.get());
+    assert_eq!(cell.node(old).status.confirms.waiting(), 0);
+}
