@@ -11,7 +11,8 @@ use crate::config::DirectIoMode;
 use crate::config::{online_cpus, Config, LogFormat, TierConfig};
 use crate::limits::{
     CONN_BODY_TIMEOUT_MS, CONN_HEADER_TIMEOUT_MS, CONN_REQUEST_TIMEOUT_MS_MIN, LONG_POLL_TIMEOUT_MS_DEFAULT,
-    LONG_POLL_TIMEOUT_MS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SHARDS_MAX,
+    LONG_POLL_TIMEOUT_MS_MAX, PRODUCERS_PER_STREAM_DEFAULT, PRODUCERS_PER_STREAM_MAX,
+    PRODUCER_IDLE_EXPIRY_SECS_DEFAULT, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SHARDS_MAX,
     SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN, TIER_HOT_SEGMENTS_MIN,
 };
 use crate::tier::S3Settings;
@@ -110,6 +111,21 @@ pub struct Cli {
     /// end of its head, else 408 and the connection is closed.
     #[arg(long, default_value_t = CONN_BODY_TIMEOUT_MS, env = "RINGSTREAM_BODY_TIMEOUT_MS")]
     pub body_timeout_ms: u64,
+
+    /// Idempotent producers whose state one stream holds at most, 1 to
+    /// 32768. An append from a producer the stream holds no state for,
+    /// while it holds this many, gets 429 with a JSON body naming the limit
+    /// (`producer_limit`) and writes nothing; the producers it knows go on.
+    #[arg(long, default_value_t = PRODUCERS_PER_STREAM_DEFAULT, env = "RINGSTREAM_MAX_PRODUCERS_PER_STREAM", value_name = "N")]
+    pub max_producers_per_stream: usize,
+
+    /// A producer whose last accepted append is older than this many
+    /// seconds (at least 1; default 7 days) is forgotten: it no longer
+    /// counts toward --max-producers-per-stream, and its next append starts
+    /// it anew (Producer-Seq 0), so retries older than this are not
+    /// recognised as duplicates.
+    #[arg(long, default_value_t = PRODUCER_IDLE_EXPIRY_SECS_DEFAULT, env = "RINGSTREAM_PRODUCER_IDLE_EXPIRY_SECS", value_name = "SECS")]
+    pub producer_idle_expiry_secs: u64,
 
     /// Do not pin shard executors to CPUs (for running many test servers on
     /// a small machine; production wants pinning). The variable and the
@@ -271,6 +287,8 @@ struct FileSettings {
     max_connections: Option<usize>,
     header_timeout_ms: Option<u64>,
     body_timeout_ms: Option<u64>,
+    max_producers_per_stream: Option<usize>,
+    producer_idle_expiry_secs: Option<u64>,
     no_pin: Option<bool>,
     log_level: Option<String>,
     log_format: Option<String>,
@@ -340,6 +358,8 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
         max_connections: limits.max_connections,
         header_timeout_ms: limits.header_timeout_ms,
         body_timeout_ms: limits.body_timeout_ms,
+        max_producers_per_stream: limits.max_producers_per_stream,
+        producer_idle_expiry_secs: limits.producer_idle_expiry_secs,
         pin: !no_pin,
         log_level,
         log_format,
@@ -427,13 +447,16 @@ fn resolve_segment_bytes(r: &Resolver, cli: u64, file: Option<u64>) -> Result<u6
     Ok(bytes)
 }
 
-/// The per-shard limits on pending bytes and connections, and the request
-/// deadlines, each with its lower bound.
+/// The per-shard limits on pending bytes and connections, the request
+/// deadlines, and the per-stream producer bound and expiry, each with its
+/// bounds.
 struct Limits {
     max_pending_bytes: u64,
     max_connections: usize,
     header_timeout_ms: u64,
     body_timeout_ms: u64,
+    max_producers_per_stream: usize,
+    producer_idle_expiry_secs: u64,
 }
 
 impl Limits {
@@ -454,8 +477,27 @@ impl Limits {
                 min_ms,
             )?,
             body_timeout_ms: r.pick_at_least("body_timeout_ms", cli.body_timeout_ms, file.body_timeout_ms, min_ms)?,
+            max_producers_per_stream: resolve_max_producers(r, cli, file)?,
+            producer_idle_expiry_secs: r.pick_at_least(
+                "producer_idle_expiry_secs",
+                cli.producer_idle_expiry_secs,
+                file.producer_idle_expiry_secs,
+                1,
+            )?,
         })
     }
+}
+
+/// `--max-producers-per-stream`: 1 to PRODUCERS_PER_STREAM_MAX (a stream's
+/// whole producer table must fit one state record).
+fn resolve_max_producers(r: &Resolver, cli: &Cli, file: &FileSettings) -> Result<usize, String> {
+    let (n, from) = r.pick("max_producers_per_stream", cli.max_producers_per_stream, file.max_producers_per_stream);
+    if n == 0 || n > PRODUCERS_PER_STREAM_MAX {
+        return Err(format!(
+            "--max-producers-per-stream must be between 1 and {PRODUCERS_PER_STREAM_MAX}, got {n} (set by {from})"
+        ));
+    }
+    Ok(n)
 }
 
 /// `--log-level`: flag > file > RUST_LOG (when not blank) > the default;
@@ -828,6 +870,29 @@ mod tests {
         let e = resolve_args(&["--max-connections", "0"], None).unwrap_err();
         assert_eq!(e, "--max-connections must be at least 1, got 0 (set by --max-connections)");
         std::fs::remove_file(f).unwrap();
+    }
+
+    #[test]
+    fn the_producer_bound_and_expiry_have_defaults_and_bounds() {
+        let c = resolve_args(&[], None).unwrap();
+        assert_eq!((c.max_producers_per_stream, c.producer_idle_expiry_secs), (4_096, 7 * 24 * 3600));
+        let f = temp_file("producers", "max-producers-per-stream = 3\nproducer-idle-expiry-secs = 1\n");
+        let c = resolve_args(&["--config", f.to_str().unwrap()], None).unwrap();
+        assert_eq!((c.max_producers_per_stream, c.producer_idle_expiry_secs), (3, 1));
+        let c = resolve_args(&["--config", f.to_str().unwrap(), "--max-producers-per-stream", "9"], None).unwrap();
+        assert_eq!(c.max_producers_per_stream, 9, "the flag beats the file");
+        std::fs::remove_file(f).unwrap();
+        let e = resolve_args(&["--max-producers-per-stream", "0"], None).unwrap_err();
+        let want = format!("--max-producers-per-stream must be between 1 and {PRODUCERS_PER_STREAM_MAX}, got 0");
+        assert_eq!(e, format!("{want} (set by --max-producers-per-stream)"));
+        let over = (PRODUCERS_PER_STREAM_MAX + 1).to_string();
+        assert!(resolve_args(&["--max-producers-per-stream", &over], None).is_err());
+        let e = resolve_args(&["--producer-idle-expiry-secs", "0"], None).unwrap_err();
+        assert_eq!(e, "--producer-idle-expiry-secs must be at least 1, got 0 (set by --producer-idle-expiry-secs)");
+        let help = Cli::command().render_long_help().to_string();
+        for flag in ["RINGSTREAM_MAX_PRODUCERS_PER_STREAM", "RINGSTREAM_PRODUCER_IDLE_EXPIRY_SECS", "producer_limit"] {
+            assert!(help.contains(flag), "--help lacks {flag}");
+        }
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub struct Config {
     pub header_timeout_ms: u64,
     /// A request body must arrive within this many ms of its head (else 408).
     pub body_timeout_ms: u64,
+    /// Producers whose state one stream holds at most (a new one beyond: 429).
+    pub max_producers_per_stream: usize,
+    /// A producer idle (no accepted append) for longer than this is forgotten.
+    pub producer_idle_expiry_secs: u64,
     /// Pin each shard's executor to one CPU (off only for tests that run
     /// several servers on a small machine).
     pub pin: bool,

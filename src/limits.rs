@@ -144,6 +144,26 @@ pub const BOOT_STALL_SECS: u64 = 10;
 /// duplicate answers with its original offset.
 pub const PRODUCER_ACKS_KEPT: usize = 16;
 
+/// Idempotent producers whose state a stream holds at once (the default of
+/// `--max-producers-per-stream`): an append from a producer beyond it gets
+/// 429 until one of them has been idle for `--producer-idle-expiry-secs`.
+pub const PRODUCERS_PER_STREAM_DEFAULT: usize = 4_096;
+/// Largest `--max-producers-per-stream` accepted: a stream's whole state,
+/// producers included, must fit one state record (checked below).
+pub const PRODUCERS_PER_STREAM_MAX: usize = 32_768;
+/// A producer whose last accepted append is older than this is forgotten
+/// (the default of `--producer-idle-expiry-secs`: 7 days).
+pub const PRODUCER_IDLE_EXPIRY_SECS_DEFAULT: u64 = 7 * 24 * 3600;
+/// Longest `Producer-Id` accepted (bytes); longer gets 400. Bounds what one
+/// producer's state costs in memory and in a state record.
+pub const PRODUCER_ID_BYTES_MAX: usize = 256;
+/// Longest `Stream-Seq` accepted (bytes); longer gets 400. A stream keeps
+/// its last one in memory and in its state record.
+pub const STREAM_SEQ_BYTES_MAX: usize = 256;
+/// Bytes one producer takes at most in a state record: its id, epoch, last
+/// seq, last append time, the count and the remembered acks (3 u64 each).
+pub const PRODUCER_RECORD_BYTES_MAX: usize = 8 + PRODUCER_ID_BYTES_MAX + 4 * 8 + PRODUCER_ACKS_KEPT * 24;
+
 /// Snapshots kept per stream: publishing one more forgets the oldest.
 pub const SNAPSHOTS_PER_STREAM_MAX: usize = 8;
 /// Interval of each shard's reclaim pass (segment deletion, TTL sweep).
@@ -315,6 +335,9 @@ const _: () = assert!(CONN_REQUEST_TIMEOUT_MS_MIN <= CONN_BODY_TIMEOUT_MS);
 const _: () = assert!(AUTH_TOKEN_BYTES_MAX + 64 <= REQUEST_HEADER_BYTES_MAX);
 const _: () = assert!(CELL_VOTERS_MIN % 2 == 1 && CELL_VOTERS_MAX % 2 == 1 && CELL_VOTERS_MIN <= CELL_VOTERS_MAX);
 const _: () = assert!(CELL_SECRET_BYTES_MIN <= CELL_SECRET_BYTES_MAX);
+// A stream's full producer table (plus room for the rest of its state) fits one state record.
+const _: () = assert!(PRODUCERS_PER_STREAM_MAX * PRODUCER_RECORD_BYTES_MAX + 1024 * 1024 <= RECORD_BODY_BYTES_MAX);
+const _: () = assert!(PRODUCERS_PER_STREAM_DEFAULT <= PRODUCERS_PER_STREAM_MAX);
 const _: () = assert!(CELL_ENTRY_BYTES_MAX + 1024 * 1024 <= CELL_FRAME_BYTES_MAX);
 const _: () = assert!(CELL_ENTRY_BYTES_MAX <= CELL_LINK_QUEUE_BYTES);
 // A round outlives a lost heartbeat (one goes out every 2 ticks).

@@ -287,6 +287,7 @@ fn check_config_validates_without_serving() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("does not exist; a start creates it") && out.contains("configuration ok"), "{out}");
     assert!(!data.exists(), "--check-config created the data directory");
+    assert!(out.contains("producers        at most 4096 per stream; one idle for more than 604800 s"), "{out}");
 
     // A directory written by a server: format and shard count agree.
     let server = start(root.path(), &args, &[]).listening("server");

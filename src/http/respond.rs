@@ -330,6 +330,10 @@ pub fn error(surface: Surface, e: &Error) -> Response {
             r.body = serde_json::to_vec(&body).expect("a quota error serializes");
             r
         }
+        Error::ProducerLimit { limit } => {
+            let body = serde_json::json!({ "error": "producer_limit", "message": e.to_string(), "limit": limit });
+            Response { status: 429, ..json(body.to_string()) }
+        }
     }
 }
 
@@ -486,9 +490,22 @@ mod tests {
             (Error::InsufficientStorage("x".into()), 507),
             (quota(QuotaKind::MaxStreams), 429),
             (quota(QuotaKind::MaxBytes), 507),
+            (Error::ProducerLimit { limit: 3 }, 429),
         ] {
             assert_eq!(error(Surface::Ds, &e).status, want, "{e:?}");
             assert_eq!(error(Surface::V1, &e).status, want, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_producer_limit_is_a_json_429_naming_the_limit() {
+        for surface in [Surface::Ds, Surface::V1] {
+            let r = error(surface, &Error::ProducerLimit { limit: 4_096 });
+            assert_eq!(r.status, 429);
+            assert!(r.headers.contains(&("Content-Type", "application/json".into())), "{:?}", r.headers);
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!((v["error"].as_str(), v["limit"].as_u64()), (Some("producer_limit"), Some(4_096)));
+            assert!(v["message"].as_str().unwrap().contains("4096 producers"), "{v}");
         }
     }
 

@@ -7,7 +7,7 @@ use super::parse::{Method, RequestHead};
 use crate::limits::BUCKET_LIST_LIMIT_MAX;
 use crate::metrics::RouteLabel;
 use crate::protocol::headers::parse_sub_offset;
-use crate::protocol::headers::{parse_lifetime, parse_producer, stream_closed_requested};
+use crate::protocol::headers::{parse_lifetime, parse_producer, parse_stream_seq, stream_closed_requested};
 use crate::protocol::names::{split_v1_path, validate_bucket_id, validate_ds_stream_id};
 use crate::protocol::offset::{parse_offset, parse_read_from, ReadFrom};
 use crate::protocol::ForkReq;
@@ -259,7 +259,7 @@ fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surf
             content_type: h("content-type"),
             body,
             close: stream_closed_requested(head.header("stream-closed")),
-            stream_seq: h("stream-seq"),
+            stream_seq: parse_stream_seq(head.header("stream-seq"))?,
             producer: parse_producer(
                 head.header("producer-id"),
                 head.header("producer-epoch"),

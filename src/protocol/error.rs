@@ -42,6 +42,11 @@ pub enum Error {
     /// (nothing was written): 429 for `max_streams`, 507 for `max_bytes`.
     #[error("bucket {bucket}: quota {} of {limit} exceeded ({used} used, {requested} more asked)", quota.name())]
     QuotaExceeded { quota: QuotaKind, bucket: String, limit: u64, used: u64, requested: u64 },
+    /// An append from a producer the stream holds no state for, while it
+    /// holds `limit` producers' state already (nothing was written): 429.
+    /// (Last: forwarded answers encode variants by position.)
+    #[error("the stream holds the state of {limit} producers, its limit; a new producer may start once one has been idle long enough")]
+    ProducerLimit { limit: u64 },
 }
 
 /// Which quota of a `[[bucket]]` entry a write would pass.

@@ -7,6 +7,7 @@
 use chrono::DateTime;
 
 use super::Error;
+use crate::limits::{PRODUCER_ID_BYTES_MAX, STREAM_SEQ_BYTES_MAX};
 
 /// Largest integer a JavaScript client can represent exactly; the producer
 /// headers are capped there (F30) so every value round-trips through the
@@ -173,6 +174,7 @@ pub fn parse_producer(
             if id.is_empty() {
                 return Err(Error::BadRequest("Producer-Id must not be empty".to_string()));
             }
+            check_len(id, "Producer-Id", PRODUCER_ID_BYTES_MAX)?;
             Ok(Some(ProducerHeaders {
                 id: id.to_string(),
                 epoch: parse_producer_number(epoch, "Producer-Epoch")?,
@@ -181,6 +183,23 @@ pub fn parse_producer(
         }
         _ => Err(Error::BadRequest("Producer-Id, Producer-Epoch and Producer-Seq must be sent together".to_string())),
     }
+}
+
+/// A header value a stream keeps (in memory and in its state record) may
+/// be at most `max` bytes.
+fn check_len(v: &str, what: &str, max: usize) -> Result<(), Error> {
+    if v.len() > max {
+        return Err(Error::BadRequest(format!("{what} is {} bytes long; at most {max} are accepted", v.len())));
+    }
+    Ok(())
+}
+
+/// `Stream-Seq`: any value (compared bytewise, F24) of at most
+/// STREAM_SEQ_BYTES_MAX bytes.
+pub fn parse_stream_seq(v: Option<&str>) -> Result<Option<String>, Error> {
+    let Some(v) = v else { return Ok(None) };
+    check_len(v, "Stream-Seq", STREAM_SEQ_BYTES_MAX)?;
+    Ok(Some(v.to_string()))
 }
 
 /// F101: `Stream-Fork-Sub-Offset`: `^(0|[1-9][0-9]*)$` (so -1, abc, 1.5, 05, +1 are rejected).
@@ -383,6 +402,22 @@ mod tests {
             assert!(is_bad(parse_producer(Some("p"), Some(bad), Some("0"))), "epoch {bad:?}");
             assert!(is_bad(parse_producer(Some("p"), Some("0"), Some(bad))), "seq {bad:?}");
         }
+    }
+
+    #[test]
+    fn producer_ids_and_stream_seqs_are_at_most_256_bytes() {
+        let at = "p".repeat(PRODUCER_ID_BYTES_MAX);
+        let over = "p".repeat(PRODUCER_ID_BYTES_MAX + 1);
+        assert_eq!(parse_producer(Some(&at), Some("0"), Some("0")).unwrap().unwrap().id, at);
+        let e = parse_producer(Some(&over), Some("0"), Some("0")).unwrap_err();
+        assert!(matches!(&e, Error::BadRequest(m) if m.starts_with("Producer-Id is 257 bytes long")), "{e:?}");
+        // Whitespace around the id is not part of it.
+        assert!(parse_producer(Some(&format!(" {at}\t")), Some("0"), Some("0")).is_ok());
+        let seq = "9".repeat(STREAM_SEQ_BYTES_MAX);
+        assert_eq!(parse_stream_seq(Some(&seq)), Ok(Some(seq.clone())));
+        assert_eq!(parse_stream_seq(None), Ok(None));
+        let e = parse_stream_seq(Some(&format!("{seq}9"))).unwrap_err();
+        assert!(matches!(&e, Error::BadRequest(m) if m.starts_with("Stream-Seq is 257 bytes long")), "{e:?}");
     }
 
     #[test]

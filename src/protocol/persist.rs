@@ -65,13 +65,19 @@ pub struct SnapshotMeta {
     pub published_at_ms: i64,
 }
 
-/// An idempotent producer's state: epoch, highest accepted seq, and the
-/// remembered (epoch, seq, tail) of its latest appends.
+/// An idempotent producer's state: epoch, highest accepted seq, when its
+/// last accepted append was written, and the remembered (epoch, seq, tail)
+/// of its latest appends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerRecord {
     pub id: String,
     pub epoch: u64,
     pub last_seq: u64,
+    /// `written_at_ms` of its last accepted append (what its idle expiry
+    /// counts from). State records written before this was kept carry none:
+    /// they read as the record's `last_write_ms`, never earlier than the
+    /// truth, so a producer is never forgotten sooner than it should be.
+    pub last_ms: i64,
     pub acks: Vec<(u64, u64, u64)>,
 }
 
@@ -275,6 +281,8 @@ impl CreateRecord {
 const F_CLOSE: u8 = 1;
 const F_SEQ: u8 = 2;
 const F_PRODUCER: u8 = 4;
+/// A state record's flag: each producer carries its last append time.
+const S_PRODUCER_TIMES: u8 = 4;
 
 impl AppendRecord {
     pub fn encode(&self) -> Vec<u8> {
@@ -340,7 +348,7 @@ impl StateRecord {
         w.fork(&self.fork);
         w.u64(self.tail);
         w.u64(self.trim);
-        w.u8(self.closed as u8 | (self.soft_deleted as u8) << 1);
+        w.u8(self.closed as u8 | (self.soft_deleted as u8) << 1 | S_PRODUCER_TIMES);
         match &self.closed_by {
             None => w.u8(0),
             Some((id, epoch, seq)) => {
@@ -356,6 +364,7 @@ impl StateRecord {
             w.str(&p.id);
             w.u64(p.epoch);
             w.u64(p.last_seq);
+            w.u64(p.last_ms as u64);
             w.u64(p.acks.len() as u64);
             for &(e, s, t) in &p.acks {
                 w.u64(e);
@@ -387,7 +396,7 @@ impl StateRecord {
         let tail = r.u64()?;
         let trim = r.u64()?;
         let flags = r.u8()?;
-        if flags & !3 != 0 || trim > tail {
+        if flags & !(3 | S_PRODUCER_TIMES) != 0 || trim > tail {
             return Err(Malformed);
         }
         let closed_by = match r.u8()? {
@@ -400,11 +409,12 @@ impl StateRecord {
         for _ in 0..r.count(32)? {
             let id = r.string()?;
             let (epoch, last_seq) = (r.u64()?, r.u64()?);
+            let last_ms = if flags & S_PRODUCER_TIMES != 0 { r.u64()? as i64 } else { last_write_ms };
             let mut acks = Vec::new();
             for _ in 0..r.count(24)? {
                 acks.push((r.u64()?, r.u64()?, r.u64()?));
             }
-            producers.push(ProducerRecord { id, epoch, last_seq, acks });
+            producers.push(ProducerRecord { id, epoch, last_seq, last_ms, acks });
         }
         let mut snapshots = Vec::new();
         for _ in 0..r.count(24)? {
@@ -569,6 +579,7 @@ mod tests {
                 id: "p".into(),
                 epoch: 1,
                 last_seq: 7,
+                last_ms: 8,
                 acks: vec![(1, 6, 90), (1, 7, 100)],
             }],
             soft_deleted: true,
@@ -601,5 +612,45 @@ mod tests {
         }
         let bad = StateRecord { trim: 101, ..state() };
         assert!(StateRecord::decode_meta(&bad.encode()).is_err(), "trim past the tail must be refused");
+    }
+
+    #[test]
+    fn a_state_record_without_producer_times_reads_them_as_its_last_write() {
+        // The body of the format before producers carried a time: flags
+        // without bit 4 and no time after each producer's last seq. Where
+        // the flags and the time lie: the first byte that changes with them.
+        let r = StateRecord { blob: Vec::new(), ..state() };
+        let enc = r.encode();
+        let first_change = |other: &StateRecord| enc.iter().zip(other.encode()).position(|(a, b)| *a != b).unwrap();
+        let flags_at = first_change(&StateRecord { closed: false, ..r.clone() });
+        let mut later = r.clone();
+        later.producers[0].last_ms += 1;
+        let time_at = first_change(&later);
+        assert_eq!(enc[flags_at], 3 | S_PRODUCER_TIMES, "the new format sets the flag");
+        assert_eq!(enc[time_at..time_at + 8], 8u64.to_le_bytes());
+        let mut body = enc[..time_at].to_vec();
+        body.extend_from_slice(&enc[time_at + 8..]);
+        body[flags_at] = 3;
+        let back = StateRecord::decode(&body).unwrap();
+        assert_eq!(back.producers[0].last_ms, r.last_write_ms);
+        assert_eq!(
+            StateRecord { producers: vec![ProducerRecord { last_ms: 8, ..back.producers[0].clone() }], ..back },
+            r
+        );
+    }
+
+    #[test]
+    fn a_largest_producer_fits_its_budget_in_a_state_record() {
+        use crate::limits::{PRODUCER_ACKS_KEPT, PRODUCER_ID_BYTES_MAX, PRODUCER_RECORD_BYTES_MAX};
+        let empty = StateRecord { producers: Vec::new(), blob: Vec::new(), ..state() };
+        let big = ProducerRecord {
+            id: "x".repeat(PRODUCER_ID_BYTES_MAX),
+            epoch: u64::MAX,
+            last_seq: u64::MAX,
+            last_ms: i64::MAX,
+            acks: vec![(u64::MAX, u64::MAX, u64::MAX); PRODUCER_ACKS_KEPT],
+        };
+        let one = StateRecord { producers: vec![big], ..empty.clone() };
+        assert!(one.encode().len() - empty.encode().len() <= PRODUCER_RECORD_BYTES_MAX);
     }
 }

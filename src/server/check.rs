@@ -32,6 +32,11 @@ pub fn check(cfg: &Config) -> anyhow::Result<String> {
         Some(w) => writeln!(out, "locked memory    WARNING: {w}"),
         None => writeln!(out, "locked memory    enough for {} bytes of registered buffers", memlock.need),
     };
+    let _ = writeln!(
+        out,
+        "producers        at most {} per stream; one idle for more than {} s is forgotten",
+        cfg.max_producers_per_stream, cfg.producer_idle_expiry_secs
+    );
     data_dir(cfg, &mut out)?;
     tier(cfg, &mut out)?;
     cell(cfg, &mut out);

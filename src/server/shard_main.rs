@@ -12,6 +12,7 @@ use crate::http::conn;
 use crate::http::stop::Stop;
 use crate::limits::RECLAIM_INTERVAL_MS;
 use crate::metrics::EdgeMetrics;
+use crate::protocol::rules::ProducerPolicy;
 use crate::shard::mesh::{Link, Mesh};
 use crate::shard::message::Control;
 use crate::shard::Shard;
@@ -94,6 +95,7 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     drop(records);
     let elapsed = started.elapsed();
     shard.set_live(Rc::new(|d| Box::pin(glommio::timer::sleep(d))), Duration::from_millis(b.cfg.long_poll_timeout_ms));
+    shard.set_producer_policy(ProducerPolicy::new(b.cfg.max_producers_per_stream, b.cfg.producer_idle_expiry_secs));
     let l = log.clone();
     glommio::spawn_local(async move { l.run_writer().await }).detach();
     glommio::spawn_local(async move { log.run_preparer().await }).detach();

@@ -21,6 +21,7 @@ pub mod forward;
 pub mod mesh;
 pub mod message;
 mod ops;
+mod producers;
 mod records;
 mod recover;
 pub mod router;
@@ -29,6 +30,7 @@ mod stream;
 pub mod tiering;
 
 use crate::metrics::{Family, Histo, Samples};
+use crate::protocol::rules::ProducerPolicy;
 use crate::protocol::{Error, Live, Outcome, StreamKey, StreamOp, Surface};
 use crate::quota::BucketUsage;
 use crate::storage::io::SegmentStore;
@@ -83,6 +85,9 @@ pub struct Shard<S: SegmentStore> {
     /// of glommio). None: live reads answer at once as if timed out.
     sleep: RefCell<Option<Sleep>>,
     long_poll_timeout: Cell<Duration>,
+    /// How many producers' state a stream may hold, and for how long an
+    /// idle one is kept (`--max-producers-per-stream`, `--producer-idle-expiry-secs`).
+    producer_policy: Cell<ProducerPolicy>,
     rng: Cell<u64>,
     /// Something may have freed a segment since the last reclaim pass.
     reclaim_due: Cell<bool>,
@@ -145,6 +150,11 @@ impl<S: SegmentStore> Shard<S> {
     pub fn set_live(&self, sleep: Sleep, long_poll_timeout: Duration) {
         *self.sleep.borrow_mut() = Some(sleep);
         self.long_poll_timeout.set(long_poll_timeout);
+    }
+
+    /// Sets the bound on each stream's producers and their idle expiry.
+    pub fn set_producer_policy(&self, policy: ProducerPolicy) {
+        self.producer_policy.set(policy);
     }
 
     pub fn log(&self) -> &Rc<Log<S>> {

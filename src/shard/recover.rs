@@ -6,6 +6,7 @@ use super::stream::{Snap, Stream};
 use super::{wall_clock_ms, Shard};
 use crate::metrics::Histo;
 use crate::protocol::persist::{self, AppendRecord, CreateRecord, StateRecord};
+use crate::protocol::rules::ProducerPolicy;
 use crate::protocol::StreamKey;
 use crate::storage::{io::SegmentStore, Log, Recovered};
 use std::cell::{Cell, RefCell};
@@ -40,6 +41,10 @@ impl<S: SegmentStore> Shard<S> {
             now_ms: Box::new(wall_clock_ms),
             sleep: RefCell::new(None),
             long_poll_timeout: Cell::new(Duration::from_millis(crate::limits::LONG_POLL_TIMEOUT_MS_DEFAULT)),
+            producer_policy: Cell::new(ProducerPolicy::new(
+                crate::limits::PRODUCERS_PER_STREAM_DEFAULT,
+                crate::limits::PRODUCER_IDLE_EXPIRY_SECS_DEFAULT,
+            )),
             rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (wall_clock_ms() as u64) ^ ((id as u64) << 32)),
             reclaim_due: Cell::new(true),
             reclaim_sealed: Cell::new(0),

@@ -1,14 +1,15 @@
 //! A stream's state on its owning shard: its chunks, producers, snapshots,
 //! lifetime, and how append and state records change it.
 
+use super::producers::Producers;
 use crate::protocol::headers::{is_json, Lifetime};
-use crate::protocol::persist::{AppendRecord, ForkRecord, ProducerRecord, SnapshotMeta, StateRecord};
-use crate::protocol::rules::{self, CreateConfig, ProducerState};
+use crate::protocol::persist::{AppendRecord, ForkRecord, SnapshotMeta, StateRecord};
+use crate::protocol::rules::{self, CreateConfig};
 use crate::protocol::{Offset, StreamInfo, StreamKey};
 use crate::quota::BucketUsage;
 use crate::storage::RecordLoc;
 use futures_channel::oneshot;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// One slice of a stream's data: a record's data part.
@@ -46,11 +47,8 @@ pub(super) struct Stream {
     pub(super) closed_lsn: u64,
     pub(super) closed_by: Option<(String, u64, u64)>,
     pub(super) chunks: Vec<Chunk>,
-    pub(super) producers: HashMap<String, ProducerState>,
-    /// Per producer, the tail after each of its latest accepted appends
-    /// (epoch, seq, tail), so a retried duplicate answers with the offset the
-    /// original got (snakream.md). At most PRODUCER_ACKS_KEPT per producer.
-    pub(super) producer_acks: HashMap<String, VecDeque<(u64, u64, u64)>>,
+    /// Its idempotent producers, bounded (see `producers`).
+    pub(super) producers: Producers,
     pub(super) stream_seq: Option<String>,
     /// Lsn of the latest record about this stream.
     pub(super) last_lsn: u64,
@@ -142,8 +140,7 @@ impl Stream {
             closed_lsn: 0,
             closed_by: None,
             chunks: Vec::new(),
-            producers: HashMap::new(),
-            producer_acks: HashMap::new(),
+            producers: Producers::default(),
             stream_seq: None,
             last_lsn: 0,
             waiters: Vec::new(),
@@ -196,16 +193,7 @@ impl Stream {
             closed: self.closed,
             closed_by: self.closed_by.clone(),
             stream_seq: self.stream_seq.clone(),
-            producers: self
-                .producers
-                .iter()
-                .map(|(id, p)| ProducerRecord {
-                    id: id.clone(),
-                    epoch: p.epoch,
-                    last_seq: p.last_seq,
-                    acks: self.producer_acks.get(id).map(|a| a.iter().copied().collect()).unwrap_or_default(),
-                })
-                .collect(),
+            producers: self.producers.records(),
             soft_deleted: self.soft_deleted,
             snapshots: self
                 .snapshots
@@ -235,12 +223,7 @@ impl Stream {
         self.closed_by = r.closed_by.clone();
         self.stream_seq = r.stream_seq.clone();
         self.soft_deleted = r.soft_deleted;
-        self.producers.clear();
-        self.producer_acks.clear();
-        for p in &r.producers {
-            self.producers.insert(p.id.clone(), ProducerState { epoch: p.epoch, last_seq: p.last_seq });
-            self.producer_acks.insert(p.id.clone(), p.acks.iter().copied().collect());
-        }
+        self.producers = Producers::from_records(&r.producers);
     }
 
     /// Recovery: replays an append record's effect.
@@ -281,8 +264,7 @@ impl Stream {
             self.stream_seq = Some(seq.clone());
         }
         if let Some((pid, epoch, seq)) = &a.producer {
-            self.producers.insert(pid.clone(), ProducerState { epoch: *epoch, last_seq: *seq });
-            self.remember_ack(pid, *epoch, *seq);
+            self.producers.accept(pid, (*epoch, *seq), self.tail, a.written_at_ms);
         }
         if a.close {
             self.closed = true;
@@ -332,18 +314,6 @@ impl Stream {
             },
             snapshot_offset: self.snapshots.keys().next_back().map(|&o| Offset::new(0, o)),
         }
-    }
-
-    pub(super) fn remember_ack(&mut self, producer: &str, epoch: u64, seq: u64) {
-        let acks = self.producer_acks.entry(producer.to_string()).or_default();
-        if acks.len() == crate::limits::PRODUCER_ACKS_KEPT {
-            acks.pop_front();
-        }
-        acks.push_back((epoch, seq, self.tail));
-    }
-
-    pub(super) fn acked_tail(&self, producer: &str, epoch: u64, seq: u64) -> Option<u64> {
-        self.producer_acks.get(producer)?.iter().find(|(e, s, _)| *e == epoch && *s == seq).map(|(_, _, t)| *t)
     }
 
     pub(super) fn config(&self) -> CreateConfig {

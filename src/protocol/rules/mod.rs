@@ -15,6 +15,6 @@ pub use append::{check_append, AppendContext, AppendVerdict};
 pub use create::{recreate_matches, same_config, CreateConfig};
 pub use expiry::expired;
 pub use fork::{check_fork_source, ForkSource};
-pub use producer::{check_producer, ProducerState, ProducerVerdict};
+pub use producer::{admit_producer, check_producer, producer_idle, ProducerPolicy, ProducerState, ProducerVerdict};
 pub use read::{range_etag, read_start, stream_etag};
 pub use snapshot::{check_snapshot_offset, SnapshotTarget};

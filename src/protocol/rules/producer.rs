@@ -43,6 +43,40 @@ pub fn check_producer(state: Option<&ProducerState>, epoch: u64, seq: u64) -> Re
     }
 }
 
+/// How much producer state a stream may hold: at most `max_per_stream`
+/// producers, each forgotten once its last accepted append is more than
+/// `idle_expiry_ms` old (then its next append starts it anew, from seq 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerPolicy {
+    pub max_per_stream: usize,
+    pub idle_expiry_ms: i64,
+}
+
+impl ProducerPolicy {
+    /// The policy of `--max-producers-per-stream` and `--producer-idle-expiry-secs`.
+    pub fn new(max_per_stream: usize, idle_expiry_secs: u64) -> Self {
+        let idle_expiry_ms = i64::try_from(idle_expiry_secs).unwrap_or(i64::MAX).saturating_mul(1000);
+        ProducerPolicy { max_per_stream, idle_expiry_ms }
+    }
+}
+
+/// Whether a producer whose last accepted append was written at `last_ms`
+/// is forgotten at `now_ms`. A clock that went back forgets nothing.
+pub fn producer_idle(policy: &ProducerPolicy, last_ms: i64, now_ms: i64) -> bool {
+    now_ms.saturating_sub(last_ms) > policy.idle_expiry_ms
+}
+
+/// Whether a producer may write: one the stream holds state for always may;
+/// a new one only while the stream holds fewer than the bound (`held`
+/// counts the producers not idle). Changes nothing.
+pub fn admit_producer(policy: &ProducerPolicy, known: bool, held: usize) -> Result<(), Error> {
+    if known || held < policy.max_per_stream {
+        Ok(())
+    } else {
+        Err(Error::ProducerLimit { limit: policy.max_per_stream as u64 })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +95,27 @@ mod tests {
         assert_eq!(check_producer(Some(&ps(2, 4)), 2, 1), Ok(ProducerVerdict::Duplicate { epoch: 2, highest_seq: 4 }));
         assert_eq!(check_producer(Some(&ps(2, 4)), 2, 5), Ok(ProducerVerdict::Accept));
         assert_eq!(check_producer(Some(&ps(2, 4)), 2, 7), Err(Error::SeqGap { expected: 5, received: 7 }));
+    }
+
+    #[test]
+    fn a_new_producer_is_admitted_below_the_bound_only() {
+        let policy = ProducerPolicy::new(3, 60);
+        assert_eq!(admit_producer(&policy, false, 0), Ok(()));
+        assert_eq!(admit_producer(&policy, false, 2), Ok(()));
+        assert_eq!(admit_producer(&policy, false, 3), Err(Error::ProducerLimit { limit: 3 }));
+        // A producer the stream knows keeps writing at (or past) the bound.
+        assert_eq!(admit_producer(&policy, true, 3), Ok(()));
+        assert_eq!(admit_producer(&policy, true, 9), Ok(()));
+    }
+
+    #[test]
+    fn a_producer_is_idle_only_past_the_expiry() {
+        let policy = ProducerPolicy::new(1, 2);
+        assert_eq!(policy.idle_expiry_ms, 2_000);
+        assert!(!producer_idle(&policy, 1_000, 3_000), "exactly the expiry old: kept");
+        assert!(producer_idle(&policy, 1_000, 3_001));
+        assert!(!producer_idle(&policy, 5_000, 1_000), "a clock that went back forgets nothing");
+        let forever = ProducerPolicy::new(1, u64::MAX);
+        assert!(!producer_idle(&forever, i64::MIN, i64::MAX), "no overflow into forgetting");
     }
 }

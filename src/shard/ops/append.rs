@@ -3,7 +3,7 @@
 
 use crate::protocol::headers::ProducerHeaders;
 use crate::protocol::persist::{self, AppendRecord};
-use crate::protocol::rules::{self, AppendContext, AppendVerdict};
+use crate::protocol::rules::{self, AppendContext, AppendVerdict, ProducerPolicy};
 use crate::protocol::{json, AppendReq, Error, Offset, Outcome, ProducerAck, StreamKey};
 use crate::quota::BucketUsage;
 use crate::shard::records;
@@ -23,12 +23,22 @@ pub(in crate::shard) enum AppendPlan {
     Answer(Outcome),
 }
 
-/// Plans an append to the stream at `key` as of `durable_lsn` (F19-F33).
+/// When an append is planned and what its producer may do: the clock its
+/// record will carry and the stream's producer bound and expiry.
+pub(in crate::shard) struct At<'a> {
+    pub(in crate::shard) now_ms: i64,
+    pub(in crate::shard) policy: &'a ProducerPolicy,
+}
+
+/// Plans an append to the stream at `key` as of `durable_lsn` (F19-F33),
+/// then, for a producer the stream holds no live state for, the producer
+/// bound (429, nothing written).
 pub(in crate::shard) fn plan(
     state: &State,
     key: &StreamKey,
     req: &AppendReq,
     durable_lsn: u64,
+    at: &At<'_>,
 ) -> Result<AppendPlan, Error> {
     let s = state.get(key).ok_or(Error::NotFound)?;
     // The ETag only matters for If-Match; don't build it on every append.
@@ -42,16 +52,21 @@ pub(in crate::shard) fn plan(
         next_offset: Offset::new(0, s.tail),
         etag: &etag,
         last_stream_seq: s.stream_seq.as_deref(),
-        producer: req.producer.as_ref().and_then(|p| s.producers.get(&p.id).copied()),
+        producer: req.producer.as_ref().and_then(|p| s.producers.live(&p.id, at.policy, at.now_ms)),
         closed_by: s.closed_by.as_ref(),
     };
     Ok(match rules::check_append(&cx, req)? {
-        AppendVerdict::Write { producer } => AppendPlan::Write {
-            header: records::stream_header(persist::KIND_APPEND, s.uid, s.incarnation, s.tail),
-            producer,
-            json: s.json,
-            usage: s.usage.clone(),
-        },
+        AppendVerdict::Write { producer } => {
+            if let Some(p) = &producer {
+                s.producers.admit(&p.id, at.policy, at.now_ms)?;
+            }
+            AppendPlan::Write {
+                header: records::stream_header(persist::KIND_APPEND, s.uid, s.incarnation, s.tail),
+                producer,
+                json: s.json,
+                usage: s.usage.clone(),
+            }
+        }
         AppendVerdict::Duplicate { epoch, highest_seq } => {
             AppendPlan::Answer(unwritten(s, req, Some(ProducerAck { epoch, seq: highest_seq }), durable_lsn))
         }
@@ -65,7 +80,7 @@ pub(in crate::shard) fn plan(
 fn unwritten(s: &Stream, req: &AppendReq, producer: Option<ProducerAck>, durable_lsn: u64) -> Outcome {
     let mut v = s.visible(durable_lsn);
     if let (Some(p), Some(_)) = (&req.producer, &producer) {
-        if let Some(t) = s.acked_tail(&p.id, p.epoch, p.seq) {
+        if let Some(t) = s.producers.acked_tail(&p.id, p.epoch, p.seq) {
             v.tail = t.min(v.tail);
         }
     }
@@ -73,14 +88,25 @@ fn unwritten(s: &Stream, req: &AppendReq, producer: Option<ProducerAck>, durable
 }
 
 impl<S: SegmentStore> Shard<S> {
+    /// Before an append is planned: every write that reaches the stream
+    /// refreshes its TTL, even a close-only or rejected one (F93), and the
+    /// idle producers make room for one the stream does not know.
+    fn touch_for_append(&self, key: &StreamKey, req: &AppendReq, now: i64, policy: &ProducerPolicy) {
+        if let Some(s) = self.state.borrow_mut().get_mut(key) {
+            s.last_access_ms = now;
+            if let Some(p) = &req.producer {
+                s.producers.make_room(&p.id, policy, now);
+            }
+        }
+    }
+
     pub(in crate::shard) async fn append(&self, key: StreamKey, req: AppendReq) -> Reply {
         let now = (self.now_ms)();
-        // Every write that reaches the stream refreshes its TTL, even a
-        // close-only or rejected one (F93).
-        if let Some(s) = self.state.borrow_mut().get_mut(&key) {
-            s.last_access_ms = now;
-        }
-        let (header, producer, json, usage) = match plan(&self.state.borrow(), &key, &req, self.log.durable_lsn())? {
+        let policy = self.producer_policy.get();
+        self.touch_for_append(&key, &req, now, &policy);
+        let at = At { now_ms: now, policy: &policy };
+        let (header, producer, json, usage) = match plan(&self.state.borrow(), &key, &req, self.log.durable_lsn(), &at)?
+        {
             AppendPlan::Write { header, producer, json, usage } => (header, producer, json, usage),
             AppendPlan::Answer(answer) => return Ok(answer),
         };
@@ -133,7 +159,14 @@ impl<S: SegmentStore> Shard<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::{PRODUCERS_PER_STREAM_DEFAULT, PRODUCER_IDLE_EXPIRY_SECS_DEFAULT};
     use crate::shard::ops::testkit::{append, create, key, req};
+
+    /// [`super::plan`] under the default producer policy, at 1 s.
+    fn plan(state: &State, key: &StreamKey, req: &AppendReq, durable_lsn: u64) -> Result<AppendPlan, Error> {
+        let policy = ProducerPolicy::new(PRODUCERS_PER_STREAM_DEFAULT, PRODUCER_IDLE_EXPIRY_SECS_DEFAULT);
+        super::plan(state, key, req, durable_lsn, &At { now_ms: 1_000, policy: &policy })
+    }
 
     fn producer(id: &str, epoch: u64, seq: u64) -> Option<ProducerHeaders> {
         Some(ProducerHeaders { id: id.into(), epoch, seq })
@@ -270,6 +303,83 @@ mod tests {
         let mut r = req(b"{}");
         r.content_type = Some("application/json".into());
         assert!(matches!(plan(&state, &key("a"), &r, 1), Err(Error::Conflict(_))));
+    }
+
+    /// Stream "a" with producers p0..p{n} (epoch 0, seq 0), written at `at_ms`.
+    fn with_producers(n: usize, at_ms: i64) -> State {
+        let mut state = State::default();
+        create(&mut state, "a", "text/plain", 1);
+        for i in 0..n {
+            let mut r = rec(b"x", false);
+            (r.producer, r.written_at_ms) = (Some((format!("p{i}"), 0, 0)), at_ms);
+            let s = state.get_mut(&key("a")).unwrap();
+            records::apply_append(s, &r, loc(2 + i as u64, 5), 4, 2 + i as u64, 1 + i as u64);
+        }
+        state
+    }
+
+    fn by(id: &str, epoch: u64, seq: u64) -> AppendReq {
+        AppendReq { producer: producer(id, epoch, seq), ..req(b"y") }
+    }
+
+    #[test]
+    fn a_new_producer_past_the_bound_is_refused_and_known_ones_go_on() {
+        let state = with_producers(3, 1_000);
+        let policy = ProducerPolicy::new(3, 60);
+        let at = At { now_ms: 2_000, policy: &policy };
+        let e = super::plan(&state, &key("a"), &by("p3", 0, 0), 9, &at).unwrap_err();
+        assert_eq!(e, Error::ProducerLimit { limit: 3 });
+        for i in 0..3 {
+            let next = super::plan(&state, &key("a"), &by(&format!("p{i}"), 0, 1), 9, &at).unwrap();
+            assert!(matches!(next, AppendPlan::Write { .. }), "p{i}: {next:?}");
+        }
+        // A retry of a known producer is still a duplicate, and appends
+        // without a producer are not counted.
+        let dup = super::plan(&state, &key("a"), &by("p0", 0, 0), 9, &at).unwrap();
+        assert!(matches!(dup, AppendPlan::Answer(Outcome::Appended { duplicate: true, .. })), "{dup:?}");
+        assert!(super::plan(&state, &key("a"), &req(b"z"), 9, &at).is_ok());
+        // A gap is a gap before it is a newcomer.
+        let gap = super::plan(&state, &key("a"), &by("p3", 0, 4), 9, &at).unwrap_err();
+        assert!(matches!(gap, Error::SeqGap { expected: 0, received: 4 }), "{gap:?}");
+    }
+
+    #[test]
+    fn idle_producers_free_their_slots_once_room_is_made() {
+        let mut state = with_producers(3, 1_000);
+        let policy = ProducerPolicy::new(3, 60);
+        let later = 1_000 + 60_001;
+        let at = At { now_ms: later, policy: &policy };
+        let s = state.get_mut(&key("a")).unwrap();
+        s.producers.make_room("p3", &policy, later);
+        assert_eq!(s.producers.len(), 0, "all three idle past the expiry");
+        assert!(matches!(super::plan(&state, &key("a"), &by("p3", 0, 0), 9, &at).unwrap(), AppendPlan::Write { .. }));
+        // A forgotten producer's old sequence is gone: it starts at 0 again.
+        let e = super::plan(&state, &key("a"), &by("p0", 0, 1), 9, &at).unwrap_err();
+        assert!(matches!(e, Error::SeqGap { expected: 0, received: 1 }), "{e:?}");
+    }
+
+    #[test]
+    fn replay_and_a_state_record_rebuild_the_same_producer_table() {
+        let live = with_producers(3, 1_000);
+        let s = live.get(&key("a")).unwrap();
+        // Replay: the same append records, read back.
+        let mut replayed = Stream::adoptable(s.uid, s.incarnation, 0);
+        for i in 0..3u64 {
+            let mut r = rec(b"x", false);
+            (r.producer, r.written_at_ms) = (Some((format!("p{i}"), 0, 0)), 1_000);
+            replayed.replay_append(&r, loc(2 + i, 5), i, 4).unwrap();
+        }
+        let sorted = |s: &Stream| {
+            let mut v = s.producers.records();
+            v.sort_by(|a, b| a.id.cmp(&b.id));
+            v
+        };
+        assert_eq!(sorted(&replayed), sorted(s));
+        assert!(sorted(s).iter().all(|p| p.last_ms == 1_000), "the records' time, not the clock's");
+        // A state record carries the table, times included.
+        let mut restored = Stream::adoptable(s.uid, s.incarnation, 0);
+        restored.apply_state(&s.state_record(&key("a")));
+        assert_eq!(sorted(&restored), sorted(s));
     }
 
     use crate::shard::ops::testkit::{loc, rec};
