@@ -13,7 +13,10 @@
 //! - a follower whose leader and other follower are killed answers a write
 //!   503 with `Retry-After` within 10 s;
 //! - a stream past its TTL, never touched, is expired by the leader's sweep
-//!   and gone from every node.
+//!   and gone from every node;
+//! - streams in use outlive their TTL window: one read only through a
+//!   follower (which tells the leader), one written through a failover (the
+//!   new leader counts from the writes it applied, and from its takeover).
 
 mod common;
 
@@ -319,4 +322,56 @@ fn a_stream_past_its_ttl_is_expired_by_the_leader_and_on_every_node_untouched() 
     let r = cell.nodes[(leader + 1) % 3].conn().request("GET", "/v1/stream/short-lived?offset=-1", &[], b"");
     assert_eq!(r.status, 404, "an expired stream read through a follower: {}", r.summary());
     cell.serves_all((leader + 2) % 3);
+}
+
+/// Until `limit`: `method` on `path` through the nodes that are up, each
+/// try starting at the next node, until one answers other than 503 (or
+/// cannot be reached); that answer's status.
+fn through_any(cell: &Cell, method: &str, path: &str, body: &[u8], limit: Duration) -> u16 {
+    let end = Instant::now() + limit;
+    let mut tries = 0usize;
+    while Instant::now() < end {
+        tries += 1;
+        let i = tries % 3;
+        if !cell.up[i] {
+            continue;
+        }
+        let Ok(mut c) = Conn::try_connect(cell.nodes[i].port()) else { continue };
+        let Ok(r) = c.try_request(method, path, &[("content-type", "text/plain")], body) else { continue };
+        if r.status != 503 {
+            return r.status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    503
+}
+
+#[test]
+fn streams_in_use_outlive_their_ttl_through_follower_reads_and_a_failover() {
+    let (mut cell, leader) = Cell::with_appends(1);
+    let follower = (leader + 1) % 3;
+    let mut c = cell.nodes[leader].conn();
+    for name in ["written", "read"] {
+        let r = c.request("PUT", &format!("/v1/stream/{name}"), &[("content-type", "text/plain"), ("stream-ttl", "4")], b"x");
+        assert_eq!(r.status, 201, "{}", r.summary());
+    }
+    // For 6 s (past the 4 s window): "written" is appended to through any
+    // node, "read" only read, live, through a follower (served there, never
+    // forwarded): the leader must hear of those reads.
+    let end = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < end {
+        let status = through_any(&cell, "POST", "/v1/stream/written", b"w", Duration::from_secs(5));
+        assert!(status == 200 || status == 204, "an append to a stream in use answered {status}");
+        let r = cell.nodes[follower].conn().request("GET", "/v1/stream/read?offset=-1&live=long-poll", &[], b"");
+        assert_eq!(r.status, 200, "a stream read through a follower every 300 ms: {}", r.summary());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // The leader dies. Its successor knew "written" only from the records
+    // it applied: their write times, not its creation, say when it was used.
+    cell.nodes[leader].kill9();
+    cell.up[leader] = false;
+    let status = through_any(&cell, "POST", "/v1/stream/written", b"after", Duration::from_secs(20));
+    assert!(status == 200 || status == 204, "the first append after the failover answered {status}");
+    let status = through_any(&cell, "GET", "/v1/stream/read?offset=-1", b"", Duration::from_secs(10));
+    assert_eq!(status, 200, "the stream read through a follower, after the failover");
 }

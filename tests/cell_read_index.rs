@@ -11,11 +11,13 @@
 //!   steps down by itself) still believes it leads while the other two
 //!   elect a leader that appends and creates a stream; asked then, it gives
 //!   no stale tail and no 404 for the new stream: nothing until it notices,
-//!   then 503.
+//!   then 503;
+//! - a leader that deleted a stream answers a 404 for it only once the
+//!   delete is committed, though it confirms its lead sooner.
 
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
-use raft::prelude::Message;
+use raft::prelude::{Message, MessageType};
 use ringstream::cell::replica::{Applier, Outbox, Replica, Status};
 use ringstream::limits::SEGMENT_BYTES_MIN;
 use ringstream::protocol::headers::Lifetime;
@@ -47,6 +49,9 @@ impl Applier for Applies {
     fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
         self.0.rebuild(committed)
     }
+    fn lead_begins(&self) {
+        self.0.lead_begins();
+    }
 }
 
 /// The shard's side of the cell as the server wires it, minus the links:
@@ -61,6 +66,7 @@ impl Forwarder for Confirming {
         let (status, ticket) = (self.0.clone(), self.0.confirms.ticket());
         Box::pin(async move { status.confirms.confirm(ticket).await })
     }
+    fn notify(&self, _: Vec<u8>) {}
 }
 
 /// Messages a replica sent, for the test's network.
@@ -107,13 +113,15 @@ struct Cell {
     cut: HashSet<u64>,
     /// Nodes whose clock stands still: their replica is not ticked.
     paused: HashSet<u64>,
+    /// Kinds of message the network loses, whoever sends them.
+    lost: HashSet<MessageType>,
     steps: u64,
 }
 
 impl Cell {
     fn new() -> Cell {
         let nodes = (1..=3).map(boot).collect();
-        Cell { nodes, net: Vec::new(), cut: HashSet::new(), paused: HashSet::new(), steps: 0 }
+        Cell { nodes, net: Vec::new(), cut: HashSet::new(), paused: HashSet::new(), lost: HashSet::new(), steps: 0 }
     }
 
     fn node(&mut self, id: u64) -> &mut Node {
@@ -124,7 +132,7 @@ impl Cell {
     fn step(&mut self) {
         self.steps += 1;
         for m in std::mem::take(&mut self.net) {
-            if !self.cut.contains(&m.from) && !self.cut.contains(&m.to) {
+            if !self.cut.contains(&m.from) && !self.cut.contains(&m.to) && !self.lost.contains(&m.msg_type()) {
                 self.nodes[(m.to - 1) as usize].replica.step(m);
             }
         }
@@ -299,4 +307,26 @@ fn a_leader_cut_off_and_replaced_answers_no_stale_tail_and_no_stale_404() {
     }
     assert!(!cell.node(old).status.leading.get());
     assert_eq!(cell.node(old).status.confirms.waiting(), 0);
+}
+
+#[test]
+fn a_404_for_a_deleted_stream_waits_for_the_delete_to_commit() {
+    let (mut cell, leader) = cell_with_data(1);
+    // Heartbeats are answered (the lead is confirmed), appends never are:
+    // nothing more commits.
+    cell.lost.insert(MessageType::MsgAppendResponse);
+    let rounds = cell.node(leader).status.confirms.rounds();
+    let deleted = cell.send(leader, on("s", StreamOp::Delete));
+    let missing = cell.send(leader, on("s", head()));
+    cell.until_answered(std::slice::from_ref(&missing), 200);
+    assert!(cell.node(leader).status.confirms.rounds() > rounds, "no read index round was started");
+    assert_eq!(cell.node(leader).status.confirms.waiting(), 0, "the round was not settled");
+    assert!(cell.node(leader).status.leading.get(), "the leader stepped down");
+    let early = missing.borrow().clone();
+    assert!(early.is_none(), "answered {early:?} while the delete was not committed");
+    assert!(deleted.borrow().is_none(), "the delete was acknowledged uncommitted");
+    cell.lost.clear();
+    assert!(cell.until_answered(&[deleted.clone(), missing.clone()], 500), "no answer once healed");
+    assert!(matches!(deleted.take(), Some(Ok(Outcome::Deleted))));
+    assert_eq!(missing.take(), Some(Err(Error::NotFound)));
 }

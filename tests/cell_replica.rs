@@ -300,3 +300,57 @@ fn a_leader_without_a_majority_acknowledges_nothing() {
     assert!(!g.write(20, Duration::from_secs(3)), "a lone replica acknowledged");
     assert_eq!(g.acked.len(), before);
 }
+
+/// Drops what the replica sends: a group of one has no one to send to.
+struct Nowhere;
+
+impl replica::Outbox for Nowhere {
+    fn send(&self, _: raft::prelude::Message) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_replica_whose_loop_ends_leads_no_more_and_refuses_confirmations() {
+    let dir = TempDir::new("replica");
+    let path = dir.path().to_path_buf();
+    LocalExecutorBuilder::new(Placement::Unbound)
+        .spawn(move || async move {
+            let direct = ringstream::preflight::supports_direct_io(&path).unwrap_or(false);
+            let store = DiskStore::open(&path, direct).await.unwrap();
+            let (log, _, _, _) = LocalLog::open_batched(store, log_config()).await.unwrap();
+            let log = Rc::new(log);
+            let (w, p) = (log.clone(), log.clone());
+            let _writer = glommio::spawn_local(async move { w.run_writer().await });
+            let _preparer = glommio::spawn_local(async move { p.run_preparer().await });
+            // A group of one elects itself.
+            let replica = Replica::open(1, 0, vec![1], log.clone()).await.unwrap();
+            let status = replica.status();
+            let (tx, rx) = futures_channel::mpsc::unbounded::<raft::prelude::Message>();
+            let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
+            let looped = glommio::spawn_local(async move {
+                replica::run(replica, rx, &Nowhere, &sleep, TICK, &Cell::new(false)).await;
+            });
+            let end = Instant::now() + Duration::from_secs(10);
+            while !status.leading.get() {
+                assert!(Instant::now() < end, "a group of one did not elect itself in 10 s");
+                glommio::timer::sleep(TICK).await;
+            }
+            let ticket = status.confirms.ticket();
+            // Its inbox ends (the links are gone): the loop returns.
+            drop(tx);
+            looped.await;
+            assert!(!status.leading.get(), "the shard may still write");
+            assert_eq!(status.leader.get(), None, "requests would still be sent to it");
+            let confirmed = glommio::timer::timeout(Duration::from_secs(2), async {
+                Ok(status.confirms.confirm(ticket).await)
+            })
+            .await;
+            assert!(matches!(confirmed, Ok(false)), "a confirmation was {confirmed:?}, not refused");
+            log.stop();
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    drop(dir);
+}

@@ -48,6 +48,9 @@ impl Applier for Applies {
     fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
         self.0.rebuild(committed)
     }
+    fn lead_begins(&self) {
+        self.0.lead_begins();
+    }
 }
 
 /// Messages a replica sent, for the test's network.

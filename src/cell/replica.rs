@@ -70,6 +70,10 @@ pub trait Applier {
     /// The shard's state again from these committed records alone (it
     /// stopped leading holding records it wrote that may never commit).
     fn rebuild(&self, committed: &[Recovered]) -> Result<(), String>;
+    /// The shard is about to write as its group's leader, every committed
+    /// record applied: what it decides alone from then on (expiry) must not
+    /// rest on what it could not see as a follower.
+    fn lead_begins(&self);
 }
 
 /// What others on the executor may read of the replica.
@@ -342,6 +346,9 @@ impl<S: SegmentStore> Replica<S> {
             self.applied_to = committed;
         }
         if leads && self.log.tail_position() == self.applied_to {
+            if let Some(applier) = &self.applier {
+                applier.lead_begins();
+            }
             self.status.leading.set(true);
             self.status.confirms.lead_begins();
             self.log.set_appendable(true);
@@ -385,6 +392,7 @@ pub async fn run<S: SegmentStore>(
     let mut next_tick = Instant::now() + tick;
     let log = replica.log.clone();
     let status = replica.status();
+    let _stopped = Stopped(status.clone());
     while !stop.get() {
         let woken = {
             let message = async { Woken::Message(inbox.next().await.map(Box::new)) };
@@ -406,11 +414,13 @@ pub async fn run<S: SegmentStore>(
         match woken {
             Woken::Message(None) => return,
             Woken::Message(Some(m)) => replica.step(*m),
-            Woken::Tick => {
-                replica.tick();
-                next_tick = Instant::now() + tick;
-            }
-            Woken::Log | Woken::Confirm => {}
+            Woken::Tick | Woken::Log | Woken::Confirm => {}
+        }
+        // Whatever woke it: a steady stream of messages must not hold the
+        // clock back (elections, check-quorum, confirmation deadlines).
+        if Instant::now() >= next_tick {
+            replica.tick();
+            next_tick = Instant::now() + tick;
         }
         let _ = replica.propose();
         if let Err(e) = replica.turn(out).await {
@@ -418,6 +428,19 @@ pub async fn run<S: SegmentStore>(
             log.poison(e);
             return;
         }
+    }
+}
+
+/// Whatever ends the loop, the shard learns that its replica no longer
+/// leads nor knows a leader: it writes nothing more, and every answer
+/// waiting for a confirmation is refused (503) rather than left waiting.
+struct Stopped(Rc<Status>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.leading.set(false);
+        self.0.leader.set(None);
+        self.0.confirms.lead_ends();
     }
 }
 

@@ -12,7 +12,9 @@ use crate::cell::board::{self, Counting, Slot};
 use crate::cell::config::CellConfig;
 use crate::cell::link::{ForwardHandler, LinkConfig, Links};
 use crate::cell::replica::{self, Applier, Replica, Sleep, Status};
-use crate::limits::{CELL_ENTRY_BYTES_MAX, CELL_LEADER_WAIT_MS, CELL_TICK_MS};
+use crate::limits::{
+    CELL_CONFIRM_TICKS, CELL_ENTRY_BYTES_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_LEADER_WAIT_MS, CELL_TICK_MS,
+};
 use crate::shard::forward::{Forwarder, Unsent};
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
@@ -68,6 +70,9 @@ impl Applier for Applies {
     fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
         self.0.rebuild(committed)
     }
+    fn lead_begins(&self) {
+        self.0.lead_begins();
+    }
 }
 
 /// The shard's way to its group's leader: the links, to whichever replica
@@ -107,10 +112,32 @@ impl Forwarder for ToLeader {
     }
 
     /// The replica's read index round (`cell::confirm`): the lead noted
-    /// now, the request queued for a round when awaited.
+    /// now, the request queued for a round when awaited. A round ends by
+    /// its deadline in ticks; should the replica's loop itself stall (a
+    /// disk that does not answer), the wait ends by the clock as well.
     fn confirmation(&self) -> Pin<Box<dyn Future<Output = bool>>> {
         let (status, ticket) = (self.status.clone(), self.status.confirms.ticket());
-        Box::pin(async move { status.confirms.confirm(ticket).await })
+        let limit = Duration::from_millis(2 * CELL_CONFIRM_TICKS * CELL_TICK_MS);
+        Box::pin(async move {
+            let timed_out = async {
+                glommio::timer::sleep(limit).await;
+                false
+            };
+            futures_lite::future::or(status.confirms.confirm(ticket), timed_out).await
+        })
+    }
+
+    /// Fire and forget, to the leader if it is connected now.
+    fn notify(&self, request: Vec<u8>) {
+        let Some(leader) = self.status.leader.get().filter(|&l| l != self.me && self.links.is_connected(l)) else {
+            return;
+        };
+        let links = self.links.clone();
+        let timeout = Duration::from_millis(CELL_FORWARD_TIMEOUT_MS);
+        glommio::spawn_local(async move {
+            let _ = links.forward(leader, request, timeout).await;
+        })
+        .detach();
     }
 }
 

@@ -27,7 +27,8 @@
 use super::message::{Reply, ShardRequest};
 use super::Shard;
 use crate::limits::CELL_FORWARD_TIMEOUT_MS;
-use crate::protocol::{Error, Live, Outcome, StreamOp};
+use crate::protocol::offset::ReadFrom;
+use crate::protocol::{Error, Live, Outcome, ReadReq, StreamOp};
 use crate::storage::io::SegmentStore;
 use std::future::Future;
 use std::pin::Pin;
@@ -44,6 +45,9 @@ pub trait Forwarder {
     /// the state belongs to), awaited after: true once a majority confirmed
     /// that this replica still led, under that lead, after the read.
     fn confirmation(&self) -> Pin<Box<dyn Future<Output = bool>>>;
+    /// Sends a request whose answer nobody waits for (dropped when no
+    /// leader is reachable now).
+    fn notify(&self, request: Vec<u8>);
 }
 
 /// Why a forwarded request got no answer.
@@ -100,6 +104,13 @@ fn claims_freshness(live: Live, reply: &Reply) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether a confirmed answer says that something is not there, or counts
+/// what is (a bucket's streams, a listing): the state it was read from may
+/// lack what an uncommitted delete removed.
+fn claims_absence(reply: &Reply) -> bool {
+    matches!(reply, Err(Error::NotFound) | Ok(Outcome::BucketInfo { .. } | Outcome::Listing(_)))
 }
 
 /// The answer to a read the leader was asked to confirm: the leader's, or
@@ -175,6 +186,7 @@ impl<S: SegmentStore> Shard<S> {
         match road(&req) {
             Road::Leader => self.forward(&*to_leader, &req).await,
             Road::HereFirst => {
+                self.report_access(&*to_leader, &req);
                 // A read: small, no body.
                 let again = req.clone();
                 let reply = self.handle(req).await;
@@ -197,13 +209,47 @@ impl<S: SegmentStore> Shard<S> {
         let confirmation = cell.confirmation();
         let live = liveness(&req);
         let reply = self.handle(req).await;
-        if !claims_freshness(live, &reply) || confirmation.await {
+        // Everything the state may have held when it was read.
+        let seen = self.log.tail_lsn();
+        if !claims_freshness(live, &reply) {
             return reply;
         }
-        Err(Error::Unavailable(format!(
-            "shard {}: this replica could not confirm that it still leads its group (retry)",
-            self.id
-        )))
+        if !confirmation.await {
+            return Err(Error::Unavailable(format!(
+                "shard {}: this replica could not confirm that it still leads its group (retry)",
+                self.id
+            )));
+        }
+        if claims_absence(&reply) {
+            // A stream or bucket the state lacks may have been deleted by a
+            // record not yet committed (a request on a stream it holds
+            // waited for that stream's last record already): the answer
+            // waits for the commit, and is refused if the lead ends first.
+            if let Err(e) = self.log.durable(seen).await {
+                return Err(self.storage_err(e));
+            }
+        }
+        reply
+    }
+
+    /// A follower serves a read of a stream with a sliding TTL: the leader,
+    /// which alone expires streams, hears of it as a read at `now` (an
+    /// access, F53) now and then (`rules::access_report_due`), so a stream
+    /// read only through followers does not expire under its readers (F62).
+    fn report_access(&self, to_leader: &dyn Forwarder, req: &ShardRequest) {
+        let ShardRequest::Stream { key, surface, op: StreamOp::Read(_) } = req else { return };
+        let now = (self.now_ms)();
+        {
+            let mut state = self.state.borrow_mut();
+            let Some(s) = state.get_mut(key) else { return };
+            if !crate::protocol::rules::access_report_due(&s.lifetime, s.leader_told_ms, now) {
+                return;
+            }
+            s.leader_told_ms = now;
+        }
+        let read = ReadReq { from: ReadFrom::Now, live: Live::No, cursor: None, if_none_match: None };
+        let touch = ShardRequest::Stream { key: key.clone(), surface: *surface, op: StreamOp::Read(read) };
+        to_leader.notify(encode_request(&touch));
     }
 
     async fn forward(&self, to_leader: &dyn Forwarder, req: &ShardRequest) -> Reply {

@@ -40,7 +40,11 @@ pub(super) struct Stream {
     /// Time of a write known durable: what a listing reports while the
     /// latest write is still in flight.
     pub(super) durable_write_ms: i64,
+    /// The latest read or write (sliding TTL). On a cell's follower, which
+    /// decides no expiry, also `leader_told_ms`: when it last told the
+    /// leader of a read it served (`rules::access_report_due`).
     pub(super) last_access_ms: i64,
+    pub(super) leader_told_ms: i64,
     /// Tail including appends not yet durable (used to sequence writes).
     pub(super) tail: u64,
     pub(super) closed: bool,
@@ -135,6 +139,7 @@ impl Stream {
             write_lsn: 0,
             durable_write_ms: created_at_ms,
             last_access_ms: now,
+            leader_told_ms: 0,
             tail: 0,
             closed: false,
             closed_lsn: 0,
@@ -246,6 +251,9 @@ impl Stream {
         self.apply_append(a, loc, data_off, 0);
         self.last_write_ms = a.written_at_ms;
         self.durable_write_ms = a.written_at_ms;
+        // A write is an access: a follower applying it (and a new leader
+        // after it) must not count the stream idle since its creation.
+        self.last_access_ms = self.last_access_ms.max(a.written_at_ms);
         Ok(())
     }
 

@@ -13,7 +13,7 @@ mod snapshot;
 
 pub use append::{check_append, AppendContext, AppendVerdict};
 pub use create::{recreate_matches, same_config, CreateConfig};
-pub use expiry::expired;
+pub use expiry::{access_report_due, expired};
 pub use fork::{check_fork_source, ForkSource};
 pub use producer::{admit_producer, check_producer, producer_idle, ProducerPolicy, ProducerState, ProducerVerdict};
 pub use read::{range_etag, read_start, stream_etag};

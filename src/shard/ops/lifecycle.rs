@@ -55,6 +55,19 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
+    /// In a cell, as this replica begins to lead (every committed record
+    /// applied): every stream's TTL window starts again now. As a follower
+    /// it saw the writes and the reads it served itself, not always those
+    /// other nodes served, so a last access it holds may be stale; restarting
+    /// the window costs an idle stream at most one window more, deciding on a
+    /// stale time would delete a stream in use.
+    pub fn lead_begins(&self) {
+        let now = (self.now_ms)();
+        for (_, s) in self.state.borrow_mut().iter_mut() {
+            s.last_access_ms = s.last_access_ms.max(now);
+        }
+    }
+
     /// Logs a delete record for the stream at `key` and applies it: soft
     /// while forks reference the stream (it answers 410 and keeps its data
     /// for them), else hard. Returns the record's lsn and, for a removed
