@@ -352,7 +352,12 @@ fn streams_in_use_outlive_their_ttl_through_follower_reads_and_a_failover() {
     let follower = (leader + 1) % 3;
     let mut c = cell.nodes[leader].conn();
     for name in ["written", "read"] {
-        let r = c.request("PUT", &format!("/v1/stream/{name}"), &[("content-type", "text/plain"), ("stream-ttl", "4")], b"x");
+        let r = c.request(
+            "PUT",
+            &format!("/v1/stream/{name}"),
+            &[("content-type", "text/plain"), ("stream-ttl", "4")],
+            b"x",
+        );
         assert_eq!(r.status, 201, "{}", r.summary());
     }
     // For 6 s (past the 4 s window): "written" is appended to through any

@@ -342,10 +342,9 @@ fn a_replica_whose_loop_ends_leads_no_more_and_refuses_confirmations() {
             looped.await;
             assert!(!status.leading.get(), "the shard may still write");
             assert_eq!(status.leader.get(), None, "requests would still be sent to it");
-            let confirmed = glommio::timer::timeout(Duration::from_secs(2), async {
-                Ok(status.confirms.confirm(ticket).await)
-            })
-            .await;
+            let confirmed =
+                glommio::timer::timeout(Duration::from_secs(2), async { Ok(status.confirms.confirm(ticket).await) })
+                    .await;
             assert!(matches!(confirmed, Ok(false)), "a confirmation was {confirmed:?}, not refused");
             log.stop();
         })
