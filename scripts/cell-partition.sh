@@ -7,7 +7,8 @@
 # another: the leader cut off from both followers (it must step down, answer
 # an append 503 and acknowledge nothing, while the other two elect a
 # leader), a follower cut off, the leader's packets to the followers dropped
-# one way, the followers cut from each other; with --all, the process
+# one way (over TCP: both ways stall), the followers cut from each other,
+# each fault's effect checked while it lasts; with --all, the process
 # faults of scripts/cell-nemesis.sh too. Then the same checker: every
 # acknowledged append once at its offset on every node, the same stream
 # everywhere, byte-identical segment files.

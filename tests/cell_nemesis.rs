@@ -7,8 +7,12 @@
 //! with nftables) the faults also include network partitions: the leader
 //! cut off from both followers (it must step down and acknowledge nothing
 //! while the other two elect a leader), a follower cut off, the leader's
-//! packets to both followers dropped one way, and the two followers cut
-//! from each other. `NEMESIS_FAULTS` picks `processes`, `partitions` or
+//! packets to both followers dropped one way (over TCP that stalls the
+//! links both ways: the leader is replaced as if cut off), and the two
+//! followers cut from each other. Each partition's effect is checked while
+//! it lasts: a cut-off node answers an append 503 within 10 s, the nodes
+//! holding a majority acknowledge one within 10 s, and a leader cut off is
+//! replaced by one of the other two. `NEMESIS_FAULTS` picks `processes`, `partitions` or
 //! `all` (the default: `all` inside such a namespace, else `processes`).
 //! Then everything heals and the
 //! checker reads every node: each acknowledged append served once, at the
@@ -22,7 +26,7 @@
 
 mod common;
 
-use common::{read_all, Conn, Server, TempDir};
+use common::{Conn, Server, TempDir};
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
@@ -87,13 +91,13 @@ enum Fault {
     KillFollowers,
     IsolateLeader,
     IsolateFollower,
-    LeaderMutedOneWay,
+    LeaderOutboundDropped,
     SplitFollowers,
 }
 
 const PROCESS_FAULTS: [Fault; 4] = [Fault::KillLeader, Fault::KillFollower, Fault::PauseLeader, Fault::KillFollowers];
 const PARTITION_FAULTS: [Fault; 4] =
-    [Fault::IsolateLeader, Fault::IsolateFollower, Fault::LeaderMutedOneWay, Fault::SplitFollowers];
+    [Fault::IsolateLeader, Fault::IsolateFollower, Fault::LeaderOutboundDropped, Fault::SplitFollowers];
 
 /// Whether this process runs in a namespace of `scripts/lib/netns.sh run`.
 fn in_private_network() -> bool {
@@ -218,21 +222,30 @@ impl Nemesis {
                 self.restart(others[0]);
                 self.restart(others[1]);
             }
-            Fault::IsolateLeader => self.isolate_leader(leader, &others),
-            Fault::IsolateFollower => {
-                isolate(others[0], &[leader, others[1]]);
-                Self::pause(Duration::from_millis(2000));
+            Fault::IsolateLeader => {
+                isolate(leader, &others);
+                self.leader_replaced(leader, &others);
             }
-            Fault::LeaderMutedOneWay => {
-                // Its packets to the followers are lost; theirs arrive.
+            Fault::IsolateFollower => {
+                let (cut, rest) = (others[0], [leader, others[1]]);
+                isolate(cut, &rest);
+                self.majority_acknowledges(&rest);
+                self.refuses_writes(cut);
+            }
+            Fault::LeaderOutboundDropped => {
+                // Its packets to the followers are lost, theirs reach it;
+                // over TCP that stalls each link both ways (nothing it
+                // sends is acknowledged), so it is replaced as if cut off.
                 for &o in &others {
                     netns(&["cut", &peer_ip(leader), &peer_ip(o)]);
                 }
-                Self::pause(Duration::from_millis(3000));
+                self.leader_replaced(leader, &others);
             }
             Fault::SplitFollowers => {
+                // Each follower still hears the leader: the cell goes on.
                 netns(&["cut_both", &peer_ip(others[0]), &peer_ip(others[1])]);
-                Self::pause(Duration::from_millis(2000));
+                self.majority_acknowledges(&[leader, others[0], others[1]]);
+                Self::pause(Duration::from_millis(1000));
             }
         }
         if PARTITION_FAULTS.contains(&fault) {
@@ -242,11 +255,13 @@ impl Nemesis {
         Self::pause(Duration::from_millis(1000));
     }
 
-    /// The leader cut off from both followers: within a few seconds it no
-    /// longer leads (check-quorum), an append sent to it is answered 503,
-    /// never acknowledged, and the other two elect a leader of their own.
-    fn isolate_leader(&mut self, leader: usize, others: &[usize]) {
-        isolate(leader, others);
+    /// The leader cut off from both followers (however the links were
+    /// cut): within 10 s it no longer leads (check-quorum), the other two
+    /// elect a leader of their own, an append sent to the old one is
+    /// answered 503 and never acknowledged, one through the new majority is.
+    /// (Had the lead moved just before the cut, the cut node is a follower
+    /// and the same holds.)
+    fn leader_replaced(&mut self, leader: usize, others: &[usize]) {
         let end = Instant::now() + Duration::from_secs(10);
         let new_leader = loop {
             let new = others.iter().copied().find(|&o| self.leads(o));
@@ -256,13 +271,45 @@ impl Nemesis {
             assert!(Instant::now() < end, "10 s after the leader was cut off: no new leader, or it still leads");
             std::thread::sleep(Duration::from_millis(50));
         };
-        let probe = format!("<probe-{}>", self.shared.attempts.fetch_add(1, Ordering::Relaxed));
+        self.refuses_writes(leader);
+        self.majority_acknowledges(others);
+        // The majority's leader may hand the lead to the other (the
+        // preferred voter); the cut-off node must not have it back.
+        assert!(!self.leads(leader), "the cut-off node leads again (node {} was elected)", new_leader + 1);
+    }
+
+    /// Node `i`, cut off from the majority, answers an append 503 within
+    /// 10 s (a follower finds no leader, a deposed leader cannot commit).
+    /// It is never acknowledged: were it ever committed, the checker
+    /// ignores it, but a 200 here fails at once.
+    fn refuses_writes(&self, i: usize) {
+        let probe = format!("<refused-{}>", self.shared.attempts.fetch_add(1, Ordering::Relaxed));
         let asked = Instant::now();
-        let r = self.nodes[leader].conn().request("POST", STREAM, &[("content-type", "text/plain")], probe.as_bytes());
-        assert_eq!(r.status, 503, "the cut-off old leader answered an append {}", r.summary());
-        assert!(asked.elapsed() < Duration::from_secs(10), "the cut-off node took {:?} to refuse", asked.elapsed());
-        assert!(self.leads(new_leader), "the majority's leader lost its lead while the old one was cut off");
-        Self::pause(Duration::from_millis(500));
+        let r = self.nodes[i].conn().request("POST", STREAM, &[("content-type", "text/plain")], probe.as_bytes());
+        assert_eq!(r.status, 503, "node {}, cut off, answered an append {}", i + 1, r.summary());
+        assert!(asked.elapsed() < Duration::from_secs(10), "node {} took {:?} to refuse", i + 1, asked.elapsed());
+    }
+
+    /// An append through one of `nodes` (each in turn, a majority joined)
+    /// is acknowledged within 10 s; the checker then looks for it like
+    /// any writer's (as writer `WRITERS`).
+    fn majority_acknowledges(&self, nodes: &[usize]) {
+        let end = Instant::now() + Duration::from_secs(10);
+        let body = format!("<majority-{}>", self.shared.attempts.fetch_add(1, Ordering::Relaxed));
+        for i in nodes.iter().cycle() {
+            assert!(Instant::now() < end, "no node of {nodes:?} acknowledged an append in 10 s");
+            let Ok(mut c) = Conn::try_connect(self.nodes[*i].port()) else { continue };
+            let Ok(r) = c.try_request("POST", STREAM, &[("content-type", "text/plain")], body.as_bytes()) else {
+                continue;
+            };
+            if r.status == 200 || r.status == 204 {
+                let end: u64 = r.sno().rsplit('_').next().unwrap().parse().unwrap();
+                self.shared.acked.lock().unwrap().push((WRITERS, body, end));
+                return;
+            }
+            assert_eq!(r.status, 503, "node {}: an append answered {}", i + 1, r.summary());
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Whether node `i` answers /leaderz with 200.
@@ -283,9 +330,33 @@ impl Fault {
             Fault::KillFollowers => "both followers killed",
             Fault::IsolateLeader => "leader cut off",
             Fault::IsolateFollower => "follower cut off",
-            Fault::LeaderMutedOneWay => "leader's packets to followers dropped",
+            Fault::LeaderOutboundDropped => "leader's packets to followers dropped (TCP stalls both ways)",
             Fault::SplitFollowers => "followers cut from each other",
         }
+    }
+}
+
+/// The whole stream as node `i` serves it, from the start to where it says
+/// it is up to date. After healing the lead may still move (to the
+/// preferred voter): a read answered 503 meanwhile is asked again, for up
+/// to 30 s.
+fn read_settled(node: &Server) -> Vec<u8> {
+    let (mut body, mut offset) = (Vec::new(), "-1".to_string());
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = node.conn().request("GET", &format!("{STREAM}?offset={offset}"), &[], b"");
+        if r.status == 503 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        assert!(r.status == 200 || r.status == 204, "GET {STREAM}?offset={offset}: {}", r.summary());
+        body.extend_from_slice(&r.body);
+        let next = r.sno();
+        if r.header("stream-up-to-date") == Some("true") {
+            return body;
+        }
+        assert_ne!(next, offset, "GET {STREAM}?offset={offset} made no progress and is not up to date");
+        offset = next;
     }
 }
 
@@ -300,7 +371,8 @@ fn check(node: usize, got: &[u8], acked: &[(usize, String, u64)]) -> Result<(), 
         at += piece.len();
     }
     assert_eq!(at, got.len());
-    let mut last_end = [0u64; WRITERS];
+    // The writers, and the nemesis's own appends (as writer WRITERS).
+    let mut last_end = [0u64; WRITERS + 1];
     for (w, body, end) in acked {
         let start = *end as usize - body.len();
         if got.get(start..*end as usize) != Some(body.as_bytes()) {
@@ -406,13 +478,16 @@ fn nemesis() {
         let end = Instant::now() + Duration::from_secs(30);
         let got = loop {
             let mut c = nem.nodes[i].conn();
-            let got =
-                if c.request("HEAD", STREAM, &[], b"").status == 404 { Vec::new() } else { read_all(&mut c, STREAM).0 };
+            let got = if c.request("HEAD", STREAM, &[], b"").status == 404 {
+                Vec::new()
+            } else {
+                read_settled(&nem.nodes[i])
+            };
             match check(i, &got, &acked) {
                 Ok(()) => break got,
                 Err(e) if Instant::now() > end => {
                     for n in 0..3 {
-                        let got = read_all(&mut nem.nodes[n].conn(), STREAM).0;
+                        let got = read_settled(&nem.nodes[n]);
                         eprintln!("node {}: {} bytes served; {:?}", n + 1, got.len(), check(n, &got, &acked));
                         if let Some((_, body, at)) = acked.iter().find(|(_, b, _)| e.contains(b.as_str())) {
                             let found = common::find(&got, body.as_bytes());
@@ -448,7 +523,7 @@ fn nemesis() {
     while !(streams[0] == streams[1] && streams[1] == streams[2]) {
         assert!(Instant::now() < end, "the nodes serve different streams after healing");
         std::thread::sleep(Duration::from_millis(200));
-        streams = (0..3).map(|i| read_all(&mut nem.nodes[i].conn(), STREAM).0).collect();
+        streams = (0..3).map(|i| read_settled(&nem.nodes[i])).collect();
     }
     std::thread::sleep(Duration::from_millis(500));
     let dirs: Vec<_> = (0..3).map(|i| nem.nodes[i].data_dir()).collect();
