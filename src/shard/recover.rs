@@ -5,7 +5,7 @@ use super::records;
 use super::stream::{Snap, Stream};
 use super::{wall_clock_ms, Shard};
 use crate::metrics::Histo;
-use crate::protocol::persist::{self, AppendRecord, CreateRecord, StateRecord};
+use crate::protocol::persist::{self, AppendRecord, CreateRecord, StateDecodeError, StateRecord};
 use crate::protocol::rules::ProducerPolicy;
 use crate::protocol::StreamKey;
 use crate::storage::{io::SegmentStore, Log, Recovered};
@@ -132,7 +132,13 @@ impl<S: SegmentStore> Shard<S> {
                 self.replay_append(replay, r, &a, data_off)
             }
             persist::KIND_STATE | persist::KIND_SNAPSHOT => {
-                let (st, blob_off) = StateRecord::decode_meta(body).map_err(|_| bad("state"))?;
+                let (st, blob_off) = StateRecord::decode_meta(body).map_err(|e| match e {
+                    StateDecodeError::Malformed(_) => bad("state"),
+                    newer => format!(
+                        "shard {}: state record in segment {} at {}: {newer}",
+                        self.id, r.loc.segment, r.loc.pos
+                    ),
+                })?;
                 if r.header.kind == persist::KIND_SNAPSHOT {
                     let m = st.snapshots.last().ok_or_else(|| bad("snapshot"))?;
                     let snap = Snap {
