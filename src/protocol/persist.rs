@@ -678,6 +678,34 @@ mod tests {
     }
 
     #[test]
+    fn the_rest_of_a_largest_state_record_fits_its_allowance() {
+        use crate::limits::*;
+        let name = |n: usize| "n".repeat(n);
+        let ct = name(256); // content types are not bounded but by the request head: 256 each here
+        let fork = ForkRecord {
+            bucket: name(BUCKET_ID_BYTES_MAX),
+            stream: name(V1_PATH_BYTES_MAX),
+            source_uid: u64::MAX,
+            offset: Some((u64::MAX, u64::MAX)),
+            sub_offset: u64::MAX,
+        };
+        let rec = StateRecord {
+            bucket: name(BUCKET_ID_BYTES_MAX),
+            stream: name(V1_PATH_BYTES_MAX),
+            content_type: ct.clone(),
+            lifetime: Lifetime::ExpiresAt { at_ms: i64::MAX, raw: name(64) },
+            fork: Some(fork),
+            closed_by: Some((name(PRODUCER_ID_BYTES_MAX), u64::MAX, u64::MAX)),
+            stream_seq: Some(name(STREAM_SEQ_BYTES_MAX)),
+            producers: Vec::new(),
+            snapshots: vec![SnapshotMeta { offset: 1, content_type: ct, published_at_ms: 1 }; SNAPSHOTS_PER_STREAM_MAX],
+            blob: Vec::new(),
+            ..state()
+        };
+        assert!(rec.encode().len() <= STATE_RECORD_REST_BYTES / 2, "{} bytes", rec.encode().len());
+    }
+
+    #[test]
     fn a_largest_producer_fits_its_budget_in_a_state_record() {
         use crate::limits::{PRODUCER_ACKS_KEPT, PRODUCER_ID_BYTES_MAX, PRODUCER_RECORD_BYTES_MAX};
         let empty = StateRecord { producers: Vec::new(), blob: Vec::new(), ..state() };
