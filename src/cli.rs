@@ -9,11 +9,13 @@
 use crate::cell::config::{CellConfig, CellConfigError};
 use crate::config::DirectIoMode;
 use crate::config::{online_cpus, Config, LogFormat, TierConfig};
+use crate::limits::state_record_bytes_max;
 use crate::limits::{
     CONN_BODY_TIMEOUT_MS, CONN_HEADER_TIMEOUT_MS, CONN_REQUEST_TIMEOUT_MS_MIN, LONG_POLL_TIMEOUT_MS_DEFAULT,
     LONG_POLL_TIMEOUT_MS_MAX, PRODUCERS_PER_STREAM_DEFAULT, PRODUCERS_PER_STREAM_MAX,
-    PRODUCER_IDLE_EXPIRY_SECS_DEFAULT, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SHARDS_MAX,
-    SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN, TIER_HOT_SEGMENTS_MIN,
+    PRODUCER_IDLE_EXPIRY_SECS_DEFAULT, PRODUCER_RECORD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
+    SEGMENT_BYTES_MIN, SHARDS_MAX, SHARD_CONNECTIONS_MAX, SHARD_PENDING_BYTES_MAX, SHARD_PENDING_BYTES_MIN,
+    STATE_RECORD_REST_BYTES, TIER_HOT_SEGMENTS_MIN,
 };
 use crate::tier::S3Settings;
 use clap::parser::ValueSource;
@@ -338,7 +340,7 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
     let long_poll_timeout_ms = resolve_long_poll(&r, cli.long_poll_timeout_ms, file.long_poll_timeout_ms)?;
     let segment_bytes = resolve_segment_bytes(&r, cli.segment_bytes, file.segment_bytes)?;
     let tier = resolve_tier(&r, &TierArgs::new(&cli, &file), shards, segment_bytes)?;
-    let limits = Limits::resolve(&r, &cli, &file)?;
+    let limits = Limits::resolve(&r, &cli, &file, segment_bytes)?;
     let (no_pin, _) = r.pick("no_pin", cli.no_pin, file.no_pin);
     let log_level = resolve_log_level(&r, cli.log_level.clone(), file.log_level.clone(), rust_log)?;
     let (log_format, _) = r.pick("log_format", cli.log_format, choices.log_format);
@@ -460,7 +462,7 @@ struct Limits {
 }
 
 impl Limits {
-    fn resolve(r: &Resolver, cli: &Cli, file: &FileSettings) -> Result<Limits, String> {
+    fn resolve(r: &Resolver, cli: &Cli, file: &FileSettings, segment_bytes: u64) -> Result<Limits, String> {
         let min_ms = CONN_REQUEST_TIMEOUT_MS_MIN;
         Ok(Limits {
             max_pending_bytes: r.pick_at_least(
@@ -477,7 +479,7 @@ impl Limits {
                 min_ms,
             )?,
             body_timeout_ms: r.pick_at_least("body_timeout_ms", cli.body_timeout_ms, file.body_timeout_ms, min_ms)?,
-            max_producers_per_stream: resolve_max_producers(r, cli, file)?,
+            max_producers_per_stream: resolve_max_producers(r, cli, file, segment_bytes)?,
             producer_idle_expiry_secs: r.pick_at_least(
                 "producer_idle_expiry_secs",
                 cli.producer_idle_expiry_secs,
@@ -488,16 +490,40 @@ impl Limits {
     }
 }
 
-/// `--max-producers-per-stream`: 1 to PRODUCERS_PER_STREAM_MAX (a stream's
-/// whole producer table must fit one state record).
-fn resolve_max_producers(r: &Resolver, cli: &Cli, file: &FileSettings) -> Result<usize, String> {
+/// `--max-producers-per-stream`: 1 to PRODUCERS_PER_STREAM_MAX, and no more
+/// than a state record in one segment holds (see [`producers_fitting`]).
+/// The default is lowered to that where segments are small; a value given
+/// that does not fit is refused.
+fn resolve_max_producers(r: &Resolver, cli: &Cli, file: &FileSettings, segment_bytes: u64) -> Result<usize, String> {
     let (n, from) = r.pick("max_producers_per_stream", cli.max_producers_per_stream, file.max_producers_per_stream);
     if n == 0 || n > PRODUCERS_PER_STREAM_MAX {
         return Err(format!(
             "--max-producers-per-stream must be between 1 and {PRODUCERS_PER_STREAM_MAX}, got {n} (set by {from})"
         ));
     }
-    Ok(n)
+    let fits = producers_fitting(segment_bytes);
+    if n <= fits {
+        return Ok(n);
+    }
+    if r.explicit("max_producers_per_stream").is_none() && file.max_producers_per_stream.is_none() {
+        return Ok(fits.max(1));
+    }
+    Err(format!(
+        "--max-producers-per-stream {n} (set by {from}) does not fit --segment-bytes {segment_bytes}: a stream's \
+         state record with that many producers takes up to {} bytes ({PRODUCER_RECORD_BYTES_MAX} per producer), and a \
+         record in a segment of {segment_bytes} bytes holds at most {}; give at most {fits} producers, or larger \
+         segments",
+        state_record_bytes_max(n),
+        crate::storage::record::body_max(segment_bytes)
+    ))
+}
+
+/// The most producers whose full table fits one state record in a segment
+/// of `segment_bytes`: else such a stream's state records could not be
+/// written, and reclamation, which re-logs them, would stall.
+pub(crate) fn producers_fitting(segment_bytes: u64) -> usize {
+    let room = crate::storage::record::body_max(segment_bytes);
+    (room.saturating_sub(STATE_RECORD_REST_BYTES) / PRODUCER_RECORD_BYTES_MAX).min(PRODUCERS_PER_STREAM_MAX)
 }
 
 /// `--log-level`: flag > file > RUST_LOG (when not blank) > the default;
@@ -870,6 +896,30 @@ mod tests {
         let e = resolve_args(&["--max-connections", "0"], None).unwrap_err();
         assert_eq!(e, "--max-connections must be at least 1, got 0 (set by --max-connections)");
         std::fs::remove_file(f).unwrap();
+    }
+
+    #[test]
+    fn a_producer_bound_whose_state_record_does_not_fit_a_segment_is_refused() {
+        use crate::limits::{state_record_bytes_max, SEGMENT_BYTES_MIN};
+        let seg = SEGMENT_BYTES_MIN.to_string();
+        let fits = producers_fitting(SEGMENT_BYTES_MIN);
+        assert!(fits > 0 && state_record_bytes_max(fits) <= crate::storage::record::body_max(SEGMENT_BYTES_MIN));
+        assert!(state_record_bytes_max(fits + 1) > crate::storage::record::body_max(SEGMENT_BYTES_MIN));
+        let over = (fits + 1).to_string();
+        let e = resolve_args(&["--segment-bytes", &seg, "--max-producers-per-stream", &over], None).unwrap_err();
+        assert!(
+            e.starts_with(&format!("--max-producers-per-stream {over} (set by --max-producers-per-stream)")),
+            "{e}"
+        );
+        assert!(e.contains(&format!("does not fit --segment-bytes {seg}")), "{e}");
+        assert!(e.contains(&format!("give at most {fits} producers")), "{e}");
+        let c = resolve_args(&["--segment-bytes", &seg, "--max-producers-per-stream", &fits.to_string()], None);
+        assert_eq!(c.unwrap().max_producers_per_stream, fits);
+        // The default is lowered to what small segments hold, not refused.
+        let c = resolve_args(&["--segment-bytes", &seg], None).unwrap();
+        assert_eq!(c.max_producers_per_stream, fits);
+        let c = resolve_args(&[], None).unwrap();
+        assert_eq!(c.max_producers_per_stream, PRODUCERS_PER_STREAM_DEFAULT, "a default segment holds the default");
     }
 
     #[test]

@@ -163,6 +163,17 @@ pub const STREAM_SEQ_BYTES_MAX: usize = 256;
 /// Bytes one producer takes at most in a state record: its id, epoch, last
 /// seq, last append time, the count and the remembered acks (3 u64 each).
 pub const PRODUCER_RECORD_BYTES_MAX: usize = 8 + PRODUCER_ID_BYTES_MAX + 4 * 8 + PRODUCER_ACKS_KEPT * 24;
+/// Bytes of a state record besides its producers, allowed for when a full
+/// producer table is checked to fit one record (`--max-producers-per-stream`
+/// against `--segment-bytes`): names, lifetime, fork, closer, Stream-Seq and
+/// the snapshot list take about 3 KiB at their limits; content types, whose
+/// length only the request head bounds, get the rest.
+pub const STATE_RECORD_REST_BYTES: usize = 16 * 1024;
+
+/// The largest state record of a stream holding `producers` producers.
+pub const fn state_record_bytes_max(producers: usize) -> usize {
+    producers * PRODUCER_RECORD_BYTES_MAX + STATE_RECORD_REST_BYTES
+}
 
 /// Snapshots kept per stream: publishing one more forgets the oldest.
 pub const SNAPSHOTS_PER_STREAM_MAX: usize = 8;
@@ -336,7 +347,7 @@ const _: () = assert!(AUTH_TOKEN_BYTES_MAX + 64 <= REQUEST_HEADER_BYTES_MAX);
 const _: () = assert!(CELL_VOTERS_MIN % 2 == 1 && CELL_VOTERS_MAX % 2 == 1 && CELL_VOTERS_MIN <= CELL_VOTERS_MAX);
 const _: () = assert!(CELL_SECRET_BYTES_MIN <= CELL_SECRET_BYTES_MAX);
 // A stream's full producer table (plus room for the rest of its state) fits one state record.
-const _: () = assert!(PRODUCERS_PER_STREAM_MAX * PRODUCER_RECORD_BYTES_MAX + 1024 * 1024 <= RECORD_BODY_BYTES_MAX);
+const _: () = assert!(state_record_bytes_max(PRODUCERS_PER_STREAM_MAX) <= RECORD_BODY_BYTES_MAX);
 const _: () = assert!(PRODUCERS_PER_STREAM_DEFAULT <= PRODUCERS_PER_STREAM_MAX);
 const _: () = assert!(CELL_ENTRY_BYTES_MAX + 1024 * 1024 <= CELL_FRAME_BYTES_MAX);
 const _: () = assert!(CELL_ENTRY_BYTES_MAX <= CELL_LINK_QUEUE_BYTES);

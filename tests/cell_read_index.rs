@@ -22,6 +22,7 @@ use ringstream::cell::replica::{Applier, Outbox, Replica, Status};
 use ringstream::limits::SEGMENT_BYTES_MIN;
 use ringstream::protocol::headers::Lifetime;
 use ringstream::protocol::offset::ReadFrom;
+use ringstream::protocol::rules::ProducerPolicy;
 use ringstream::protocol::{
     AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ReadReq, StreamKey, StreamOp, Surface,
 };
@@ -92,7 +93,7 @@ fn boot(id: u64) -> Node {
     let (log, _, _, _) = block_on(Log::open_batched(SimStore::new(), cfg)).expect("a new log");
     let log = Rc::new(log);
     let mut replica = block_on(Replica::open(id, 0, vec![1, 2, 3], log.local().clone())).expect("replica");
-    let shard = Rc::new(Shard::recover(0, 1, log.clone(), &[]).expect("shard"));
+    let shard = Rc::new(Shard::recover(0, 1, log.clone(), &[], ProducerPolicy::default()).expect("shard"));
     replica.set_applier(Rc::new(Applies(shard.clone())));
     let status = replica.status();
     shard.set_writable(status.leading.clone());

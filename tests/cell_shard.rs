@@ -21,6 +21,7 @@ use ringstream::cell::replica::{Applier, Outbox, Replica};
 use ringstream::limits::SEGMENT_BYTES_MIN;
 use ringstream::protocol::headers::Lifetime;
 use ringstream::protocol::offset::ReadFrom;
+use ringstream::protocol::rules::ProducerPolicy;
 use ringstream::protocol::{
     AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ReadReq, StreamKey, StreamOp, Surface,
 };
@@ -80,7 +81,8 @@ fn boot(id: u64, disk: SimStore) -> Node {
     let end = log.local().mark(log.local().committed_index()).unwrap().map(|m| (m.end.segment, m.end.pos));
     let committed: Vec<Recovered> =
         records.into_iter().filter(|r| end.is_some_and(|e| (r.loc.segment, r.loc.pos) < e)).collect();
-    let shard = Rc::new(Shard::recover(0, 1, log.clone(), &committed).expect("shard recovery"));
+    let shard =
+        Rc::new(Shard::recover(0, 1, log.clone(), &committed, ProducerPolicy::default()).expect("shard recovery"));
     replica.set_applier(Rc::new(Applies(shard.clone())));
     shard.set_writable(replica.status().leading.clone());
     let pool = LocalPool::new();

@@ -22,6 +22,7 @@ use ringstream::http::respond;
 use ringstream::protocol::headers::Lifetime;
 use ringstream::protocol::names::split_v1_path;
 use ringstream::protocol::offset::ReadFrom;
+use ringstream::protocol::rules::ProducerPolicy;
 use ringstream::protocol::{self, AppendReq, CreateReq, Live, Outcome, ReadReq, StreamKey, StreamOp, Surface};
 use ringstream::shard::{Reply, Shard, ShardRequest};
 use ringstream::storage::io::SegmentStore;
@@ -247,7 +248,7 @@ fn poisoned_shard_answers_503_or_507_to_writes_and_keeps_serving_reads() {
     for (errno, status) in [(libc::EIO, 503u16), (libc::ENOSPC, 507)] {
         let store = SimStore::new();
         let (log, records, _) = open(store.clone(), config());
-        let shard = Rc::new(Shard::recover(0, 1, log, &records).expect("shard"));
+        let shard = Rc::new(Shard::recover(0, 1, log, &records, ProducerPolicy::default()).expect("shard"));
         assert!(matches!(handle(&shard, create()), Ok(Outcome::Created { new: true, .. })));
         for part in ["one,", "two,", "three"] {
             assert!(matches!(handle(&shard, append(part.as_bytes())), Ok(Outcome::Appended { .. })));
@@ -277,7 +278,8 @@ fn poisoned_shard_answers_503_or_507_to_writes_and_keeps_serving_reads() {
 
         // After a restart the stream holds exactly the acknowledged bytes and takes writes.
         let (log, records, _) = open(store.crash_image(None), config());
-        let shard = Rc::new(Shard::recover(0, 1, log, &records).expect("shard after restart"));
+        let shard =
+            Rc::new(Shard::recover(0, 1, log, &records, ProducerPolicy::default()).expect("shard after restart"));
         assert!(matches!(handle(&shard, append(b",four")), Ok(Outcome::Appended { .. })));
         match handle(&shard, read_all()) {
             Ok(Outcome::Read(r)) => assert_eq!(r.body, b"one,two,three,four", "errno {errno}: after restart"),

@@ -287,7 +287,8 @@ fn check_config_validates_without_serving() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("does not exist; a start creates it") && out.contains("configuration ok"), "{out}");
     assert!(!data.exists(), "--check-config created the data directory");
-    assert!(out.contains("producers        at most 4096 per stream; one idle for more than 604800 s"), "{out}");
+    assert!(out.contains("producers        at most 4096 per stream (a state record of up to"), "{out}");
+    assert!(out.contains("one idle for more than 604800 s"), "{out}");
 
     // A directory written by a server: format and shard count agree.
     let server = start(root.path(), &args, &[]).listening("server");
@@ -311,6 +312,13 @@ fn check_config_validates_without_serving() {
     let (code, _, err) = check_config(&["--data-dir", s(&data), "--segment-bytes", "12"]);
     assert_eq!(code, Some(EX_CONFIG), "{err}");
     assert!(err.contains("--segment-bytes must be a multiple of 4096"), "{err}");
+    let small = ["--data-dir", s(&data), "--segment-bytes", "65536", "--max-producers-per-stream", "4096"];
+    let (code, _, err) = check_config(&small);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(
+        err.contains("--max-producers-per-stream 4096") && err.contains("does not fit --segment-bytes 65536"),
+        "{err}"
+    );
     let file = root.path().join("typo.toml");
     std::fs::write(&file, "shard = 2\n").unwrap();
     let (code, _, err) = check_config(&["--config", s(&file), "--data-dir", s(&data)]);

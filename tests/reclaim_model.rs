@@ -17,6 +17,7 @@ use futures::task::LocalSpawnExt;
 use ringstream::limits::{SEGMENT_BYTES_MIN, SNAPSHOTS_PER_STREAM_MAX};
 use ringstream::protocol::headers::{Lifetime, ProducerHeaders};
 use ringstream::protocol::offset::ReadFrom;
+use ringstream::protocol::rules::ProducerPolicy;
 use ringstream::protocol::{
     AppendReq, BucketOp, CreateReq, Error, ForkReq, Live, Offset, Outcome, ReadReq, SnapshotReq, StreamKey, StreamOp,
     Surface,
@@ -51,8 +52,8 @@ fn boot(store: SimStore, seed: u64) -> Rig {
 fn boot_with_clock(store: SimStore, seed: u64, clock: Option<Box<dyn Fn() -> i64>>) -> Rig {
     let cfg = LogConfig { segment_bytes: SEGMENT_BYTES_MIN, pending_bytes_max: 16 * 1024 * 1024 };
     let (log, recovered, _) = try_open(store.clone(), cfg).unwrap_or_else(|e| panic!("seed {seed}: open: {e}"));
-    let mut shard =
-        Shard::recover(0, 1, log.clone(), &recovered).unwrap_or_else(|e| panic!("seed {seed}: recover: {e}"));
+    let mut shard = Shard::recover(0, 1, log.clone(), &recovered, ProducerPolicy::default())
+        .unwrap_or_else(|e| panic!("seed {seed}: recover: {e}"));
     if let Some(clock) = clock {
         shard.set_clock(clock);
     }

@@ -115,6 +115,20 @@ pub struct StateRecord {
 #[error("malformed record body")]
 pub struct Malformed;
 
+/// Why a state record's body was refused. A flag this build does not know
+/// is told apart from damage: a newer build wrote it, in a layout this one
+/// cannot read, and reading on would misread every field after the flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StateDecodeError {
+    #[error(transparent)]
+    Malformed(#[from] Malformed),
+    #[error(
+        "state record flags {flags:#04x} include {unknown:#04x}, which this build does not know: a newer build \
+         wrote it; run a build that reads it (see \"Nodes of different builds\" in docs/operations.md)"
+    )]
+    UnknownFlags { flags: u8, unknown: u8 },
+}
+
 struct W<'a>(&'a mut Vec<u8>);
 impl W<'_> {
     fn u8(&mut self, v: u8) {
@@ -283,6 +297,8 @@ const F_SEQ: u8 = 2;
 const F_PRODUCER: u8 = 4;
 /// A state record's flag: each producer carries its last append time.
 const S_PRODUCER_TIMES: u8 = 4;
+/// Every state record flag this build reads (1 closed, 2 soft-deleted).
+const S_KNOWN: u8 = 1 | 2 | S_PRODUCER_TIMES;
 
 impl AppendRecord {
     pub fn encode(&self) -> Vec<u8> {
@@ -384,7 +400,7 @@ impl StateRecord {
     }
 
     /// Decodes everything but the blob; returns where the blob starts.
-    pub fn decode_meta(b: &[u8]) -> Result<(StateRecord, usize), Malformed> {
+    pub fn decode_meta(b: &[u8]) -> Result<(StateRecord, usize), StateDecodeError> {
         let mut r = R(b);
         let bucket = r.string()?;
         let stream = r.string()?;
@@ -396,13 +412,16 @@ impl StateRecord {
         let tail = r.u64()?;
         let trim = r.u64()?;
         let flags = r.u8()?;
-        if flags & !(3 | S_PRODUCER_TIMES) != 0 || trim > tail {
-            return Err(Malformed);
+        if flags & !S_KNOWN != 0 {
+            return Err(StateDecodeError::UnknownFlags { flags, unknown: flags & !S_KNOWN });
+        }
+        if trim > tail {
+            return Err(Malformed.into());
         }
         let closed_by = match r.u8()? {
             0 => None,
             1 => Some((r.string()?, r.u64()?, r.u64()?)),
-            _ => return Err(Malformed),
+            _ => return Err(Malformed.into()),
         };
         let stream_seq = r.opt_str()?;
         let mut producers = Vec::new();
@@ -446,7 +465,7 @@ impl StateRecord {
         Ok((rec, start))
     }
 
-    pub fn decode(b: &[u8]) -> Result<Self, Malformed> {
+    pub fn decode(b: &[u8]) -> Result<Self, StateDecodeError> {
         let (mut rec, start) = Self::decode_meta(b)?;
         rec.blob = b[start..].to_vec();
         Ok(rec)
@@ -637,6 +656,53 @@ mod tests {
             StateRecord { producers: vec![ProducerRecord { last_ms: 8, ..back.producers[0].clone() }], ..back },
             r
         );
+    }
+
+    #[test]
+    fn a_state_record_with_a_flag_this_build_does_not_know_is_refused_with_a_reason() {
+        let enc = StateRecord { blob: Vec::new(), ..state() }.encode();
+        let flags_at = enc.iter().zip(StateRecord { closed: false, ..state() }.encode()).position(|(a, b)| *a != b);
+        let flags_at = flags_at.unwrap();
+        for bit in [8u8, 0x80] {
+            let mut body = enc.clone();
+            body[flags_at] |= bit;
+            let e = StateRecord::decode_meta(&body).unwrap_err();
+            assert_eq!(e, StateDecodeError::UnknownFlags { flags: enc[flags_at] | bit, unknown: bit });
+            let msg = e.to_string();
+            assert!(msg.contains("does not know") && msg.contains("newer build"), "{msg}");
+            assert!(msg.contains(&format!("{bit:#04x}")), "the message names the bit: {msg}");
+        }
+        // Damage is still told as damage.
+        let e = StateRecord::decode_meta(&enc[..flags_at]).unwrap_err();
+        assert_eq!(e, StateDecodeError::Malformed(Malformed));
+    }
+
+    #[test]
+    fn the_rest_of_a_largest_state_record_fits_its_allowance() {
+        use crate::limits::*;
+        let name = |n: usize| "n".repeat(n);
+        let ct = name(256); // content types are not bounded but by the request head: 256 each here
+        let fork = ForkRecord {
+            bucket: name(BUCKET_ID_BYTES_MAX),
+            stream: name(V1_PATH_BYTES_MAX),
+            source_uid: u64::MAX,
+            offset: Some((u64::MAX, u64::MAX)),
+            sub_offset: u64::MAX,
+        };
+        let rec = StateRecord {
+            bucket: name(BUCKET_ID_BYTES_MAX),
+            stream: name(V1_PATH_BYTES_MAX),
+            content_type: ct.clone(),
+            lifetime: Lifetime::ExpiresAt { at_ms: i64::MAX, raw: name(64) },
+            fork: Some(fork),
+            closed_by: Some((name(PRODUCER_ID_BYTES_MAX), u64::MAX, u64::MAX)),
+            stream_seq: Some(name(STREAM_SEQ_BYTES_MAX)),
+            producers: Vec::new(),
+            snapshots: vec![SnapshotMeta { offset: 1, content_type: ct, published_at_ms: 1 }; SNAPSHOTS_PER_STREAM_MAX],
+            blob: Vec::new(),
+            ..state()
+        };
+        assert!(rec.encode().len() <= STATE_RECORD_REST_BYTES / 2, "{} bytes", rec.encode().len());
     }
 
     #[test]

@@ -34,8 +34,12 @@ pub fn check(cfg: &Config) -> anyhow::Result<String> {
     };
     let _ = writeln!(
         out,
-        "producers        at most {} per stream; one idle for more than {} s is forgotten",
-        cfg.max_producers_per_stream, cfg.producer_idle_expiry_secs
+        "producers        at most {} per stream (a state record of up to {} bytes; a segment holds {}); one idle for \
+         more than {} s is forgotten",
+        cfg.max_producers_per_stream,
+        crate::limits::state_record_bytes_max(cfg.max_producers_per_stream),
+        crate::storage::record::body_max(cfg.segment_bytes),
+        cfg.producer_idle_expiry_secs
     );
     data_dir(cfg, &mut out)?;
     tier(cfg, &mut out)?;

@@ -90,12 +90,12 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
             (Rc::new(log), records, report, None)
         }
     };
-    let shard = Rc::new(Shard::recover(id, b.cfg.shards, log.clone(), &records)?);
+    let policy = ProducerPolicy::new(b.cfg.max_producers_per_stream, b.cfg.producer_idle_expiry_secs);
+    let shard = Rc::new(Shard::recover(id, b.cfg.shards, log.clone(), &records, policy)?);
     let bytes: u64 = records.iter().map(|r| u64::from(r.loc.body_len)).sum();
     drop(records);
     let elapsed = started.elapsed();
     shard.set_live(Rc::new(|d| Box::pin(glommio::timer::sleep(d))), Duration::from_millis(b.cfg.long_poll_timeout_ms));
-    shard.set_producer_policy(ProducerPolicy::new(b.cfg.max_producers_per_stream, b.cfg.producer_idle_expiry_secs));
     let l = log.clone();
     glommio::spawn_local(async move { l.run_writer().await }).detach();
     glommio::spawn_local(async move { log.run_preparer().await }).detach();

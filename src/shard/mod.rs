@@ -152,11 +152,6 @@ impl<S: SegmentStore> Shard<S> {
         self.long_poll_timeout.set(long_poll_timeout);
     }
 
-    /// Sets the bound on each stream's producers and their idle expiry.
-    pub fn set_producer_policy(&self, policy: ProducerPolicy) {
-        self.producer_policy.set(policy);
-    }
-
     pub fn log(&self) -> &Rc<Log<S>> {
         &self.log
     }

@@ -1,14 +1,32 @@
 //! A stream's table of idempotent producers, bounded: at most the policy's
 //! producers per stream, each forgotten once idle past the policy's expiry.
 //!
-//! The table is a function of the stream's records: an append record sets
-//! its producer's state and time (`written_at_ms`), a state record replaces
-//! the whole table. Whether an entry counts is decided from those times
-//! against a clock: an entry idle past the expiry is as good as absent
-//! (`live` ignores it), and [`Producers::forget_idle`] only frees its
-//! memory. So a node that rebuilt the table from the same records (a
-//! restart, a follower) decides the same, up to its clock: a clock behind
-//! keeps a producer longer, which costs a slot but never a duplicate.
+//! The table is a function of the stream's records and the policy: an
+//! append record sets its producer's state and time (`written_at_ms`), a
+//! state record replaces the whole table. Whether an entry counts is
+//! decided from those times against a clock: an entry idle past the expiry
+//! is as good as absent (`live` ignores it).
+//!
+//! Deterministic (the records' own times): the writer (a single node, a
+//! cell's leader) stamps an append with its clock and, before it admits a
+//! producer it does not know into a full table, drops the idle entries at
+//! that same time ([`Producers::make_room`]). Replay (recovery, a follower
+//! applying committed records) makes the same room at the record's
+//! `written_at_ms` and holds the table to the bound at that time
+//! ([`Producers::bound`]); a state record's table is held to the bound at
+//! the record's `last_write_ms`. So nodes that applied the same records
+//! under the same policy hold the same table, whatever their clocks, and
+//! never more than the bound: memory per stream is bounded by it.
+//!
+//! Clock-dependent: which entries count when a request is decided (`live`
+//! and `admit` at the node's clock: a clock behind keeps a producer longer,
+//! which costs a slot but never a duplicate); the room a writer makes for
+//! an append it then refuses (no record: replicas keep those idle entries,
+//! which count for nothing, until their next sweep); and the idle entries
+//! a writer drops before it writes a state record ([`Producers::prune`], at
+//! its clock: the record carries the result, so whoever applies it agrees).
+//! Nodes with different `--max-producers-per-stream` or expiry hold
+//! different tables: a cell's nodes should share both.
 
 use crate::protocol::persist::ProducerRecord;
 use crate::protocol::rules::{self, ProducerPolicy, ProducerState};
@@ -65,6 +83,41 @@ impl Producers {
         self.by_id.retain(|_, e| !rules::producer_idle(policy, e.last_ms, now_ms));
     }
 
+    /// Holds the table to the bound at `at_ms`: past it, the idle entries
+    /// go, then the least recently written ones. A writer's admission keeps
+    /// its table within the bound, so this acts only on a table built under
+    /// a larger bound (or before there was one): those producers are
+    /// forgotten as if idle, so that memory and state records stay bounded.
+    pub(super) fn bound(&mut self, policy: &ProducerPolicy, at_ms: i64) {
+        if self.len() <= policy.max_per_stream {
+            return;
+        }
+        self.forget_idle(policy, at_ms);
+        self.forget_least_recent(self.len().saturating_sub(policy.max_per_stream));
+    }
+
+    /// Drops the `n` entries written longest ago (ties by id, so every
+    /// replica drops the same ones).
+    fn forget_least_recent(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let mut oldest: Vec<(i64, String)> = self.by_id.iter().map(|(id, e)| (e.last_ms, id.clone())).collect();
+        oldest.select_nth_unstable(n - 1);
+        for (_, id) in &oldest[..n] {
+            self.by_id.remove(id);
+        }
+    }
+
+    /// Before the table goes into a state record written at `now_ms`: the
+    /// idle entries go (the record then carries only what counts, in memory
+    /// and on every node that applies it alike), and the table is held to
+    /// the bound, which the configuration checked fits one record.
+    pub(super) fn prune(&mut self, policy: &ProducerPolicy, now_ms: i64) {
+        self.forget_idle(policy, now_ms);
+        self.bound(policy, now_ms);
+    }
+
     /// An accepted append of producer `id` (epoch, seq), written at `at_ms`,
     /// after which the stream's tail is `tail`. A sequence that starts anew
     /// (seq 0: a new producer, one forgotten, or a new epoch) drops the
@@ -108,8 +161,9 @@ impl Producers {
             .collect()
     }
 
-    /// The table a state record lists.
-    pub(super) fn from_records(records: &[ProducerRecord]) -> Self {
+    /// The table a state record lists, held to the bound at `at_ms` (the
+    /// record's own time: see [`Producers::bound`]).
+    pub(super) fn from_records(records: &[ProducerRecord], policy: &ProducerPolicy, at_ms: i64) -> Self {
         let by_id = records
             .iter()
             .map(|p| {
@@ -117,7 +171,9 @@ impl Producers {
                 (p.id.clone(), Entry { state, last_ms: p.last_ms, acks: p.acks.iter().copied().collect() })
             })
             .collect();
-        Producers { by_id }
+        let mut table = Producers { by_id };
+        table.bound(policy, at_ms);
+        table
     }
 }
 
@@ -198,13 +254,40 @@ mod tests {
     }
 
     #[test]
+    fn before_a_state_record_the_idle_go_and_the_table_is_held_to_the_bound() {
+        let mut t = Producers::default();
+        for (i, id) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            t.accept(id, (0, 0), i as u64, i as i64 * MIN);
+        }
+        // At 3 min - 1 ms, "a" (written at 0) and "b" (1 min) are idle.
+        t.prune(&policy(8), 3 * MIN - 1);
+        assert_eq!(t.len(), 2);
+        assert!(t.acked_tail("a", 0, 0).is_none() && t.acked_tail("b", 0, 0).is_none());
+        // Past a (lowered) bound the least recently written go too.
+        t.prune(&policy(1), 3 * MIN - 1);
+        assert_eq!(t.records().iter().map(|p| p.id.as_str()).collect::<Vec<_>>(), ["d"]);
+    }
+
+    #[test]
+    fn the_bound_breaks_ties_in_time_by_id() {
+        let mut t = Producers::default();
+        for id in ["c", "a", "b", "d"] {
+            t.accept(id, (0, 0), 1, 500);
+        }
+        t.bound(&policy(2), 500);
+        let mut ids: Vec<String> = t.records().into_iter().map(|p| p.id).collect();
+        ids.sort();
+        assert_eq!(ids, ["c", "d"], "every replica forgets the same ones");
+    }
+
+    #[test]
     fn a_state_record_gives_back_the_same_table() {
         let p = policy(8);
         let mut t = Producers::default();
         t.accept("a", (1, 0), 3, 100);
         t.accept("a", (1, 1), 6, 200);
         t.accept("b", (0, 0), 9, 300);
-        let back = Producers::from_records(&t.records());
+        let back = Producers::from_records(&t.records(), &p, 300);
         assert_eq!(back.by_id, t.by_id);
         assert_eq!(back.live("a", &p, 200 + MIN), Some(ProducerState { epoch: 1, last_seq: 1 }));
         assert_eq!(back.live("a", &p, 201 + MIN), None, "the time travels with the state");

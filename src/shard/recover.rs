@@ -5,7 +5,7 @@ use super::records;
 use super::stream::{Snap, Stream};
 use super::{wall_clock_ms, Shard};
 use crate::metrics::Histo;
-use crate::protocol::persist::{self, AppendRecord, CreateRecord, StateRecord};
+use crate::protocol::persist::{self, AppendRecord, CreateRecord, StateDecodeError, StateRecord};
 use crate::protocol::rules::ProducerPolicy;
 use crate::protocol::StreamKey;
 use crate::storage::{io::SegmentStore, Log, Recovered};
@@ -28,7 +28,15 @@ impl<S: SegmentStore> Shard<S> {
     /// Rebuilds the shard's state from its recovered log: one replay
     /// function per record kind, in log order, then the checks that every
     /// gap and every listed snapshot was explained.
-    pub fn recover(id: usize, shards: usize, log: Rc<Log<S>>, records: &[Recovered]) -> Result<Self, String> {
+    /// `policy` bounds each stream's producers from the first record on
+    /// (see `producers`), so it is the configured one, not set afterwards.
+    pub fn recover(
+        id: usize,
+        shards: usize,
+        log: Rc<Log<S>>,
+        records: &[Recovered],
+        policy: ProducerPolicy,
+    ) -> Result<Self, String> {
         let shard = Shard {
             id,
             shards,
@@ -41,10 +49,7 @@ impl<S: SegmentStore> Shard<S> {
             now_ms: Box::new(wall_clock_ms),
             sleep: RefCell::new(None),
             long_poll_timeout: Cell::new(Duration::from_millis(crate::limits::LONG_POLL_TIMEOUT_MS_DEFAULT)),
-            producer_policy: Cell::new(ProducerPolicy::new(
-                crate::limits::PRODUCERS_PER_STREAM_DEFAULT,
-                crate::limits::PRODUCER_IDLE_EXPIRY_SECS_DEFAULT,
-            )),
+            producer_policy: Cell::new(policy),
             rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (wall_clock_ms() as u64) ^ ((id as u64) << 32)),
             reclaim_due: Cell::new(true),
             reclaim_sealed: Cell::new(0),
@@ -132,7 +137,13 @@ impl<S: SegmentStore> Shard<S> {
                 self.replay_append(replay, r, &a, data_off)
             }
             persist::KIND_STATE | persist::KIND_SNAPSHOT => {
-                let (st, blob_off) = StateRecord::decode_meta(body).map_err(|_| bad("state"))?;
+                let (st, blob_off) = StateRecord::decode_meta(body).map_err(|e| match e {
+                    StateDecodeError::Malformed(_) => bad("state"),
+                    newer => format!(
+                        "shard {}: state record in segment {} at {}: {newer}",
+                        self.id, r.loc.segment, r.loc.pos
+                    ),
+                })?;
                 if r.header.kind == persist::KIND_SNAPSHOT {
                     let m = st.snapshots.last().ok_or_else(|| bad("snapshot"))?;
                     let snap = Snap {
@@ -187,7 +198,8 @@ impl<S: SegmentStore> Shard<S> {
         if s.incarnation != h.incarnation {
             return Ok(());
         }
-        s.replay_append(a, r.loc, h.stream_offset, data_off).map_err(|e| format!("shard {}: {e}", self.id))
+        s.replay_append(a, r.loc, h.stream_offset, data_off, &self.producer_policy.get())
+            .map_err(|e| format!("shard {}: {e}", self.id))
     }
 
     /// A state record carries a stream's whole state; records between what
@@ -225,7 +237,7 @@ impl<S: SegmentStore> Shard<S> {
         if s.gap_end <= st.trim {
             s.gap_end = 0;
         }
-        s.apply_state(st);
+        s.apply_state(st, &self.producer_policy.get());
         s.snapshots.clear();
         s.blob_missing = false;
         for m in &st.snapshots {

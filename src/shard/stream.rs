@@ -4,7 +4,7 @@
 use super::producers::Producers;
 use crate::protocol::headers::{is_json, Lifetime};
 use crate::protocol::persist::{AppendRecord, ForkRecord, SnapshotMeta, StateRecord};
-use crate::protocol::rules::{self, CreateConfig};
+use crate::protocol::rules::{self, CreateConfig, ProducerPolicy};
 use crate::protocol::{Offset, StreamInfo, StreamKey};
 use crate::quota::BucketUsage;
 use crate::storage::RecordLoc;
@@ -213,8 +213,9 @@ impl Stream {
         }
     }
 
-    /// Recovery: takes the metadata of a state record (not data or snapshots).
-    pub(super) fn apply_state(&mut self, r: &StateRecord) {
+    /// Recovery: takes the metadata of a state record (not data or
+    /// snapshots); its producer table held to `policy`'s bound.
+    pub(super) fn apply_state(&mut self, r: &StateRecord, policy: &ProducerPolicy) {
         self.json = is_json(&r.content_type);
         self.content_type = r.content_type.clone();
         self.lifetime = r.lifetime.clone();
@@ -228,16 +229,19 @@ impl Stream {
         self.closed_by = r.closed_by.clone();
         self.stream_seq = r.stream_seq.clone();
         self.soft_deleted = r.soft_deleted;
-        self.producers = Producers::from_records(&r.producers);
+        self.producers = Producers::from_records(&r.producers, policy, r.last_write_ms);
     }
 
-    /// Recovery: replays an append record's effect.
+    /// Recovery (and a cell's follower): replays an append record's effect.
+    /// Its producer first gets the room its writer made at the record's time
+    /// (see `producers`), and the table stays within `policy`'s bound.
     pub(super) fn replay_append(
         &mut self,
         a: &AppendRecord,
         loc: RecordLoc,
         offset: u64,
         data_off: usize,
+        policy: &ProducerPolicy,
     ) -> Result<(), String> {
         if offset < self.tail {
             return Err(format!("record at {}:{} says offset {offset}, below {}", loc.segment, loc.pos, self.tail));
@@ -248,7 +252,11 @@ impl Stream {
             self.chunks.clear();
             self.tail = offset;
         }
+        if let Some((pid, _, _)) = &a.producer {
+            self.producers.make_room(pid, policy, a.written_at_ms);
+        }
         self.apply_append(a, loc, data_off, 0);
+        self.producers.bound(policy, a.written_at_ms);
         self.last_write_ms = a.written_at_ms;
         self.durable_write_ms = a.written_at_ms;
         // A write is an access: a follower applying it (and a new leader

@@ -88,6 +88,16 @@ pub fn framed_len(body_len: usize) -> usize {
     (RECORD_HEADER_BYTES + body_len).div_ceil(RECORD_ALIGN) * RECORD_ALIGN
 }
 
+/// The largest record body one segment of `segment_bytes` holds whatever
+/// else is in it: framed with its header, with room for a batch close (a
+/// replicated log's) and the seal every segment keeps, and never more than
+/// [`RECORD_BODY_BYTES_MAX`]. What a configuration is checked against.
+pub fn body_max(segment_bytes: u64) -> usize {
+    let kept = RECORD_HEADER_BYTES + BATCH_CLOSE_FRAMED_BYTES + SEAL_FRAMED_BYTES;
+    let room = usize::try_from(segment_bytes).unwrap_or(usize::MAX).saturating_sub(kept);
+    (room / RECORD_ALIGN * RECORD_ALIGN).min(RECORD_BODY_BYTES_MAX)
+}
+
 fn crc(segment_no: u64, header: &[u8], body: &[&[u8]]) -> u32 {
     let c = crc32c::crc32c(&segment_no.to_le_bytes());
     let c = crc32c::crc32c_append(c, &header[0..20]);
@@ -231,6 +241,18 @@ mod tests {
 
     fn hdr(body: &[u8]) -> RecordHeader {
         RecordHeader { kind: 2, stream_id: 77, incarnation: 3, stream_offset: 4096, body_len: body.len() as u32 }
+    }
+
+    #[test]
+    fn the_largest_body_of_a_segment_fits_it_with_a_batch_close_and_the_seal() {
+        use crate::limits::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MIN};
+        for seg in [SEGMENT_BYTES_MIN, 1 << 20, 4 << 20] {
+            let max = body_max(seg);
+            let used = |body| (framed_len(body) + BATCH_CLOSE_FRAMED_BYTES + SEAL_FRAMED_BYTES) as u64;
+            assert!(used(max) <= seg, "{seg}: {max}");
+            assert!(used(max + 1) > seg, "{seg}: {max} is the largest");
+        }
+        assert_eq!(body_max(SEGMENT_BYTES_DEFAULT), RECORD_BODY_BYTES_MAX);
     }
 
     #[test]

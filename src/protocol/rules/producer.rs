@@ -60,6 +60,14 @@ impl ProducerPolicy {
     }
 }
 
+impl Default for ProducerPolicy {
+    /// The defaults of both flags (what a shard holds before it is told).
+    fn default() -> Self {
+        use crate::limits::{PRODUCERS_PER_STREAM_DEFAULT, PRODUCER_IDLE_EXPIRY_SECS_DEFAULT};
+        ProducerPolicy::new(PRODUCERS_PER_STREAM_DEFAULT, PRODUCER_IDLE_EXPIRY_SECS_DEFAULT)
+    }
+}
+
 /// Whether a producer whose last accepted append was written at `last_ms`
 /// is forgotten at `now_ms`. A clock that went back forgets nothing.
 pub fn producer_idle(policy: &ProducerPolicy, last_ms: i64, now_ms: i64) -> bool {

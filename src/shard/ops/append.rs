@@ -367,19 +367,79 @@ mod tests {
         for i in 0..3u64 {
             let mut r = rec(b"x", false);
             (r.producer, r.written_at_ms) = (Some((format!("p{i}"), 0, 0)), 1_000);
-            replayed.replay_append(&r, loc(2 + i, 5), i, 4).unwrap();
+            replayed.replay_append(&r, loc(2 + i, 5), i, 4, &ProducerPolicy::default()).unwrap();
         }
-        let sorted = |s: &Stream| {
-            let mut v = s.producers.records();
-            v.sort_by(|a, b| a.id.cmp(&b.id));
-            v
-        };
         assert_eq!(sorted(&replayed), sorted(s));
         assert!(sorted(s).iter().all(|p| p.last_ms == 1_000), "the records' time, not the clock's");
         // A state record carries the table, times included.
         let mut restored = Stream::adoptable(s.uid, s.incarnation, 0);
-        restored.apply_state(&s.state_record(&key("a")));
+        restored.apply_state(&s.state_record(&key("a")), &ProducerPolicy::default());
         assert_eq!(sorted(&restored), sorted(s));
+    }
+
+    /// The stream's producer table, in id order.
+    fn sorted(s: &Stream) -> Vec<crate::protocol::persist::ProducerRecord> {
+        let mut v = s.producers.records();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    }
+
+    /// An append record of producer `id` (epoch 0, seq 0) written at `at_ms`.
+    fn by_at(id: &str, at_ms: i64) -> AppendRecord {
+        let mut r = rec(b"x", false);
+        (r.producer, r.written_at_ms) = (Some((id.to_string(), 0, 0)), at_ms);
+        r
+    }
+
+    #[test]
+    fn replay_holds_the_table_its_writer_held() {
+        // The writer: waves of 3 producers, each wave idle by the next, so
+        // each newcomer of a wave makes room by dropping the last wave.
+        let policy = ProducerPolicy::new(3, 60);
+        let mut live = State::default();
+        create(&mut live, "a", "text/plain", 1);
+        let mut written = Vec::new();
+        for (n, (wave, i)) in (0..6i64).flat_map(|w| (0..3).map(move |i| (w, i))).enumerate() {
+            let (id, at) = (format!("w{wave}p{i}"), 1_000 + wave * 61_000);
+            let s = live.get_mut(&key("a")).unwrap();
+            s.producers.make_room(&id, &policy, at);
+            s.producers.admit(&id, &policy, at).unwrap();
+            let lsn = 2 + n as u64;
+            records::apply_append(s, &by_at(&id, at), loc(lsn, 5), 4, lsn, lsn - 1);
+            written.push(by_at(&id, at));
+        }
+        let s = live.get(&key("a")).unwrap();
+        assert_eq!(s.producers.len(), 3, "the writer holds the last wave");
+        // Replay (a restart, a follower): the same records, the same table,
+        // never more than the bound on the way.
+        let mut replayed = Stream::adoptable(s.uid, s.incarnation, 0);
+        for (n, r) in written.iter().enumerate() {
+            replayed.replay_append(r, loc(2 + n as u64, 5), n as u64, 4, &policy).unwrap();
+            assert!(replayed.producers.len() <= 3, "record {n}: {} producers held", replayed.producers.len());
+        }
+        assert_eq!(sorted(&replayed), sorted(s));
+    }
+
+    #[test]
+    fn replay_of_records_from_a_larger_bound_keeps_the_most_recent() {
+        // Written under no bound (or a larger one): 5 producers, none idle.
+        let mut replayed = Stream::adoptable(7, 1, 0);
+        let policy = ProducerPolicy::new(3, 60);
+        for i in 0..5u64 {
+            replayed.replay_append(&by_at(&format!("p{i}"), 1_000 + i as i64), loc(2 + i, 5), i, 4, &policy).unwrap();
+        }
+        let ids: Vec<String> = sorted(&replayed).into_iter().map(|p| p.id).collect();
+        assert_eq!(ids, ["p2", "p3", "p4"], "the least recently written beyond the bound are forgotten");
+        // So is a state record's table, at the record's own time.
+        let mut st = replayed.state_record(&key("a"));
+        let idle: Vec<_> = st.producers.iter().map(|p| (format!("{}-idle", p.id), p.last_ms - 100_000)).collect();
+        for (id, last_ms) in idle {
+            st.producers.push(crate::protocol::persist::ProducerRecord { id, last_ms, ..st.producers[0].clone() });
+        }
+        assert_eq!(st.producers.len(), 6);
+        let mut big = Stream::adoptable(7, 1, 0);
+        big.apply_state(&st, &policy);
+        assert_eq!(sorted(&big), sorted(&replayed), "the idle ones go first");
     }
 
     use crate::shard::ops::testkit::{loc, rec};

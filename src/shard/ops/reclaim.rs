@@ -100,11 +100,11 @@ impl<S: SegmentStore> Shard<S> {
             }
             let lsn = match pin {
                 MetaPin::Stream(key) if seen.insert(key.clone()) => {
-                    let rec = match self.state.borrow().get(key) {
+                    let mut rec = match self.state.borrow().get(key) {
                         Some(s) => s.state_record(key),
                         None => continue,
                     };
-                    self.log_state(key, &rec, None).map(|(_, lsn)| lsn)
+                    self.log_state(key, &mut rec, None).map(|(_, lsn)| lsn)
                 }
                 MetaPin::Stream(_) => continue,
                 MetaPin::Bucket(b) => self.log_bucket_create(b),

@@ -17,18 +17,16 @@ use std::sync::Arc;
 
 impl<S: SegmentStore> Shard<S> {
     /// Logs the stream's state (a snapshot record when `blob` is given) and
-    /// notes where it lives. Returns the record's location and lsn.
+    /// notes where it lives. Returns the record's location and lsn. The
+    /// record lists the stream's producers as pruned now (see
+    /// [`Shard::prune_producers`]): never more than the bound.
     pub(in crate::shard) fn log_state(
         &self,
         key: &StreamKey,
-        rec: &StateRecord,
+        rec: &mut StateRecord,
         blob: Option<&[u8]>,
     ) -> Result<(RecordLoc, u64), Error> {
-        let (uid, incarnation) = {
-            let state = self.state.borrow();
-            let s = state.get(key).ok_or(Error::NotFound)?;
-            (s.uid, s.incarnation)
-        };
+        let (uid, incarnation) = self.prune_producers(key, rec)?;
         let mut body = rec.encode();
         let kind = match blob {
             Some(b) => {
@@ -43,6 +41,20 @@ impl<S: SegmentStore> Shard<S> {
         Ok((loc, lsn))
     }
 
+    /// Before a state record of the stream at `key` is written: its idle
+    /// producers are forgotten and its table held to the bound, in memory
+    /// and in `rec` alike, so that a record never outgrows what the
+    /// configuration was checked to fit in one segment, and every node that
+    /// applies it holds the same table. Returns the stream's uid and
+    /// incarnation.
+    fn prune_producers(&self, key: &StreamKey, rec: &mut StateRecord) -> Result<(u64, u32), Error> {
+        let mut state = self.state.borrow_mut();
+        let s = state.get_mut(key).ok_or(Error::NotFound)?;
+        s.producers.prune(&self.producer_policy.get(), (self.now_ms)());
+        rec.producers = s.producers.records();
+        Ok((s.uid, s.incarnation))
+    }
+
     /// `PUT .../snapshot/{offset}`: publishes a snapshot and trims the data
     /// before its offset, in one record.
     pub(in crate::shard) async fn snapshot_publish(&self, key: StreamKey, req: SnapshotReq) -> Reply {
@@ -51,13 +63,13 @@ impl<S: SegmentStore> Shard<S> {
         if let Some(s) = self.state.borrow_mut().get_mut(&key) {
             s.last_access_ms = now;
         }
-        let Publish { rec, before, after, usage } =
+        let Publish { mut rec, before, after, usage } =
             plan_publish(&self.state.borrow(), &key, &req, &content_type, now, self.log.durable_lsn())?;
         let held = match after.checked_sub(before) {
             Some(grows) => self.reserve(&key.bucket, usage.as_ref(), 0, grows)?,
             None => None,
         };
-        let (loc, lsn) = self.log_state(&key, &rec, Some(&req.body))?;
+        let (loc, lsn) = self.log_state(&key, &mut rec, Some(&req.body))?;
         if let Some(h) = held {
             h.keep();
         }
@@ -102,8 +114,8 @@ impl<S: SegmentStore> Shard<S> {
     /// `DELETE .../snapshot/{offset}`: forgets an older snapshot (never the
     /// current one, which stands for the trimmed data).
     pub(in crate::shard) async fn snapshot_delete(&self, key: StreamKey, offset: Offset) -> Reply {
-        let rec = plan_snapshot_delete(&self.state.borrow(), &key, offset)?;
-        let (_, lsn) = self.log_state(&key, &rec, None)?;
+        let mut rec = plan_snapshot_delete(&self.state.borrow(), &key, offset)?;
+        let (_, lsn) = self.log_state(&key, &mut rec, None)?;
         if let Some(s) = self.state.borrow_mut().get_mut(&key) {
             if let (Some(snap), Some(u)) = (s.snapshots.remove(&offset.pos), &s.usage) {
                 u.release(0, u64::from(snap.len));
