@@ -10,8 +10,8 @@
 //! - a leader cut off whose clock stands still (a paused process: it never
 //!   steps down by itself) still believes it leads while the other two
 //!   elect a leader that appends and creates a stream; asked then, it gives
-//!   no stale tail and no 404 for the new stream: nothing until it notices,
-//!   then 503;
+//!   no stale tail, no 404 for the new stream, no refusal and no "already
+//!   there" decided from its state: nothing until it notices, then 503;
 //! - a leader that deleted a stream answers a 404 for it only once the
 //!   delete is committed, though it confirms its lead sooner.
 
@@ -289,10 +289,18 @@ fn a_leader_cut_off_and_replaced_answers_no_stale_tail_and_no_stale_404() {
     assert!(fresh > stale);
     assert!(cell.node(old).status.leading.get(), "the old leader still believes it leads (the hole)");
 
+    let mut conflicting = create();
+    if let StreamOp::Create(c) = &mut conflicting {
+        c.content_type = Some("text/plain".into());
+    }
     let asked = [
         cell.send(old, on("s", head())),
         cell.send(old, on("s", read_from_start())),
         cell.send(old, on("born", head())),
+        // A refusal decided from its state (409: another content type).
+        cell.send(old, on("s", conflicting)),
+        // A create that finds the same stream (200).
+        cell.send(old, on("s", create())),
     ];
     cell.until_answered(&asked, 200);
     for a in &asked {

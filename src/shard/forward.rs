@@ -22,7 +22,10 @@
 //! heartbeat round trip to a majority, shared by every answer waiting; see
 //! `cell::confirm`); unconfirmed, it answers 503. A leader cut off and
 //! replaced, not knowing it yet, so answers no stale tail and no 404 for a
-//! stream its successor created. Writes need no round: their commit is one.
+//! stream its successor created. Nor does it refuse a write from stale
+//! state: every answer decided without writing (a conflict, a sequence gap,
+//! a duplicate, a timed-out long-poll) waits for a round too. Writes need
+//! no round: their commit is one.
 
 use super::message::{Reply, ShardRequest};
 use super::Shard;
@@ -102,6 +105,32 @@ fn claims_freshness(live: Live, reply: &Reply) -> bool {
         Ok(Outcome::Head { .. } | Outcome::SnapshotAt { .. } | Outcome::BucketInfo { .. } | Outcome::Listing(_)) => {
             true
         }
+        _ => false,
+    }
+}
+
+/// Whether a leader's answer rests on its state alone, with no commit of
+/// its own to prove it still led when it gave it: the freshness claims,
+/// and every answer decided without writing (a refusal its state decided:
+/// a conflict, a closed stream, a stale epoch or sequence gap, a failed
+/// precondition, a quota, a stream gone; a create that found the same
+/// stream; an append found to be a retried duplicate; a long-poll that
+/// timed out at the tail). A leader cut off and replaced, not knowing it
+/// yet, would give each from stale state, so each waits for a read index
+/// round. Refusals that say nothing of the state (the node is busy or
+/// failing, a body too large) need none.
+fn decided_unwritten(live: Live, reply: &Reply) -> bool {
+    if claims_freshness(live, reply) {
+        return true;
+    }
+    match reply {
+        Err(Error::Unavailable(_) | Error::Overloaded { .. } | Error::InsufficientStorage(_) | Error::TooLarge) => {
+            false
+        }
+        Err(_) => true,
+        Ok(Outcome::Created { new, .. }) => !new,
+        Ok(Outcome::Appended { duplicate, .. }) => *duplicate,
+        Ok(Outcome::Read(r)) => r.up_to_date && r.timed_out,
         _ => false,
     }
 }
@@ -211,7 +240,7 @@ impl<S: SegmentStore> Shard<S> {
         let reply = self.handle(req).await;
         // Everything the state may have held when it was read.
         let seen = self.log.tail_lsn();
-        if !claims_freshness(live, &reply) {
+        if !decided_unwritten(live, &reply) {
             return reply;
         }
         if !confirmation.await {
@@ -383,6 +412,31 @@ mod tests {
         assert!(!claims(Err(Error::Unavailable("no".into()))));
         assert_eq!(liveness(&read(Live::Sse)), Live::Sse);
         assert_eq!(liveness(&stream(StreamOp::Head { if_none_match: None })), Live::No);
+    }
+
+    #[test]
+    fn on_the_leader_answers_decided_without_writing_are_confirmed() {
+        let Ok(Outcome::Read(r)) = read_answer(true) else { unreachable!() };
+        let info = r.info.clone();
+        let decided = |reply: Reply| decided_unwritten(Live::No, &reply);
+        assert!(decided(Err(Error::NotFound)), "the freshness claims");
+        assert!(decided(Err(Error::Conflict("another config".into()))));
+        assert!(decided(Err(Error::SeqGap { expected: 4, received: 9 })));
+        assert!(decided(Err(Error::StaleEpoch { current: 3 })));
+        assert!(decided(Err(Error::PreconditionFailed)));
+        assert!(decided(Err(Error::StreamClosed { next_offset: Offset::new(0, 5) })));
+        assert!(decided(Ok(Outcome::Created { info: info.clone(), new: false })), "the same stream found");
+        assert!(!decided(Ok(Outcome::Created { info: info.clone(), new: true })), "a create committed");
+        let appended =
+            |duplicate| Outcome::Appended { info: info.clone(), producer: None, duplicate, close_only: false };
+        assert!(decided(Ok(appended(true))), "a duplicate found");
+        assert!(!decided(Ok(appended(false))), "an append committed");
+        let mut timed_out = r.clone();
+        timed_out.timed_out = true;
+        assert!(decided_unwritten(Live::LongPoll, &Ok(Outcome::Read(timed_out))), "nothing came: up to date");
+        assert!(!decided_unwritten(Live::LongPoll, &Ok(Outcome::Read(r))), "data came: committed");
+        assert!(!decided(Err(Error::Unavailable("no".into()))));
+        assert!(!decided(Err(Error::Overloaded { retry_after_secs: 1 })));
     }
 
     #[test]
