@@ -50,7 +50,7 @@ pub enum Error {
     /// `Stream-Incarnation` named another creation of the stream than the
     /// one at its path now (deleted and re-created since): 412, nothing
     /// written. (After `ProducerLimit`: variants encode by position.)
-    #[error("precondition failed: the stream at this path is not the creation Stream-Incarnation names (it was deleted and created again)")]
+    #[error("precondition failed: the creation of this stream that Stream-Incarnation names is gone (deleted; the path holds another stream now, or none)")]
     IncarnationMismatch,
 }
 
