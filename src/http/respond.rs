@@ -97,7 +97,11 @@ fn incarnation_of(o: &Outcome) -> Option<Incarnation> {
 /// request path, for 201 and 307.
 pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Response {
     let incarnation = incarnation_of(&o);
-    maybe(answer(surface, o, location), "Stream-Incarnation", incarnation)
+    let r = answer(surface, o, location);
+    match incarnation {
+        Some(i) => r.header("Stream-Incarnation", i.token()),
+        None => r,
+    }
 }
 
 fn answer(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Response {

@@ -12,6 +12,7 @@
 //! names one creation: no other spelling of a value (upper case, fewer
 //! digits, a sign, spaces) can be sent to match it.
 
+use super::digits;
 use super::error::Error;
 use std::fmt;
 
@@ -46,11 +47,21 @@ impl Incarnation {
         let hex = |s: &str| u64::from_str_radix(s, 16).expect("checked: hex digits only");
         Ok(Incarnation { uid: hex(uid), number: hex(number) as u32 })
     }
+
+    /// The token, built without formatting machinery: every answer about a
+    /// stream carries one.
+    pub fn token(self) -> String {
+        let mut out = [0u8; TOKEN_LEN];
+        let (uid, number) = out.split_at_mut(UID_DIGITS);
+        digits::write_hex_padded(uid, self.uid);
+        digits::write_hex_padded(number, u64::from(self.number));
+        String::from_utf8(out.to_vec()).expect("hex digits are ASCII")
+    }
 }
 
 impl fmt::Display for Incarnation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}{:08x}", self.uid, self.number)
+        f.write_str(&self.token())
     }
 }
 

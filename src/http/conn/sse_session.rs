@@ -50,7 +50,7 @@ pub(super) async fn serve<C: ConnContext + ?Sized>(
     // ends (as on a delete) rather than follow a new stream at its path.
     let incarnation = Some(r.info.incarnation);
     let mut out = Vec::with_capacity(4096);
-    sse_head(base64, &r.info.incarnation.to_string(), &mut out);
+    sse_head(base64, &r.info.incarnation.token(), &mut out);
     loop {
         events(&r, base64, &mut out);
         if write_all(stream, &out).await.is_err() || r.closed_at_end || stop.is_stopped() {
