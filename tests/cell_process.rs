@@ -16,7 +16,9 @@
 //!   and gone from every node;
 //! - streams in use outlive their TTL window: one read only through a
 //!   follower (which tells the leader), one written through a failover (the
-//!   new leader counts from the writes it applied, and from its takeover).
+//!   new leader counts from the writes it applied, and from its takeover);
+//! - a stream's `Stream-Incarnation` is the same on every node, and a write
+//!   naming a deleted creation is refused (412) through any node.
 
 mod common;
 
@@ -379,4 +381,50 @@ fn streams_in_use_outlive_their_ttl_through_follower_reads_and_a_failover() {
     assert!(status == 200 || status == 204, "the first append after the failover answered {status}");
     let status = through_any(&cell, "GET", "/v1/stream/read?offset=-1", b"", Duration::from_secs(10));
     assert_eq!(status, 200, "the stream read through a follower, after the failover");
+}
+
+/// `method` on `path` through node `i`, with `Stream-Incarnation: token`
+/// if given, retried while it answers 503 (no leader yet, or it moved).
+fn send(cell: &Cell, i: usize, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> common::Response {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut headers = vec![("content-type", "text/plain")];
+        headers.extend(token.map(|t| ("stream-incarnation", t)));
+        let r = cell.nodes[i].conn().request(method, path, &headers, body);
+        if r.status != 503 || Instant::now() > end {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_stream_incarnation_is_one_token_on_every_node_and_checked_on_the_leader() {
+    let (cell, leader) = Cell::with_appends(2);
+    let path = "/v1/stream/again";
+    let old = send(&cell, leader, "PUT", path, None, b"first").must("stream-incarnation").to_string();
+    // Every node names the stream alike, from the records it applied (a
+    // live read is served by the node itself).
+    let live = format!("{path}?offset=-1&live=long-poll");
+    for i in 0..3 {
+        let r = send(&cell, i, "GET", &live, Some(&old), b"");
+        assert_eq!((r.status, r.header("stream-incarnation")), (200, Some(old.as_str())), "node {}", i + 1);
+    }
+    assert_eq!(send(&cell, leader, "DELETE", path, None, b"").status, 204);
+    let new = send(&cell, leader, "PUT", path, None, b"second").must("stream-incarnation").to_string();
+    assert_ne!(new, old, "a re-created path is a new creation");
+    for i in 0..3 {
+        // At once, through any node: a follower that has not applied the
+        // re-create yet must not refuse the current token (the leader decides).
+        let r = send(&cell, i, "GET", &format!("{path}?offset=-1"), Some(&new), b"");
+        assert!(r.status == 200 && r.text().starts_with("second"), "node {}: {}", i + 1, r.summary());
+        // A write naming the old creation is refused wherever it is sent,
+        // and writes nothing; one naming the current creation is taken.
+        let r = send(&cell, i, "POST", path, Some(&old), b"lost");
+        assert_eq!(r.status, 412, "node {}: {}", i + 1, r.summary());
+        let r = send(&cell, i, "POST", path, Some(&new), b"+");
+        assert_eq!(r.status, 204, "node {}: {}", i + 1, r.summary());
+    }
+    let r = send(&cell, leader, "GET", &format!("{path}?offset=-1"), None, b"");
+    assert_eq!(r.text(), "second+++", "only the appends naming the current creation were written");
 }

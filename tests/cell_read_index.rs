@@ -192,7 +192,8 @@ impl Cell {
 }
 
 fn on(stream: &str, op: StreamOp) -> ShardRequest {
-    ShardRequest::Stream { key: StreamKey { bucket: BUCKET.into(), stream: stream.into() }, surface: Surface::Ds, op }
+    let key = StreamKey { bucket: BUCKET.into(), stream: stream.into() };
+    ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op }
 }
 
 fn create() -> StreamOp {
@@ -336,6 +337,6 @@ fn a_404_for_a_deleted_stream_waits_for_the_delete_to_commit() {
     assert!(deleted.borrow().is_none(), "the delete was acknowledged uncommitted");
     cell.lost.clear();
     assert!(cell.until_answered(&[deleted.clone(), missing.clone()], 500), "no answer once healed");
-    assert!(matches!(deleted.take(), Some(Ok(Outcome::Deleted))));
+    assert!(matches!(deleted.take(), Some(Ok(Outcome::Deleted { .. }))));
     assert_eq!(missing.take(), Some(Err(Error::NotFound)));
 }

@@ -177,7 +177,7 @@ impl Cell {
 
     fn stream_op(&mut self, id: u64, stream: &str, op: StreamOp) -> Option<Reply> {
         let key = StreamKey { bucket: BUCKET.into(), stream: stream.into() };
-        self.call(id, ShardRequest::Stream { key, surface: Surface::Ds, op }, 500)
+        self.call(id, ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op }, 500)
     }
 
     /// The whole stream as node `id` serves it.
@@ -258,7 +258,7 @@ fn a_leader_cut_off_answers_no_write_and_returns_to_the_committed_state() {
     // down yet) but never answers it as written.
     cell.cut.insert(old);
     let key = StreamKey { bucket: BUCKET.into(), stream: "s".into() };
-    let req = ShardRequest::Stream { key, surface: Surface::Ds, op: append(b"<lost>") };
+    let req = ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op: append(b"<lost>") };
     let r = cell.call(old, req, 400);
     assert!(!matches!(r, Some(Ok(_))), "a leader without a majority answered a write: {r:?}");
     // The others elect a leader and go on.

@@ -204,7 +204,7 @@ fn key() -> StreamKey {
 }
 
 fn req(op: StreamOp) -> ShardRequest {
-    ShardRequest::Stream { key: key(), surface: Surface::V1, op }
+    ShardRequest::Stream { key: key(), surface: Surface::V1, if_incarnation: None, op }
 }
 
 fn create() -> StreamOp {

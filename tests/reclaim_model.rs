@@ -74,7 +74,7 @@ impl Rig {
 
     fn op(&mut self, stream: usize, op: StreamOp) -> Reply {
         let key = StreamKey { bucket: BUCKET.into(), stream: format!("s{stream}") };
-        self.call(ShardRequest::Stream { key, surface: Surface::Ds, op })
+        self.call(ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op })
     }
 
     fn reclaim(&mut self) {

@@ -46,7 +46,8 @@ pub fn plain(status: u16, msg: &str) -> Response {
 /// The response headers a browser may read (CORS), on every answer.
 const EXPOSE: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, \
 Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, \
-Producer-Received-Seq, ETag, Content-Type, Location, Retry-After, Stream-Snapshot-Offset, WWW-Authenticate";
+Producer-Received-Seq, ETag, Content-Type, Location, Retry-After, Stream-Snapshot-Offset, Stream-Incarnation, \
+WWW-Authenticate";
 
 /// On every response, errors included (F107-F109).
 const EVERY_ANSWER: &[u8] = b"X-Content-Type-Options: nosniff\r\nCross-Origin-Resource-Policy: cross-origin\r\n\
@@ -142,9 +143,13 @@ fn encode_head(r: &Response, out: &mut Vec<u8>) {
 }
 
 /// The head of an SSE response: no Content-Length, the body ends when the
-/// connection closes (F64).
-pub fn sse_head(base64: bool, out: &mut Vec<u8>) {
-    let mut r = Response::new(200).header("Content-Type", "text/event-stream").header("Cache-Control", "no-cache");
+/// connection closes (F64). `incarnation`: the `Stream-Incarnation` of the
+/// stream the session follows.
+pub fn sse_head(base64: bool, incarnation: &str, out: &mut Vec<u8>) {
+    let mut r = Response::new(200)
+        .header("Content-Type", "text/event-stream")
+        .header("Cache-Control", "no-cache")
+        .header("Stream-Incarnation", incarnation);
     if base64 {
         r = r.header("Stream-SSE-Data-Encoding", "base64");
     }
@@ -231,8 +236,9 @@ mod tests {
     #[test]
     fn sse_heads_have_no_length_and_close() {
         let mut out = Vec::new();
-        sse_head(true, &mut out);
+        sse_head(true, "0000000000000abc00000001", &mut out);
         let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\r\nStream-Incarnation: 0000000000000abc00000001\r\n"), "{text}");
         assert!(text.contains("Stream-SSE-Data-Encoding: base64\r\n"), "{text}");
         assert!(text.contains("\r\nConnection: close\r\n") && text.ends_with("\r\n\r\n"), "{text}");
         assert!(!text.contains("Content-Length"), "{text}");

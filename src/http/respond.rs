@@ -5,7 +5,7 @@
 pub use super::encode::{plain, Response};
 use crate::limits::RETRY_AFTER_UNAVAILABLE_SECS;
 use crate::protocol::{
-    Bootstrap, Error, Listing, Offset, Outcome, ProducerAck, QuotaKind, ReadOutcome, StreamInfo, Surface,
+    Bootstrap, Error, Incarnation, Listing, Offset, Outcome, ProducerAck, QuotaKind, ReadOutcome, StreamInfo, Surface,
 };
 use std::fmt::Write;
 
@@ -77,9 +77,34 @@ fn stream_headers(r: Response, info: &mut StreamInfo) -> Response {
     flag(r, "Stream-Closed", info.closed)
 }
 
+/// Which creation of its stream an answer is about, for the answers about
+/// one stream (every one of them carries `Stream-Incarnation`).
+fn incarnation_of(o: &Outcome) -> Option<Incarnation> {
+    match o {
+        Outcome::Created { info, .. }
+        | Outcome::Appended { info, .. }
+        | Outcome::Head { info, .. }
+        | Outcome::SnapshotPublished { info, .. }
+        | Outcome::Snapshot { info, .. } => Some(info.incarnation),
+        Outcome::Read(rd) => Some(rd.info.incarnation),
+        Outcome::Bootstrap(b) => Some(b.info.incarnation),
+        Outcome::Deleted { incarnation } | Outcome::SnapshotAt { incarnation, .. } => Some(*incarnation),
+        Outcome::BucketCreated | Outcome::BucketInfo { .. } | Outcome::BucketDeleted | Outcome::Listing(_) => None,
+    }
+}
+
 /// The response to a successful outcome. `location`: absolute URL of the
 /// request path, for 201 and 307.
 pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Response {
+    let incarnation = incarnation_of(&o);
+    let r = answer(surface, o, location);
+    match incarnation {
+        Some(i) => r.header("Stream-Incarnation", i.token()),
+        None => r,
+    }
+}
+
+fn answer(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Response {
     match o {
         Outcome::Created { info, new } => created(info, new, location),
         Outcome::Appended { info, producer, duplicate, close_only } => {
@@ -94,7 +119,7 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             .header("Stream-Next-Offset", info.next_offset.to_string())
             .header("ETag", info.etag)
             .header("Stream-Snapshot-Offset", offset.to_string()),
-        Outcome::SnapshotAt { offset } => Response::new(307)
+        Outcome::SnapshotAt { offset, .. } => Response::new(307)
             .header("Location", format!("{}/{offset}", location()))
             .header("Stream-Snapshot-Offset", offset.to_string())
             .header("Cache-Control", "no-store"),
@@ -104,7 +129,7 @@ pub fn outcome(surface: Surface, o: Outcome, location: impl FnOnce() -> String) 
             snapshot_answer(content_type, info.next_offset, offset.to_string(), up_to_date, closed, body)
         }
         Outcome::Bootstrap(b) => bootstrap(b),
-        Outcome::Deleted | Outcome::BucketDeleted => Response::new(204),
+        Outcome::Deleted { .. } | Outcome::BucketDeleted => Response::new(204),
         Outcome::BucketCreated => Response::new(201),
         Outcome::BucketInfo { bucket, streams } => json(bucket_json(&bucket, streams)),
         Outcome::Listing(l) => json(listing_json(&l)).header("Cache-Control", "no-store"),
@@ -303,7 +328,7 @@ pub fn error(surface: Surface, e: &Error) -> Response {
             .header("Producer-Expected-Seq", expected.to_string())
             .header("Producer-Received-Seq", received.to_string())
             .text(&e.to_string()),
-        Error::PreconditionFailed => Response::new(412).text(&e.to_string()),
+        Error::PreconditionFailed | Error::IncarnationMismatch => Response::new(412).text(&e.to_string()),
         Error::Overloaded { retry_after_secs } => {
             Response::new(503).header("Retry-After", retry_after_secs.to_string()).text(&e.to_string())
         }
@@ -384,7 +409,7 @@ pub fn cellz(json_body: Option<String>) -> Response {
 pub fn preflight() -> Response {
     Response::new(204)
         .header("Access-Control-Allow-Methods", "GET, HEAD, PUT, POST, DELETE, OPTIONS")
-        .header("Access-Control-Allow-Headers", "*, Authorization, Content-Type, If-Match, If-None-Match, Stream-Closed, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq")
+        .header("Access-Control-Allow-Headers", "*, Authorization, Content-Type, If-Match, If-None-Match, Stream-Closed, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Stream-Incarnation, Producer-Id, Producer-Epoch, Producer-Seq")
         .header("Access-Control-Max-Age", "86400")
 }
 
@@ -410,6 +435,7 @@ mod tests {
 
     fn info() -> StreamInfo {
         StreamInfo {
+            incarnation: Incarnation::new(0x2a, 1),
             content_type: "text/plain".into(),
             next_offset: Offset::new(0, 5),
             closed: false,
@@ -485,6 +511,7 @@ mod tests {
             (Error::StreamClosed { next_offset: Offset::new(0, 1) }, 409),
             (Error::SeqGap { expected: 2, received: 4 }, 409),
             (Error::PreconditionFailed, 412),
+            (Error::IncarnationMismatch, 412),
             (Error::Overloaded { retry_after_secs: 1 }, 503),
             (Error::Unavailable("x".into()), 503),
             (Error::InsufficientStorage("x".into()), 507),
@@ -510,6 +537,37 @@ mod tests {
     }
 
     #[test]
+    fn every_answer_about_a_stream_names_its_creation_and_bucket_answers_do_not() {
+        let i = info().incarnation;
+        let about_a_stream = [
+            Outcome::Created { info: info(), new: true },
+            Outcome::Appended { info: info(), producer: None, duplicate: true, close_only: false },
+            Outcome::Read(read_at(Offset::new(0, 5), b"x")),
+            Outcome::Head { info: info(), not_modified: false },
+            Outcome::Head { info: info(), not_modified: true },
+            Outcome::Deleted { incarnation: i },
+            Outcome::SnapshotPublished { info: info(), offset: Offset::new(0, 5) },
+            Outcome::SnapshotAt { incarnation: i, offset: Offset::new(0, 5) },
+        ];
+        for o in about_a_stream {
+            let what = format!("{o:?}");
+            let r = outcome(Surface::V1, o, || "http://h/v1/stream/s".into());
+            let sent: Vec<_> = r.headers.iter().filter(|(k, _)| *k == "Stream-Incarnation").collect();
+            assert_eq!(sent, [&("Stream-Incarnation", i.to_string())], "{what}");
+        }
+        for o in
+            [Outcome::BucketCreated, Outcome::BucketDeleted, Outcome::BucketInfo { bucket: "b".into(), streams: 1 }]
+        {
+            let r = outcome(Surface::Ds, o, String::new);
+            assert!(r.headers.iter().all(|(k, _)| *k != "Stream-Incarnation"));
+        }
+        assert!(error(Surface::V1, &Error::IncarnationMismatch)
+            .headers
+            .iter()
+            .all(|(k, _)| *k != "Stream-Incarnation"));
+    }
+
+    #[test]
     fn long_polls_without_data_and_revalidations() {
         let mut rd = read_at(Offset::new(0, 5), b"");
         rd.timed_out = true;
@@ -521,7 +579,8 @@ mod tests {
         rd.not_modified = true;
         rd.etag = Some("\"e\"".into());
         let r = outcome(Surface::Ds, Outcome::Read(rd), String::new);
-        assert_eq!((r.status, r.headers.len()), (304, 1));
+        assert_eq!((r.status, r.headers.len()), (304, 2));
+        assert!(r.headers.contains(&("Stream-Incarnation", info().incarnation.to_string())));
         let r = outcome(Surface::Ds, Outcome::Created { info: info(), new: true }, || "http://h/ds/b/s".into());
         assert_eq!(r.status, 201);
         assert!(r.headers.contains(&("Location", "http://h/ds/b/s".into())));

@@ -12,7 +12,8 @@ use crate::protocol::names::{split_v1_path, validate_bucket_id, validate_ds_stre
 use crate::protocol::offset::{parse_offset, parse_read_from, ReadFrom};
 use crate::protocol::ForkReq;
 use crate::protocol::{
-    AppendReq, BucketOp, CreateReq, Error, ListReq, Live, ReadReq, SnapshotReq, StreamKey, StreamOp, Surface,
+    AppendReq, BucketOp, CreateReq, Error, Incarnation, ListReq, Live, ReadReq, SnapshotReq, StreamKey, StreamOp,
+    Surface,
 };
 use crate::shard::message::ShardRequest;
 
@@ -50,6 +51,8 @@ pub fn classify(head: &RequestHead) -> Class {
 pub struct SseRead {
     pub key: StreamKey,
     pub surface: Surface,
+    /// `Stream-Incarnation` as sent: the session's first read checks it.
+    pub if_incarnation: Option<Incarnation>,
     pub read: ReadReq,
 }
 
@@ -293,10 +296,23 @@ fn stream_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, surface: Surf
         Method::Delete => StreamOp::Delete,
         _ => return Err(RouteError::MethodNotAllowed("GET, HEAD, PUT, POST, DELETE, OPTIONS")),
     };
+    let if_incarnation = if_incarnation(head)?;
     Ok(match op {
-        StreamOp::Read(read) if read.live == Live::Sse => Route::Sse(Box::new(SseRead { key, surface, read })),
-        op => Route::Shard(Box::new(ShardRequest::Stream { key, surface, op })),
+        StreamOp::Read(read) if read.live == Live::Sse => {
+            Route::Sse(Box::new(SseRead { key, surface, if_incarnation, read }))
+        }
+        op => Route::Shard(Box::new(ShardRequest::Stream { key, surface, if_incarnation, op })),
     })
+}
+
+/// `Stream-Incarnation`, if sent: a precondition on which creation of the
+/// stream the request is for: one token as we give them out, else 400
+/// (two could name two creations, and only one can be current).
+fn if_incarnation(head: &RequestHead) -> Result<Option<Incarnation>, RouteError> {
+    if head.header_count("stream-incarnation") > 1 {
+        return Err(bad("Stream-Incarnation given more than once"));
+    }
+    Ok(head.header("stream-incarnation").map(Incarnation::parse).transpose()?)
 }
 
 /// `/ds/{bucket}/{stream}/snapshot[/{offset}]` and `.../bootstrap` (snakream.md).
@@ -333,7 +349,8 @@ fn snapshot_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, sub: &str) 
         }
         _ => return Err(RouteError::Protocol(Error::NotFound)),
     };
-    Ok(Route::Shard(Box::new(ShardRequest::Stream { key, surface: Surface::Ds, op })))
+    let if_incarnation = if_incarnation(head)?;
+    Ok(Route::Shard(Box::new(ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation, op })))
 }
 
 /// F97–F101: `Stream-Forked-From` names the source by its path on this
@@ -444,6 +461,41 @@ mod tests {
         ] {
             assert_eq!(place(path).0, want, "{path}");
         }
+    }
+
+    #[test]
+    fn stream_incarnation_is_parsed_on_every_stream_route() {
+        let token = Incarnation::new(0x1f, 2).to_string();
+        for (method, path) in [
+            ("GET", "/v1/stream/a/b"),
+            ("POST", "/ds/b1bb/s"),
+            ("HEAD", "/ds/b1bb/s"),
+            ("PUT", "/ds/b1bb/s/snapshot/0000000000000000_0000000000000003"),
+        ] {
+            let raw = format!("{method} {path} HTTP/1.1\r\nStream-Incarnation: {token}\r\n\r\n");
+            let c = class_of(&raw);
+            let Ok(Route::Shard(req)) = c.route else { panic!("{raw}: {:?}", c.route) };
+            let ShardRequest::Stream { if_incarnation, .. } = *req else { panic!("{raw}") };
+            assert_eq!(if_incarnation, Some(Incarnation::new(0x1f, 2)), "{raw}");
+        }
+        let c = class_of(&format!("GET /ds/b1bb/s?offset=-1&live=sse HTTP/1.1\r\nStream-Incarnation: {token}\r\n\r\n"));
+        assert!(matches!(c.route, Ok(Route::Sse(s)) if s.if_incarnation == Some(Incarnation::new(0x1f, 2))));
+        let c = class_of("POST /ds/b1bb/s HTTP/1.1\r\n\r\n");
+        assert!(
+            matches!(c.route, Ok(Route::Shard(r)) if matches!(*r, ShardRequest::Stream { if_incarnation: None, .. }))
+        );
+    }
+
+    #[test]
+    fn a_malformed_or_repeated_stream_incarnation_is_a_bad_request() {
+        let token = Incarnation::new(0x1f, 2).to_string();
+        for value in [token.to_uppercase(), token[1..].to_string(), "\"x\"".into()] {
+            let c = class_of(&format!("POST /v1/stream/a/b HTTP/1.1\r\nStream-Incarnation: {value}\r\n\r\n"));
+            assert!(matches!(c.route, Err(RouteError::Protocol(Error::BadRequest(_)))), "{value}");
+        }
+        let twice =
+            format!("GET /ds/b1bb/s HTTP/1.1\r\nStream-Incarnation: {token}\r\nStream-Incarnation: {token}\r\n\r\n");
+        assert!(matches!(class_of(&twice).route, Err(RouteError::Protocol(Error::BadRequest(_)))));
     }
 
     fn fork_source(from: &str) -> Result<Option<StreamKey>, RouteError> {

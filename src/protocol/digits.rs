@@ -17,6 +17,14 @@ pub fn push_hex(out: &mut Vec<u8>, v: u64) {
     }
 }
 
+/// Fills `out` with `v` in lower-case hex, zero-padded to its width (a
+/// fixed-width token). `out` must be wide enough: higher digits are cut.
+pub fn write_hex_padded(out: &mut [u8], v: u64) {
+    for (i, d) in out.iter_mut().rev().enumerate() {
+        *d = b"0123456789abcdef"[(v >> (4 * i)) as usize & 15];
+    }
+}
+
 /// Writes `v` in decimal at the end of `out`, leaving the bytes before it
 /// as they are (zeros make it zero-padded); returns how many digits it
 /// wrote. `out` must be wide enough.
@@ -45,6 +53,9 @@ mod tests {
             push_hex(&mut h, v);
             assert_eq!(d, v.to_string().into_bytes());
             assert_eq!(h, format!("{v:x}").into_bytes());
+            let mut hex16 = [b'x'; 16];
+            write_hex_padded(&mut hex16, v);
+            assert_eq!(hex16.to_vec(), format!("{v:016x}").into_bytes());
             let mut padded = [b'0'; 20];
             write_right_aligned(&mut padded, v);
             assert_eq!(padded.to_vec(), format!("{v:020}").into_bytes());

@@ -44,9 +44,14 @@ pub enum Error {
     QuotaExceeded { quota: QuotaKind, bucket: String, limit: u64, used: u64, requested: u64 },
     /// An append from a producer the stream holds no state for, while it
     /// holds `limit` producers' state already (nothing was written): 429.
-    /// (Last: forwarded answers encode variants by position.)
+    /// (Forwarded answers encode variants by position: add new ones last.)
     #[error("the stream holds the state of {limit} producers, its limit; a new producer may start once one has been idle long enough")]
     ProducerLimit { limit: u64 },
+    /// `Stream-Incarnation` named another creation of the stream than the
+    /// one at its path now (deleted and re-created since): 412, nothing
+    /// written. (After `ProducerLimit`: variants encode by position.)
+    #[error("precondition failed: the creation of this stream that Stream-Incarnation names is gone (deleted; the path holds another stream now, or none)")]
+    IncarnationMismatch,
 }
 
 /// Which quota of a `[[bucket]]` entry a write would pass.

@@ -8,6 +8,7 @@ pub mod cursor;
 pub mod digits;
 pub mod error;
 pub mod headers;
+pub mod incarnation;
 pub mod json;
 pub mod names;
 pub mod offset;
@@ -16,5 +17,6 @@ pub mod persist;
 pub mod rules;
 
 pub use error::{Error, QuotaKind};
+pub use incarnation::Incarnation;
 pub use offset::Offset;
 pub use op::*;

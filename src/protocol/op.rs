@@ -2,6 +2,7 @@
 //! travel to the owning shard over the cross-core mesh and its outcome back.
 
 use super::headers::{Lifetime, ProducerHeaders};
+use super::incarnation::Incarnation;
 use super::offset::{Offset, ReadFrom};
 
 /// Which HTTP surface a request came through; decides the status dialect and
@@ -150,6 +151,8 @@ pub struct Listing {
 /// What a stream looks like to a client right now (only durable state).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StreamInfo {
+    /// Which creation of its path the stream is (`Stream-Incarnation`).
+    pub incarnation: Incarnation,
     pub content_type: String,
     pub next_offset: Offset,
     pub closed: bool,
@@ -230,7 +233,10 @@ pub enum Outcome {
         info: StreamInfo,
         not_modified: bool,
     },
-    Deleted,
+    /// A stream (or one of its snapshots) was deleted: which creation.
+    Deleted {
+        incarnation: Incarnation,
+    },
     /// A snapshot was published (204).
     SnapshotPublished {
         info: StreamInfo,
@@ -238,6 +244,7 @@ pub enum Outcome {
     },
     /// `GET .../snapshot`: 307 to the current snapshot.
     SnapshotAt {
+        incarnation: Incarnation,
         offset: Offset,
     },
     /// `GET .../snapshot/{offset}`: the blob.

@@ -7,7 +7,8 @@
 //! bucket requests (existence, counts, listings) go to the leader at once. Reads run here first, on what this
 //! replica has applied, and go to the leader only when their answer would
 //! claim a freshness this replica cannot vouch for: "not found" (the stream
-//! may just have been created), or a catch-up read that reached this
+//! may just have been created), "not that creation" (a `Stream-Incarnation`
+//! this replica has not applied yet), or a catch-up read that reached this
 //! replica's tail (`Stream-Up-To-Date`). Live reads (long-poll, SSE) are
 //! served here from the committed prefix as it grows.
 //!
@@ -99,7 +100,8 @@ fn liveness(req: &ShardRequest) -> Live {
 /// live read (served from the committed prefix as it grows).
 fn claims_freshness(live: Live, reply: &Reply) -> bool {
     match reply {
-        Err(Error::NotFound) => true,
+        // "Not that creation": this replica may not have applied it yet.
+        Err(Error::NotFound | Error::IncarnationMismatch) => true,
         Ok(Outcome::Read(r)) => r.up_to_date && live == Live::No,
         Ok(Outcome::Bootstrap(b)) => b.up_to_date,
         Ok(Outcome::Head { .. } | Outcome::SnapshotAt { .. } | Outcome::BucketInfo { .. } | Outcome::Listing(_)) => {
@@ -165,7 +167,7 @@ fn unconfirmed(leader: Reply, here: Reply) -> Reply {
 /// version once the upgrade is through). Bump it whenever the encoding of
 /// [`ShardRequest`] or [`Reply`] changes; the test
 /// `tests::the_encoding_is_pinned` fails until it is.
-pub const FORWARD_CODEC: u8 = 1;
+pub const FORWARD_CODEC: u8 = 2;
 
 pub fn encode_request(req: &ShardRequest) -> Vec<u8> {
     postcard::to_extend(req, vec![FORWARD_CODEC]).expect("a request always encodes")
@@ -266,18 +268,25 @@ impl<S: SegmentStore> Shard<S> {
     /// access, F53) now and then (`rules::access_report_due`), so a stream
     /// read only through followers does not expire under its readers (F62).
     fn report_access(&self, to_leader: &dyn Forwarder, req: &ShardRequest) {
-        let ShardRequest::Stream { key, surface, op: StreamOp::Read(_) } = req else { return };
+        let ShardRequest::Stream { key, surface, op: StreamOp::Read(_), .. } = req else { return };
         let now = (self.now_ms)();
-        {
+        let creation = {
             let mut state = self.state.borrow_mut();
             let Some(s) = state.get_mut(key) else { return };
             if !crate::protocol::rules::access_report_due(&s.lifetime, s.leader_told_ms, now) {
                 return;
             }
             s.leader_told_ms = now;
-        }
+            s.incarnation()
+        };
         let read = ReadReq { from: ReadFrom::Now, live: Live::No, cursor: None, if_none_match: None };
-        let touch = ShardRequest::Stream { key: key.clone(), surface: *surface, op: StreamOp::Read(read) };
+        // Only the creation read here: not one made since at the same path.
+        let touch = ShardRequest::Stream {
+            key: key.clone(),
+            surface: *surface,
+            if_incarnation: Some(creation),
+            op: StreamOp::Read(read),
+        };
         to_leader.notify(encode_request(&touch));
     }
 
@@ -323,10 +332,11 @@ mod tests {
     use super::*;
     use crate::protocol::headers::Lifetime;
     use crate::protocol::offset::{Offset, ReadFrom};
-    use crate::protocol::{AppendReq, BucketOp, ReadOutcome, ReadReq, StreamInfo, StreamKey, Surface};
+    use crate::protocol::{AppendReq, BucketOp, Incarnation, ReadOutcome, ReadReq, StreamInfo, StreamKey, Surface};
 
     fn stream(op: StreamOp) -> ShardRequest {
-        ShardRequest::Stream { key: StreamKey { bucket: "b".into(), stream: "s".into() }, surface: Surface::V1, op }
+        let key = StreamKey { bucket: "b".into(), stream: "s".into() };
+        ShardRequest::Stream { key, surface: Surface::V1, if_incarnation: None, op }
     }
 
     fn read(live: Live) -> ShardRequest {
@@ -335,6 +345,7 @@ mod tests {
 
     fn read_answer(up_to_date: bool) -> Reply {
         let info = StreamInfo {
+            incarnation: Incarnation::new(0x2a, 1),
             content_type: "text/plain".into(),
             next_offset: Offset::new(0, 5),
             closed: false,
@@ -385,6 +396,8 @@ mod tests {
         assert!(!claims_freshness(Live::LongPoll, &read_answer(true)), "live reads are served here");
         assert!(!claims_freshness(Live::Sse, &read_answer(true)));
         assert!(!claims_freshness(Live::No, &Err(Error::Gone("trimmed".into()))));
+        assert!(claims_freshness(Live::No, &Err(Error::IncarnationMismatch)), "the leader may hold that creation");
+        assert!(claims_freshness(Live::LongPoll, &Err(Error::IncarnationMismatch)));
     }
 
     #[test]
@@ -394,7 +407,7 @@ mod tests {
         let claims = |reply: Reply| claims_freshness(Live::No, &reply);
         assert!(claims(Ok(Outcome::Head { info: info.clone(), not_modified: false })), "the tail");
         assert!(claims(Ok(Outcome::Head { info: info.clone(), not_modified: true })), "304: the ETag is current");
-        assert!(claims(Ok(Outcome::SnapshotAt { offset: Offset::new(0, 5) })));
+        assert!(claims(Ok(Outcome::SnapshotAt { incarnation: Incarnation::new(1, 1), offset: Offset::new(0, 5) })));
         assert!(claims(Ok(Outcome::BucketInfo { bucket: "b".into(), streams: 1 })));
         let listing = crate::protocol::Listing {
             bucket: "b".into(),
@@ -480,7 +493,7 @@ mod tests {
         let mut request = encode_request(&read(Live::No));
         request[0] = FORWARD_CODEC + 1;
         let Err(Error::Unavailable(why)) = decode_request(&request) else { panic!("another version was read") };
-        assert!(why.contains("version 2") && why.contains("another build"), "{why}");
+        assert!(why.contains(&format!("version {}", FORWARD_CODEC + 1)) && why.contains("another build"), "{why}");
         let mut answer = encode_reply(&read_answer(true));
         answer[0] = FORWARD_CODEC.wrapping_sub(1);
         assert!(matches!(decode_reply(&answer), Err(Error::Unavailable(_))));
@@ -492,7 +505,7 @@ mod tests {
     /// bytes as something else), then update the bytes here.
     #[test]
     fn the_encoding_is_pinned() {
-        let append = stream(StreamOp::Append(AppendReq {
+        let mut append = stream(StreamOp::Append(AppendReq {
             content_type: Some("text/plain".into()),
             body: b"hi".to_vec(),
             close: true,
@@ -500,15 +513,18 @@ mod tests {
             producer: None,
             if_match: Some("\"e\"".into()),
         }));
+        if let ShardRequest::Stream { if_incarnation, .. } = &mut append {
+            *if_incarnation = Some(Incarnation::new(0x2a, 1));
+        }
         let hex = |b: Vec<u8>| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         assert_eq!(hex(encode_request(&append)), PINNED_APPEND, "bump FORWARD_CODEC");
         assert_eq!(hex(encode_request(&read(Live::Sse))), PINNED_READ, "bump FORWARD_CODEC");
         assert_eq!(hex(encode_reply(&read_answer(true))), PINNED_ANSWER, "bump FORWARD_CODEC");
     }
 
-    const PINNED_APPEND: &str = "0100016201730101010a746578742f706c61696e02686901010137000103226522";
-    const PINNED_READ: &str = "010001620173010200020000";
-    const PINNED_ANSWER: &str = "0100020a746578742f706c61696e000500032265220000000568656c6c6f00050100000000010300";
+    const PINNED_APPEND: &str = "02000162017301012a0101010a746578742f706c61696e02686901010137000103226522";
+    const PINNED_READ: &str = "02000162017301000200020000";
+    const PINNED_ANSWER: &str = "0200022a010a746578742f706c61696e000500032265220000000568656c6c6f00050100000000010300";
 
     #[test]
     fn garbage_is_an_error_never_a_panic() {

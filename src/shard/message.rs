@@ -9,7 +9,9 @@
 //! Everything here is `Send`: it crosses cores over the mesh.
 
 use crate::protocol::headers::Lifetime;
-use crate::protocol::{BucketOp, Error, ListReq, ListedStream, Offset, Outcome, StreamKey, StreamOp, Surface};
+use crate::protocol::{
+    BucketOp, Error, Incarnation, ListReq, ListedStream, Offset, Outcome, StreamKey, StreamOp, Surface,
+};
 use futures_channel::oneshot;
 use std::future::Future;
 use std::os::fd::OwnedFd;
@@ -20,6 +22,9 @@ pub enum ShardRequest {
     Stream {
         key: StreamKey,
         surface: Surface,
+        /// `Stream-Incarnation` as sent: the op runs only on that creation
+        /// of the stream (`rules::check_incarnation`).
+        if_incarnation: Option<Incarnation>,
         op: StreamOp,
     },
     Bucket {

@@ -30,8 +30,8 @@ mod stream;
 pub mod tiering;
 
 use crate::metrics::{Family, Histo, Samples};
-use crate::protocol::rules::ProducerPolicy;
-use crate::protocol::{Error, Live, Outcome, StreamKey, StreamOp, Surface};
+use crate::protocol::rules::{self, ProducerPolicy};
+use crate::protocol::{Error, Incarnation, Live, Outcome, StreamKey, StreamOp, Surface};
 use crate::quota::BucketUsage;
 use crate::storage::io::SegmentStore;
 use crate::storage::{self, Log};
@@ -199,11 +199,11 @@ impl<S: SegmentStore> Shard<S> {
     pub async fn handle(&self, req: ShardRequest) -> Reply {
         self.admits(&req)?;
         match req {
-            ShardRequest::Stream { key, surface, op } => {
+            ShardRequest::Stream { key, surface, if_incarnation, op } => {
                 if surface == Surface::Ds && !self.state.borrow().buckets_known.contains(&key.bucket) {
                     return Err(Error::NotFound);
                 }
-                self.stream_op(key, op).await
+                self.stream_op(key, if_incarnation, op).await
             }
             ShardRequest::Bucket { bucket, op } => self.bucket_op(bucket, op).await,
             ShardRequest::ListBucket { bucket, list } => self.list_bucket(bucket, list).await,
@@ -259,7 +259,9 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
-    pub(super) async fn stream_op(&self, key: StreamKey, op: StreamOp) -> Reply {
+    /// Runs `op` on the stream at `key` if it is the creation
+    /// `if_incarnation` names (when it names one).
+    pub(super) async fn stream_op(&self, key: StreamKey, if_incarnation: Option<Incarnation>, op: StreamOp) -> Reply {
         let arrived = Instant::now();
         // Let any in-flight record of this stream land first, so what we
         // check and report is what the disk holds.
@@ -283,6 +285,11 @@ impl<S: SegmentStore> Shard<S> {
                 _ => Error::Gone("the stream was deleted; its forks still read its data".into()),
             });
         }
+        // Checked here, once for every op, with no await between it and
+        // the op's own plan: each op decides (and logs) before it first
+        // yields, so a passed check still holds when it writes.
+        let creates = matches!(op, StreamOp::Create(_));
+        rules::check_incarnation(if_incarnation, self.state.borrow().incarnation(&key), creates)?;
         match op {
             StreamOp::Create(c) => self.create(key, c).await,
             StreamOp::Append(a) => {
@@ -298,7 +305,7 @@ impl<S: SegmentStore> Shard<S> {
             StreamOp::Read(r) if r.live == Live::Sse => {
                 self.with_cold(|| self.read_sse(&key, r.clone())).await.map(Outcome::Read)
             }
-            StreamOp::Read(r) => self.read_live(&key, r).await,
+            StreamOp::Read(r) => self.read_live(&key, r, if_incarnation).await,
             StreamOp::Head { if_none_match } => {
                 ops::head(&self.state.borrow(), &key, if_none_match.as_deref(), self.log.durable_lsn())
             }

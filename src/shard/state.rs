@@ -5,7 +5,7 @@
 //! it, and its invariants are unit-tested without a log or an executor.
 
 use super::stream::Stream;
-use crate::protocol::StreamKey;
+use crate::protocol::{Incarnation, StreamKey};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// A shard's maps keyed by stream: every request looks its stream up a few
@@ -80,6 +80,11 @@ impl State {
 
     pub(super) fn len(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Which creation of its path the stream at `key` is, if one is there.
+    pub(super) fn incarnation(&self, key: &StreamKey) -> Option<Incarnation> {
+        self.streams.get(key).map(Stream::incarnation)
     }
 
     /// The key of the stream a record names by uid.

@@ -5,7 +5,7 @@ use super::producers::Producers;
 use crate::protocol::headers::{is_json, Lifetime};
 use crate::protocol::persist::{AppendRecord, ForkRecord, SnapshotMeta, StateRecord};
 use crate::protocol::rules::{self, CreateConfig, ProducerPolicy};
-use crate::protocol::{Offset, StreamInfo, StreamKey};
+use crate::protocol::{Incarnation, Offset, StreamInfo, StreamKey};
 use crate::quota::BucketUsage;
 use crate::storage::RecordLoc;
 use futures_channel::oneshot;
@@ -313,9 +313,17 @@ impl Stream {
         Visible { tail, closed: self.closed && self.closed_lsn <= durable_lsn, chunks }
     }
 
+    /// Which creation of its path this stream is: its uid and number,
+    /// both in every record's header, so the same after recovery and on
+    /// every replica.
+    pub(super) fn incarnation(&self) -> Incarnation {
+        Incarnation::new(self.uid, self.incarnation)
+    }
+
     pub(super) fn info(&self, v: &Visible) -> StreamInfo {
         let tail = Offset::new(0, v.tail);
         StreamInfo {
+            incarnation: self.incarnation(),
             content_type: self.content_type.clone(),
             next_offset: tail,
             closed: v.closed,

@@ -14,7 +14,7 @@ use crate::limits::SSE_CONNECTION_MS_MAX;
 use crate::metrics::{Held, RouteLabel};
 use crate::protocol::headers::sse_is_text;
 use crate::protocol::offset::ReadFrom;
-use crate::protocol::{Live, Outcome, ReadOutcome, ReadReq, StreamOp};
+use crate::protocol::{Incarnation, Live, Outcome, ReadOutcome, ReadReq, StreamOp};
 use crate::shard::message::{Dispatch, Reply, ShardRequest};
 use glommio::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -32,7 +32,7 @@ pub(super) async fn serve<C: ConnContext + ?Sized>(
 ) {
     let started = Instant::now();
     let _live = Held::new(&cx.edge().sse);
-    let mut r = match read(cx, &sse, sse.read.from, Live::Sse).await {
+    let mut r = match read(cx, &sse, sse.if_incarnation, sse.read.from, Live::Sse).await {
         Ok(Outcome::Read(r)) => r,
         Ok(_) => return,
         Err(e) => {
@@ -46,8 +46,11 @@ pub(super) async fn serve<C: ConnContext + ?Sized>(
     };
     cx.edge().count_request(label, 200);
     let base64 = !sse_is_text(&r.info.content_type);
+    // Every later read names the creation the first one found: a session
+    // ends (as on a delete) rather than follow a new stream at its path.
+    let incarnation = Some(r.info.incarnation);
     let mut out = Vec::with_capacity(4096);
-    sse_head(base64, &mut out);
+    sse_head(base64, &r.info.incarnation.token(), &mut out);
     loop {
         events(&r, base64, &mut out);
         if write_all(stream, &out).await.is_err() || r.closed_at_end || stop.is_stopped() {
@@ -58,18 +61,25 @@ pub(super) async fn serve<C: ConnContext + ?Sized>(
             return;
         }
         let live = if r.up_to_date { Live::LongPoll } else { Live::Sse };
-        r = match read(cx, &sse, ReadFrom::At(r.next_offset), live).await {
+        r = match read(cx, &sse, incarnation, ReadFrom::At(r.next_offset), live).await {
             Ok(Outcome::Read(next)) => next,
             _ => return,
         };
     }
 }
 
-/// One read of the session's stream on its owner.
-async fn read<C: ConnContext + ?Sized>(cx: &C, sse: &SseRead, from: ReadFrom, live: Live) -> Reply {
+/// One read of the session's stream on its owner, of the creation
+/// `if_incarnation` names, if it names one.
+async fn read<C: ConnContext + ?Sized>(
+    cx: &C,
+    sse: &SseRead,
+    if_incarnation: Option<Incarnation>,
+    from: ReadFrom,
+    live: Live,
+) -> Reply {
     let cursor = sse.read.cursor.clone();
     let op = StreamOp::Read(ReadReq { from, live, cursor, if_none_match: None });
-    let req = ShardRequest::Stream { key: sse.key.clone(), surface: sse.surface, op };
+    let req = ShardRequest::Stream { key: sse.key.clone(), surface: sse.surface, if_incarnation, op };
     let owner = owner(cx, &req);
     cx.shard().run(owner, req).await
 }

@@ -15,6 +15,9 @@ use std::sync::Arc;
 
 /// What an append does, decided on the state alone.
 #[derive(Debug)]
+// A plan lives on the stack from `plan` to its match, moved once: boxing
+// the answer would allocate for every duplicate instead.
+#[allow(clippy::large_enum_variant)]
 pub(in crate::shard) enum AppendPlan {
     /// Write a record at the stream's tail.
     Write { header: RecordHeader, producer: Option<ProducerHeaders>, json: bool, usage: Option<Arc<BucketUsage>> },

@@ -87,12 +87,14 @@ impl<S: SegmentStore> Shard<S> {
     }
 
     pub(in crate::shard) async fn delete(&self, key: StreamKey) -> Reply {
+        // Taken before the stream goes: the answer names the creation deleted.
+        let incarnation = self.state.borrow().incarnation(&key).ok_or(Error::NotFound)?;
         let (lsn, released) = self.delete_now(&key)?;
         self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
         if let Some(f) = released {
             self.release_source(f).await;
         }
-        Ok(Outcome::Deleted)
+        Ok(Outcome::Deleted { incarnation })
     }
 
     /// A fork is gone: tell its source's owner (which may cascade).

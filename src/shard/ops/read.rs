@@ -5,7 +5,7 @@ use crate::limits::READ_CHUNK_BYTES_MAX;
 use crate::protocol::headers::etag_matches;
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::rules;
-use crate::protocol::{json, Error, Live, Offset, Outcome, ReadOutcome, ReadReq, StreamKey};
+use crate::protocol::{json, Error, Incarnation, Live, Offset, Outcome, ReadOutcome, ReadReq, StreamKey};
 use crate::shard::state::State;
 use crate::shard::tiering::ReadStop;
 use crate::shard::{Reply, Shard};
@@ -62,7 +62,15 @@ impl<S: SegmentStore> Shard<S> {
     /// offset or the stream is closed there; otherwise wait for an append or
     /// close to become durable, or for the timeout (204). SSE connections
     /// reach here too, one wait at a time, from whichever core holds them.
-    pub(in crate::shard) async fn read_live(&self, key: &StreamKey, mut req: ReadReq) -> Reply {
+    /// A long-poll. With `if_incarnation`, every round after a wait checks
+    /// it again: the stream may have been deleted and created again while
+    /// the reader waited, and the answer must come from the creation named.
+    pub(in crate::shard) async fn read_live(
+        &self,
+        key: &StreamKey,
+        mut req: ReadReq,
+        if_incarnation: Option<Incarnation>,
+    ) -> Reply {
         let deadline = Instant::now() + self.long_poll_timeout.get();
         if req.from == ReadFrom::Now {
             // `now` means the tail when the request arrived; later rounds
@@ -102,6 +110,7 @@ impl<S: SegmentStore> Shard<S> {
                 },
             )
             .await;
+            rules::check_incarnation(if_incarnation, self.state.borrow().incarnation(key), false)?;
             if !woke {
                 let mut r = self.with_cold(|| self.read(key, req.clone())).await?;
                 r.timed_out = !r.has_data();

@@ -115,6 +115,7 @@ impl<S: SegmentStore> Shard<S> {
     /// current one, which stands for the trimmed data).
     pub(in crate::shard) async fn snapshot_delete(&self, key: StreamKey, offset: Offset) -> Reply {
         let mut rec = plan_snapshot_delete(&self.state.borrow(), &key, offset)?;
+        let incarnation = self.state.borrow().incarnation(&key).ok_or(Error::NotFound)?;
         let (_, lsn) = self.log_state(&key, &mut rec, None)?;
         if let Some(s) = self.state.borrow_mut().get_mut(&key) {
             if let (Some(snap), Some(u)) = (s.snapshots.remove(&offset.pos), &s.usage) {
@@ -123,7 +124,7 @@ impl<S: SegmentStore> Shard<S> {
         }
         self.reclaim_due.set(true);
         self.log.durable(lsn).await.map_err(|e| self.storage_err(e))?;
-        Ok(Outcome::Deleted)
+        Ok(Outcome::Deleted { incarnation })
     }
 
     /// `GET .../bootstrap`: the current snapshot, then each message after it,
@@ -241,7 +242,7 @@ pub(in crate::shard) fn plan_snapshot_delete(
 pub(in crate::shard) fn latest(state: &State, key: &StreamKey) -> Reply {
     let s = state.get(key).ok_or(Error::NotFound)?;
     let &offset = s.snapshots.keys().next_back().ok_or(Error::NotFound)?;
-    Ok(Outcome::SnapshotAt { offset: Offset::new(0, offset) })
+    Ok(Outcome::SnapshotAt { incarnation: s.incarnation(), offset: Offset::new(0, offset) })
 }
 
 #[cfg(test)]
@@ -294,7 +295,7 @@ mod tests {
         assert_eq!(state.get(&key("a")).unwrap().chunks.len(), 1, "the first chunk was trimmed");
         let older = plan_publish(&state, &key("a"), &at(0, b"s"), "text/plain", 5, 4).unwrap_err();
         assert!(matches!(older, Error::Conflict(_)), "{older:?}");
-        assert!(matches!(latest(&state, &key("a")), Ok(Outcome::SnapshotAt { offset }) if offset.pos == 3));
+        assert!(matches!(latest(&state, &key("a")), Ok(Outcome::SnapshotAt { offset, .. }) if offset.pos == 3));
     }
 
     #[test]
