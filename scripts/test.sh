@@ -10,7 +10,9 @@
 # replicated cell of three (the conformance suite through a follower and on
 # the leader, the TypeScript and Python clients through the follower), the
 # same cell under writers while nftables cuts links between its nodes in a
-# private network namespace (scripts/cell-partition.sh), tiered
+# private network namespace (scripts/cell-partition.sh), the same cell
+# behind HAProxy with TLS and HTTP/2 (docs/deploy/haproxy-cell.cfg) with
+# curl and ten SSE readers in headless Chromium (scripts/cell-h2.sh), tiered
 # storage against a real SeaweedFS (scripts/tiering.sh: budget, kill -9
 # during uploads, the store stopped and started, deletes), and a short run
 # of each fuzz target (fuzz/, cargo-fuzz). The release binaries are built
@@ -31,4 +33,5 @@ scripts/check-deploy.sh
 scripts/multinode.sh
 scripts/cell-conformance.sh
 scripts/cell-partition.sh
+scripts/cell-h2.sh
 scripts/tiering.sh

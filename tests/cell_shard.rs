@@ -12,7 +12,10 @@
 //!   rebuilds its state from the committed records and serves what the
 //!   others serve;
 //! - a follower restarted from its disk recovers only committed records,
-//!   catches up and serves the same.
+//!   catches up and serves the same;
+//! - a live reader (long-poll) waiting at a follower's tail is answered
+//!   when the follower applies the leader's next append, not at its
+//!   timeout.
 
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
@@ -25,12 +28,13 @@ use ringstream::protocol::rules::ProducerPolicy;
 use ringstream::protocol::{
     AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ReadReq, StreamKey, StreamOp, Surface,
 };
-use ringstream::shard::{Reply, Shard, ShardRequest};
+use ringstream::shard::{Reply, Shard, ShardRequest, Sleep};
 use ringstream::storage::sim_file::SimStore;
 use ringstream::storage::{Log, LogConfig, Recovered};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
+use std::time::Duration;
 
 const BUCKET: &str = "cell";
 const OCTET: &str = "application/octet-stream";
@@ -293,4 +297,44 @@ fn a_restarted_follower_recovers_committed_records_and_catches_up() {
     cell.nodes[(follower - 1) as usize] = Some(boot(follower, disk.crash_image(None)));
     cell.run(300);
     assert!(cell.read_all(follower, "s") == data, "the restarted follower serves other bytes");
+}
+
+#[test]
+fn a_followers_long_poll_is_answered_when_it_applies_the_leaders_append() {
+    let (mut cell, leader, data) = cell_with_data(3);
+    cell.run(50);
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    // A timer that never fires: only a wake-up can answer the long-poll.
+    let never: Sleep = Rc::new(|_| Box::pin(futures::future::pending()));
+    cell.node(follower).shard.set_live(never, Duration::from_secs(3600));
+    let key = StreamKey { bucket: BUCKET.into(), stream: "s".into() };
+    let read = ReadReq {
+        from: ReadFrom::At(Offset::new(0, data.len() as u64)),
+        live: Live::LongPoll,
+        cursor: None,
+        if_none_match: None,
+    };
+    let req = ShardRequest::Stream { key, surface: Surface::Ds, op: StreamOp::Read(read) };
+    let out = Rc::new(RefCell::new(None));
+    let (o, shard) = (out.clone(), cell.node(follower).shard.clone());
+    cell.node(follower)
+        .pool
+        .spawner()
+        .spawn_local(async move { *o.borrow_mut() = Some(shard.handle(req).await) })
+        .unwrap();
+    cell.run(20);
+    assert!(out.borrow().is_none(), "the long-poll answered before any append: {:?}", out.borrow());
+    let r = cell.stream_op(leader, "s", append(b"<woken>"));
+    assert!(matches!(r, Some(Ok(Outcome::Appended { .. }))), "append: {r:?}");
+    for _ in 0..300 {
+        if out.borrow().is_some() {
+            break;
+        }
+        cell.step();
+    }
+    let r = out.borrow_mut().take();
+    let Some(Ok(Outcome::Read(r))) = r else {
+        panic!("the follower's long-poll was not answered after it applied the append: {r:?}")
+    };
+    assert_eq!(r.body, b"<woken>", "the follower's long-poll answered other bytes");
 }

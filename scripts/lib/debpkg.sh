@@ -2,9 +2,11 @@
 # Sourced by scripts/lib/haproxy.sh and scripts/lib/nftables.sh: one way to
 # run exactly one version of a Debian package's binary without root.
 #
-# debpkg_install PKG VERSION CACHE BIN CHECK PIN: sets $DEBPKG_CMD to a
-# command that runs exactly Debian's PKG VERSION (BIN: the binary's path in
-# the package, e.g. usr/sbin/haproxy):
+# debpkg_install PKG VERSION CACHE BIN CHECK PIN [EXTRA...]: sets $DEBPKG_CMD
+# to a command that runs exactly Debian's PKG VERSION (BIN: the binary's path
+# in the package, e.g. usr/sbin/haproxy); each EXTRA (NAME=VERSION, exact) is
+# a package unpacked beside it whatever its name (chromium needs its
+# chromium-common, data files, not a library):
 #
 #   - a system BIN (by its base name on PATH) whose package dpkg has at
 #     exactly VERSION is used as it is;
@@ -68,9 +70,15 @@ _debpkg_missing() {
   } | sort -u
 }
 
+# _debpkg_libpath ROOT: where the unpacked libraries are, for
+# LD_LIBRARY_PATH: the usual directories, and the subdirectories of
+# usr/lib/ARCH that hold libraries themselves (libpulse0's private
+# pulseaudio/libpulsecommon-16.1.so, which libpulse.so.0 finds through a
+# RUNPATH that points at the host's /usr/lib).
 _debpkg_libpath() {
-  local root="$1"
-  echo "$root/usr/lib/x86_64-linux-gnu:$root/lib/x86_64-linux-gnu:$root/usr/lib/$(uname -m)-linux-gnu:$root/usr/lib"
+  local root="$1" arch; arch="$(uname -m)-linux-gnu"
+  local sub; sub="$(find "$root/usr/lib/$arch" -mindepth 2 -maxdepth 2 -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')"
+  echo "$root/usr/lib/x86_64-linux-gnu:$root/lib/x86_64-linux-gnu:$root/usr/lib/$arch:$root/usr/lib${sub:+:${sub%:}}"
 }
 
 # _debpkg_host_version PKG: the version dpkg has installed on the host, or
@@ -105,6 +113,8 @@ _debpkg_wanted() {
 # shellcheck disable=SC2034 # DEBPKG_CMD is for the caller
 debpkg_install() {
   local pkg="$1" version="$2" cache="$3" bin="$4" check="$5" pin="$6"
+  shift 6
+  local extra=("$@")
   local name; name="$(basename "$bin")"
   if command -v "$name" >/dev/null && [ "$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null)" = "$version" ]; then
     DEBPKG_CMD="$(command -v "$name")"
@@ -122,9 +132,10 @@ debpkg_install() {
   rm -rf "${cache:?}/root" "${cache:?}/bin" "${cache:?}/debs" "${cache:?}/.installed"
   mkdir -p "$cache/root" "$cache/bin" "$cache/debs"
   local root="$cache/root" debs="$cache/debs" deb round missing want p
-  _debpkg_fetch "$cache" "$version" "$pin" "$debs" "$pkg=$version" || return 1
+  _debpkg_fetch "$cache" "$version" "$pin" "$debs" "$pkg=$version" "${extra[@]}" || return 1
   dpkg -x "$debs/${pkg}"_*.deb "$root"
-  for round in 1 2 3 4 5 6; do
+  for p in "${extra[@]}"; do dpkg -x "$debs/${p%%=*}"_*.deb "$root"; done
+  for round in 1 2 3 4 5 6 7 8 9 10; do
     missing="$(_debpkg_missing "$root" "$bin")"
     want="$(_debpkg_wanted "$debs" "$missing")"
     if [ -z "${want// /}" ]; then

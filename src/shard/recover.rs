@@ -89,10 +89,14 @@ impl<S: SegmentStore> Shard<S> {
 
     /// In a cell: applies records the group committed that this shard did
     /// not write itself (a follower's, or a new leader's from earlier
-    /// terms), in log order, as recovery replays them.
+    /// terms), in log order, as recovery replays them. Then wakes the live
+    /// readers (long-poll, SSE) waiting on the streams those records
+    /// changed, as a leader's append wakes its own once durable: without
+    /// this a follower's live readers heard of nothing until their timeout.
     pub fn apply_committed(&self, records: &[Recovered]) -> Result<(), String> {
         let mut replay = Replay { boot_ms: (self.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
         let mut body = Vec::new();
+        let mut touched = Vec::new();
         for r in records {
             body.clear();
             self.log
@@ -100,6 +104,17 @@ impl<S: SegmentStore> Shard<S> {
                 .map_err(|e| format!("shard {}: reading a committed record: {e}", self.id))?;
             self.state.borrow_mut().uid_used(r.header.stream_id);
             self.replay_record(&mut replay, r, &body)?;
+            if !matches!(r.header.kind, persist::KIND_BUCKET_CREATE | persist::KIND_BUCKET_DELETE) {
+                touched.push(r.header.stream_id);
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for uid in touched {
+            let key = self.state.borrow().key_of(uid).cloned();
+            if let Some(key) = key {
+                self.wake_readers(&key);
+            }
         }
         Ok(())
     }
