@@ -216,7 +216,7 @@ impl Links {
             let (tx, rx) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
             let bytes = Rc::new(Cell::new(0));
             let secret = cfg.secret.clone();
-            let from = dial_from(cfg.listen);
+            let from = dial_from(cfg.listen, addr);
             let dialer =
                 Dialer { me: cfg.me, peer, addr, from, secret, bytes: bytes.clone(), exchange: exchange.clone() };
             tasks.push(glommio::spawn_local(dialer.run(rx, stats.clone())));
@@ -549,10 +549,13 @@ async fn answer(outgoing: &Outgoing, peer: u64, frame: Frame, stats: &LinkStats)
     LinkStats::bump(&stats.dropped);
 }
 
-/// Where a node listening at `listen` dials its peers from: the same
-/// address, any port; none when it listens on every address.
-fn dial_from(listen: SocketAddr) -> Option<SocketAddr> {
-    (!listen.ip().is_unspecified()).then(|| SocketAddr::new(listen.ip(), 0))
+/// Where a node listening at `listen` dials the peer at `peer` from: the
+/// same address, any port; none when it listens on every address, or when
+/// the two are of different families (an IPv4 source cannot reach an IPv6
+/// peer: binding it would fail every dial).
+fn dial_from(listen: SocketAddr, peer: SocketAddr) -> Option<SocketAddr> {
+    let usable = !listen.ip().is_unspecified() && listen.is_ipv4() == peer.is_ipv4();
+    usable.then(|| SocketAddr::new(listen.ip(), 0))
 }
 
 /// This replica's side of its link to one peer.
@@ -659,10 +662,14 @@ mod tests {
 
     #[test]
     fn a_node_dials_from_its_own_address_unless_it_listens_on_all() {
-        let from = |listen: &str| dial_from(listen.parse().unwrap()).map(|a| a.to_string());
-        assert_eq!(from("127.0.0.2:7001").as_deref(), Some("127.0.0.2:0"));
-        assert_eq!(from("[::1]:7001").as_deref(), Some("[::1]:0"));
-        assert_eq!(from("0.0.0.0:7001"), None);
-        assert_eq!(from("[::]:7001"), None);
+        let v4: SocketAddr = "127.0.0.3:7002".parse().unwrap();
+        let v6: SocketAddr = "[::1]:7002".parse().unwrap();
+        let from = |listen: &str, peer| dial_from(listen.parse().unwrap(), peer).map(|a| a.to_string());
+        assert_eq!(from("127.0.0.2:7001", v4).as_deref(), Some("127.0.0.2:0"));
+        assert_eq!(from("[::1]:7001", v6).as_deref(), Some("[::1]:0"));
+        assert_eq!(from("0.0.0.0:7001", v4), None);
+        assert_eq!(from("[::]:7001", v6), None);
+        assert_eq!(from("127.0.0.2:7001", v6), None, "an IPv4 source for an IPv6 peer");
+        assert_eq!(from("[::1]:7001", v4), None, "an IPv6 source for an IPv4 peer");
     }
 }
