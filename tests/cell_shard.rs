@@ -314,7 +314,7 @@ fn a_followers_long_poll_is_answered_when_it_applies_the_leaders_append() {
         cursor: None,
         if_none_match: None,
     };
-    let req = ShardRequest::Stream { key, surface: Surface::Ds, op: StreamOp::Read(read) };
+    let req = ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op: StreamOp::Read(read) };
     let out = Rc::new(RefCell::new(None));
     let (o, shard) = (out.clone(), cell.node(follower).shard.clone());
     cell.node(follower)

@@ -662,8 +662,8 @@ mod tests {
 
     #[test]
     fn a_node_dials_from_its_own_address_unless_it_listens_on_all() {
-        let v4: SocketAddr = "127.0.0.3:7002".parse().unwrap();
-        let v6: SocketAddr = "[::1]:7002".parse().unwrap();
+        let v4: std::net::SocketAddr = "127.0.0.3:7002".parse().unwrap();
+        let v6: std::net::SocketAddr = "[::1]:7002".parse().unwrap();
         let from = |listen: &str, peer| dial_from(listen.parse().unwrap(), peer).map(|a| a.to_string());
         assert_eq!(from("127.0.0.2:7001", v4).as_deref(), Some("127.0.0.2:0"));
         assert_eq!(from("[::1]:7001", v6).as_deref(), Some("[::1]:0"));
