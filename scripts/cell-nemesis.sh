@@ -3,12 +3,23 @@
 # the test run: three real processes (--shards 1) under four concurrent
 # writers while the leader is killed and restarted, a follower killed and
 # restarted, the leader paused (SIGSTOP) and woken, both followers killed
-# and restarted, one fault after another; then the checker (every
+# and restarted, the leader and a follower killed and restarted, all three
+# killed at once and restarted in a changing order, one fault after
+# another (`--power`: only the last two); then the checker (every
 # acknowledged append once at its offset on every node, the same stream
 # everywhere, byte-identical segment files) and a summary line with the
 # failover times.
 #
-#   scripts/cell-nemesis.sh [SECONDS]     # default 600 (release build)
+#   scripts/cell-nemesis.sh [SECONDS] [--power]   # default 600 (release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NEMESIS_SECS="${1:-600}" exec cargo test --release --test cell_nemesis -- --ignored --nocapture
+SECS=600 FAULTS=processes
+for arg in "$@"; do
+  case "$arg" in
+    --power) FAULTS=power ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    [0-9]*) SECS="$arg" ;;
+    *) echo "cell-nemesis: unknown argument '$arg' (SECONDS, --power, --help)" >&2; exit 2 ;;
+  esac
+done
+NEMESIS_SECS="$SECS" NEMESIS_FAULTS="$FAULTS" exec cargo test --release --test cell_nemesis -- --ignored --nocapture

@@ -2,7 +2,10 @@
 //! concurrent writers while faults come one after another for
 //! `NEMESIS_SECS` (default 60): the leader killed (SIGKILL) and restarted,
 //! a follower killed and restarted, the leader paused (SIGSTOP) and woken,
-//! both followers killed and restarted. Inside a private network namespace
+//! both followers killed and restarted, the leader and one follower killed
+//! and restarted (the other keeps its term), all three killed at once (a
+//! rack losing power) and restarted in an order that changes each time.
+//! Inside a private network namespace
 //! (`scripts/cell-partition.sh`: nodes on 127.0.0.1, .2 and .3, links cut
 //! with nftables) the faults also include network partitions: the leader
 //! cut off from both followers (it must step down and acknowledge nothing
@@ -12,8 +15,10 @@
 //! followers cut from each other. Each partition's effect is checked while
 //! it lasts: a cut-off node answers an append 503 within 10 s, the nodes
 //! holding a majority acknowledge one within 10 s, and a leader cut off is
-//! replaced by one of the other two. `NEMESIS_FAULTS` picks `processes`, `partitions` or
-//! `all` (the default: `all` inside such a namespace, else `processes`).
+//! replaced by one of the other two. `NEMESIS_FAULTS` picks `processes`,
+//! `power` (only the two faults that kill two or three nodes), `partitions`
+//! or `all` (the default: `all` inside such a namespace, else
+//! `processes`).
 //! Then everything heals and the
 //! checker reads every node: each acknowledged append served once, at the
 //! offset it was acknowledged with, in acknowledgement order per writer;
@@ -89,13 +94,24 @@ enum Fault {
     KillFollower,
     PauseLeader,
     KillFollowers,
+    KillLeaderAndFollower,
+    KillAll,
     IsolateLeader,
     IsolateFollower,
     LeaderOutboundDropped,
     SplitFollowers,
 }
 
-const PROCESS_FAULTS: [Fault; 4] = [Fault::KillLeader, Fault::KillFollower, Fault::PauseLeader, Fault::KillFollowers];
+const PROCESS_FAULTS: [Fault; 6] = [
+    Fault::KillLeader,
+    Fault::KillFollower,
+    Fault::PauseLeader,
+    Fault::KillFollowers,
+    Fault::KillLeaderAndFollower,
+    Fault::KillAll,
+];
+/// The whole cell losing power, or two of its nodes: `NEMESIS_FAULTS=power`.
+const POWER_FAULTS: [Fault; 2] = [Fault::KillAll, Fault::KillLeaderAndFollower];
 const PARTITION_FAULTS: [Fault; 4] =
     [Fault::IsolateLeader, Fault::IsolateFollower, Fault::LeaderOutboundDropped, Fault::SplitFollowers];
 
@@ -118,8 +134,9 @@ fn faults() -> Vec<Fault> {
     match which.as_str() {
         "processes" => PROCESS_FAULTS.to_vec(),
         "partitions" => PARTITION_FAULTS.to_vec(),
+        "power" => POWER_FAULTS.to_vec(),
         "all" => PROCESS_FAULTS.iter().chain(&PARTITION_FAULTS).copied().collect(),
-        other => panic!("NEMESIS_FAULTS={other}: not processes, partitions or all"),
+        other => panic!("NEMESIS_FAULTS={other}: not processes, power, partitions or all"),
     }
 }
 
@@ -221,6 +238,28 @@ impl Nemesis {
                 Self::pause(Duration::from_millis(1000));
                 self.restart(others[0]);
                 self.restart(others[1]);
+            }
+            Fault::KillLeaderAndFollower => {
+                // The other follower keeps running, and its term.
+                self.kill(leader);
+                self.kill(others[0]);
+                Self::pause(Duration::from_millis(1000));
+                self.restart(others[0]);
+                self.restart(leader);
+            }
+            Fault::KillAll => {
+                // Every node at once, as a rack losing power (each write
+                // acknowledged was on disk: O_DIRECT, O_DSYNC), then back
+                // in an order that changes from one time to the next.
+                for i in 0..3 {
+                    self.kill(i);
+                }
+                Self::pause(Duration::from_millis(500));
+                let turn = self.faults.get(fault.name()).copied().unwrap_or(0) as usize;
+                for k in 0..3 {
+                    self.restart((turn + k * (1 + turn % 2)) % 3);
+                    Self::pause(Duration::from_millis(100 * (turn % 3) as u64));
+                }
             }
             Fault::IsolateLeader => {
                 isolate(leader, &others);
@@ -328,6 +367,8 @@ impl Fault {
             Fault::KillFollower => "follower killed",
             Fault::PauseLeader => "leader paused",
             Fault::KillFollowers => "both followers killed",
+            Fault::KillLeaderAndFollower => "leader and a follower killed",
+            Fault::KillAll => "all three killed at once",
             Fault::IsolateLeader => "leader cut off",
             Fault::IsolateFollower => "follower cut off",
             Fault::LeaderOutboundDropped => "leader's packets to followers dropped (TCP stalls both ways)",
