@@ -5,7 +5,8 @@
 //! what was durable when the power went (a write torn in flight too), stepped by a seeded
 //! scheduler on a virtual clock that drops, delays, duplicates and reorders
 //! messages, cuts links (one way too), pauses replicas (SIGSTOP) and cuts
-//! their power, two of three at once included. Then everything heals and
+//! their power, two of three at once included, and every replica's at once
+//! (the whole cell losing power). Then everything heals and
 //! the checker looks at what every replica holds.
 //!
 //! Invariants, checked while it runs and after healing:
@@ -160,6 +161,8 @@ struct Sim {
     /// replicas or more were down at once, pauses, links cut.
     cuts: u64,
     torn: u64,
+    /// Power cuts of every replica at once (each counted in `cuts` too).
+    whole_cuts: u64,
     /// Times a replica's log was cut back (its tail conflicted with a leader's).
     cut_backs: u64,
     most_down: usize,
@@ -205,6 +208,7 @@ impl Sim {
             torn: 0,
             cut_backs: 0,
             most_down: 0,
+            whole_cuts: 0,
             pauses: 0,
             links_cut: 0,
         };
@@ -284,6 +288,16 @@ impl Sim {
             if self.replicas[i].group.is_some() {
                 self.crash(i, false);
             }
+        }
+        // The whole cell loses power: every replica at once, those
+        // writing now and then in the middle of a write.
+        if self.rng.chance(100) && down == 0 {
+            for i in 0..n {
+                let writing = self.replicas[i].group.as_ref().is_some_and(|r| r.log.tail_lsn() > r.log.durable_lsn());
+                let torn = writing && self.rng.below(2) == 0;
+                self.crash(i, torn);
+            }
+            self.whole_cuts += 1;
         }
         // A power cut while a replica's log is writing.
         if self.rng.chance(400) && down + 1 < n {
@@ -705,7 +719,8 @@ fn run(seed: u64, n: u64, plant: Plant, fault_ms: u64) -> (Vec<String>, String, 
     sim.cut_backs += sim.replicas.iter().map(|r| r.group.as_ref().unwrap().group.store().cut_backs()).sum::<u64>();
     let summary = format!(
         "seed {seed}, {n} replicas: {} proposals, {} acknowledged, {} committed, {} terms, {}/{} reads served; \
-         {} power cuts ({} torn, at most {} down at once), {} pauses, {} links cut, {} logs cut back",
+         {} power cuts ({} torn, {} of the whole cell, at most {} down at once), {} pauses, {} links cut, {} logs \
+         cut back",
         sim.proposals,
         sim.check.acked.len(),
         sim.check.chosen.len(),
@@ -714,6 +729,7 @@ fn run(seed: u64, n: u64, plant: Plant, fault_ms: u64) -> (Vec<String>, String, 
         sim.reads_asked,
         sim.cuts,
         sim.torn,
+        sim.whole_cuts,
         sim.most_down,
         sim.pauses,
         sim.links_cut,
@@ -746,11 +762,12 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn every_acknowledged_proposal_survives_the_faults() {
-    let mut cut_back = false;
+    let (mut cut_back, mut whole_cut) = (false, false);
     for seed in seeds() {
         let n = if seed % 4 == 3 { 5 } else { 3 };
         let (violations, summary, acked) = run(seed, n, Plant::None, 30_000);
         cut_back |= !summary.ends_with(" 0 logs cut back");
+        whole_cut |= !summary.contains(" 0 of the whole cell");
         eprintln!("{summary}");
         assert!(
             violations.is_empty(),
@@ -759,6 +776,7 @@ fn every_acknowledged_proposal_survives_the_faults() {
         assert!(acked > 100, "{summary}: too little was acknowledged to tell");
     }
     assert!(cut_back || seeds().len() < 8, "no run cut a log back: conflicting tails went untested");
+    assert!(whole_cut || seeds().len() < 8, "no run cut the whole cell's power: that went untested");
 }
 
 #[test]
