@@ -4,22 +4,25 @@
 # writers while the leader is killed and restarted, a follower killed and
 # restarted, the leader paused (SIGSTOP) and woken, both followers killed
 # and restarted, the leader and a follower killed and restarted, all three
-# killed at once and restarted in a changing order, one fault after
-# another (`--power`: only the last two); then the checker (every
+# killed at once and restarted in a changing order, a rolling restart
+# (each node stopped with SIGTERM and started again, followers first), one
+# fault after another (`--power`: only the two that kill two or three
+# nodes; `--rolling`: only rolling restarts); then the checker (every
 # acknowledged append once at its offset on every node, the same stream
 # everywhere, byte-identical segment files) and a summary line with the
-# failover times.
+# failover times and the longest time without an acknowledgement.
 #
-#   scripts/cell-nemesis.sh [SECONDS] [--power]   # default 600 (release build)
+#   scripts/cell-nemesis.sh [SECONDS] [--power|--rolling]   # default 600 (release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=600 FAULTS=processes
 for arg in "$@"; do
   case "$arg" in
     --power) FAULTS=power ;;
+    --rolling) FAULTS=rolling ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     [0-9]*) SECS="$arg" ;;
-    *) echo "cell-nemesis: unknown argument '$arg' (SECONDS, --power, --help)" >&2; exit 2 ;;
+    *) echo "cell-nemesis: unknown argument '$arg' (SECONDS, --power, --rolling, --help)" >&2; exit 2 ;;
   esac
 done
 NEMESIS_SECS="$SECS" NEMESIS_FAULTS="$FAULTS" exec cargo test --release --test cell_nemesis -- --ignored --nocapture

@@ -4,7 +4,9 @@
 //! a follower killed and restarted, the leader paused (SIGSTOP) and woken,
 //! both followers killed and restarted, the leader and one follower killed
 //! and restarted (the other keeps its term), all three killed at once (a
-//! rack losing power) and restarted in an order that changes each time.
+//! rack losing power) and restarted in an order that changes each time,
+//! and a rolling restart (each node in turn stopped with SIGTERM and
+//! started again, the followers first, as an upgrade does).
 //! Inside a private network namespace
 //! (`scripts/cell-partition.sh`: nodes on 127.0.0.1, .2 and .3, links cut
 //! with nftables) the faults also include network partitions: the leader
@@ -16,7 +18,8 @@
 //! it lasts: a cut-off node answers an append 503 within 10 s, the nodes
 //! holding a majority acknowledge one within 10 s, and a leader cut off is
 //! replaced by one of the other two. `NEMESIS_FAULTS` picks `processes`,
-//! `power` (only the two faults that kill two or three nodes), `partitions`
+//! `power` (only the two faults that kill two or three nodes), `rolling`
+//! (only rolling restarts), `partitions`
 //! or `all` (the default: `all` inside such a namespace, else
 //! `processes`).
 //! Then everything heals and the
@@ -24,7 +27,8 @@
 //! offset it was acknowledged with, in acknowledgement order per writer;
 //! every node serves the same stream; the replicas' segment files are byte
 //! for byte the same. Printed: appends acknowledged and attempted, faults,
-//! and the time from each leader kill to the next acknowledgement.
+//! the time from each leader kill to the next acknowledgement, and the
+//! longest time without an acknowledgement while faults came.
 //!
 //! Ignored in the test run (minutes long): `scripts/cell-nemesis.sh` and
 //! `scripts/cell-partition.sh` run it.
@@ -55,6 +59,8 @@ struct Shared {
     failovers: Mutex<Vec<Duration>>,
     /// The node that acknowledged last.
     last_leader: AtomicU64,
+    /// When each writer's appends were acknowledged (for the longest stall).
+    ack_times: Mutex<Vec<Instant>>,
 }
 
 fn writer(w: usize, shared: Arc<Shared>) {
@@ -72,6 +78,7 @@ fn writer(w: usize, shared: Arc<Shared>) {
             Ok(r) if r.status == 200 || r.status == 204 => {
                 let end: u64 = r.sno().rsplit('_').next().unwrap().parse().unwrap();
                 shared.acked.lock().unwrap().push((w, body, end));
+                shared.ack_times.lock().unwrap().push(Instant::now());
                 shared.last_leader.store(node as u64, Ordering::Relaxed);
                 if let Some(at) = shared.killed_at.lock().unwrap().take() {
                     shared.failovers.lock().unwrap().push(at.elapsed());
@@ -96,22 +103,26 @@ enum Fault {
     KillFollowers,
     KillLeaderAndFollower,
     KillAll,
+    RollingRestart,
     IsolateLeader,
     IsolateFollower,
     LeaderOutboundDropped,
     SplitFollowers,
 }
 
-const PROCESS_FAULTS: [Fault; 6] = [
+const PROCESS_FAULTS: [Fault; 7] = [
     Fault::KillLeader,
     Fault::KillFollower,
     Fault::PauseLeader,
     Fault::KillFollowers,
     Fault::KillLeaderAndFollower,
     Fault::KillAll,
+    Fault::RollingRestart,
 ];
 /// The whole cell losing power, or two of its nodes: `NEMESIS_FAULTS=power`.
 const POWER_FAULTS: [Fault; 2] = [Fault::KillAll, Fault::KillLeaderAndFollower];
+/// An upgrade of the cell, one node at a time: `NEMESIS_FAULTS=rolling`.
+const ROLLING_FAULTS: [Fault; 1] = [Fault::RollingRestart];
 const PARTITION_FAULTS: [Fault; 4] =
     [Fault::IsolateLeader, Fault::IsolateFollower, Fault::LeaderOutboundDropped, Fault::SplitFollowers];
 
@@ -135,8 +146,9 @@ fn faults() -> Vec<Fault> {
         "processes" => PROCESS_FAULTS.to_vec(),
         "partitions" => PARTITION_FAULTS.to_vec(),
         "power" => POWER_FAULTS.to_vec(),
+        "rolling" => ROLLING_FAULTS.to_vec(),
         "all" => PROCESS_FAULTS.iter().chain(&PARTITION_FAULTS).copied().collect(),
-        other => panic!("NEMESIS_FAULTS={other}: not processes, power, partitions or all"),
+        other => panic!("NEMESIS_FAULTS={other}: not processes, power, rolling, partitions or all"),
     }
 }
 
@@ -261,6 +273,19 @@ impl Nemesis {
                     Self::pause(Duration::from_millis(100 * (turn % 3) as u64));
                 }
             }
+            Fault::RollingRestart => {
+                // As an operator upgrades a cell: one node at a time, the
+                // followers first, each stopped gracefully (SIGTERM) and
+                // started again, the next once a leader is known again.
+                for i in [others[0], others[1], leader] {
+                    let (status, took) = self.nodes[i].terminate(Duration::from_secs(30));
+                    assert!(status.is_some_and(|s| s.success()), "node {} did not stop in {took:?}: {status:?}", i + 1);
+                    self.up[i] = false;
+                    self.restart(i);
+                    self.leader();
+                    Self::pause(Duration::from_millis(500));
+                }
+            }
             Fault::IsolateLeader => {
                 isolate(leader, &others);
                 self.leader_replaced(leader, &others);
@@ -369,12 +394,23 @@ impl Fault {
             Fault::KillFollowers => "both followers killed",
             Fault::KillLeaderAndFollower => "leader and a follower killed",
             Fault::KillAll => "all three killed at once",
+            Fault::RollingRestart => "rolling restart",
             Fault::IsolateLeader => "leader cut off",
             Fault::IsolateFollower => "follower cut off",
             Fault::LeaderOutboundDropped => "leader's packets to followers dropped (TCP stalls both ways)",
             Fault::SplitFollowers => "followers cut from each other",
         }
     }
+}
+
+/// The longest time between `from` and `to` in which no append was
+/// acknowledged (the writers retry 503s and unreachable nodes on the next
+/// node, so this is the longest a retrying client waited).
+fn longest_stall(acks: &[Instant], from: Instant, to: Instant) -> Duration {
+    let mut times: Vec<Instant> = acks.iter().copied().filter(|t| (from..to).contains(t)).collect();
+    times.sort();
+    let edges = std::iter::once(from).chain(times).chain(std::iter::once(to)).collect::<Vec<_>>();
+    edges.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
 }
 
 /// The whole stream as node `i` serves it, from the start to where it says
@@ -502,6 +538,7 @@ fn nemesis() {
         nem.fault(which);
         which += 1;
     }
+    let faults_over = Instant::now();
     // Heal: everyone up, writers stop, every node catches up.
     for i in 0..3 {
         if !nem.up[i] {
@@ -576,10 +613,11 @@ fn nemesis() {
     let mut failovers = shared.failovers.lock().unwrap().clone();
     failovers.sort();
     let median = failovers.get(failovers.len() / 2).copied();
+    let stall = longest_stall(&shared.ack_times.lock().unwrap(), started, faults_over);
     eprintln!(
         "nemesis {secs} s: {} appends acknowledged of {} attempted, 0 lost, 0 duplicated; {} segment files \
          byte-identical on 3 replicas; faults {:?}; leader kill to next acknowledgement: {} kills, median {median:?}, \
-         max {:?}",
+         max {:?}; longest time without an acknowledgement while faults came: {stall:?}",
         acked.len(),
         shared.attempts.load(Ordering::Relaxed),
         segs[0].len(),
