@@ -304,6 +304,7 @@ fn every_example_in_api_md_holds() {
         "GET /ds/{bucket}/{stream}/snapshot/{offset}",
         "DELETE /ds/{bucket}/{stream}/snapshot/{offset}",
         "GET /ds/{bucket}/{stream}/bootstrap",
+        "PUT /ds/{bucket}/{stream}/retention/{offset}",
     ];
     let missing: Vec<&str> = required.iter().copied().filter(|e| !covered.contains(*e)).collect();
     assert!(missing.is_empty(), "docs/api.md has no example for {missing:?}");

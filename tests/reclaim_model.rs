@@ -1,11 +1,11 @@
 //! Segment reclamation against a model: seeded random workloads of creates,
 //! appends (plain and idempotent-producer), closes, deletes, snapshots
-//! (publish, delete older) and bucket create/delete run on one shard over the
+//! (publish, delete older), retention and bucket create/delete run on one shard over the
 //! in-memory backend with small segments; the reclaim pass runs often and
 //! deletes segment files; restarts recover from what is left. After every
 //! restart each stream must be exactly what the model says: existence,
 //! closed state, tail, the data after the trim point byte for byte, 410 below
-//! it, every snapshot's blob, the bootstrap, and producer state (a retried
+//! it (naming it), where a read from the start begins, every snapshot's blob, the bootstrap, and producer state (a retried
 //! append is a duplicate). The seed is in every failure message.
 
 mod common;
@@ -144,9 +144,17 @@ fn check(rig: &mut Rig, models: &[Option<Model>], ctx: &str) {
             }
         }
         assert!(got == m.data[m.trim..], "{ctx}: data after the trim point differs");
+        assert_eq!(info.retained_offset, (m.trim > 0).then(|| at(m.trim)), "{ctx}: retained start");
         if m.trim > 0 {
-            assert!(matches!(rig.op(i, read(ReadFrom::Start)), Err(Error::Gone(_))), "{ctx}: read from start");
-            assert!(matches!(rig.op(i, read(ReadFrom::At(at(m.trim - 1)))), Err(Error::Gone(_))), "{ctx}: below trim");
+            let gone = |r: Reply| matches!(r, Err(Error::Trimmed { retained, .. }) if retained == at(m.trim));
+            assert!(gone(rig.op(i, read(ReadFrom::At(at(m.trim - 1))))), "{ctx}: below trim");
+            let from_start = rig.op(i, read(ReadFrom::Start));
+            if m.snaps.keys().next_back() == Some(&m.trim) {
+                assert!(gone(from_start), "{ctx}: read from start, a snapshot at the trim point");
+            } else {
+                let Ok(Outcome::Read(r)) = from_start else { panic!("{ctx}: read from start: {from_start:?}") };
+                assert!(m.data[m.trim..].starts_with(&r.body), "{ctx}: a read from start begins at the trim");
+            }
         }
         for (&o, blob) in &m.snaps {
             let r = rig.op(i, StreamOp::SnapshotRead { offset: at(o) });
@@ -235,6 +243,22 @@ fn run(seed: u64, ops: usize) -> (u64, usize) {
                 let o = older[rng.below(older.len() as u64 - 1) as usize];
                 ok(&rig.op(i, StreamOp::SnapshotDelete { offset: at(o) }), "snapshot delete", &ctx);
                 m.snaps.remove(&o);
+            }
+            (Some(m), 88..=93) => {
+                // Retention anywhere up to the tail: the start of the append
+                // holding the offset, never backwards, never past the snapshot.
+                let asked = rng.below(m.data.len() as u64 + 1) as usize;
+                let want = m.bounds.iter().copied().filter(|&b| b <= asked).max().unwrap_or(0).max(m.trim);
+                let r = rig.op(i, StreamOp::Retain { offset: at(asked) });
+                match m.snaps.keys().next_back() {
+                    Some(&s) if want > s => assert!(matches!(r, Err(Error::Conflict(_))), "{ctx}: retain: {r:?}"),
+                    _ => {
+                        let Ok(Outcome::Retained { offset, .. }) = r else { panic!("{ctx}: retain: {r:?}") };
+                        assert_eq!(offset, at(want), "{ctx}: retained start");
+                        m.trim = want;
+                        m.bounds.retain(|&b| b >= want);
+                    }
+                }
             }
             (_, 85..=87) => {
                 let op = if other_bucket { BucketOp::Delete } else { BucketOp::Create };

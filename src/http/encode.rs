@@ -46,8 +46,8 @@ pub fn plain(status: u16, msg: &str) -> Response {
 /// The response headers a browser may read (CORS), on every answer.
 const EXPOSE: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, \
 Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, \
-Producer-Received-Seq, ETag, Content-Type, Location, Retry-After, Stream-Snapshot-Offset, Stream-Incarnation, \
-WWW-Authenticate";
+Producer-Received-Seq, ETag, Content-Type, Location, Retry-After, Stream-Snapshot-Offset, Stream-Retained-Offset, \
+Stream-Incarnation, WWW-Authenticate";
 
 /// On every response, errors included (F107-F109).
 const EVERY_ANSWER: &[u8] = b"X-Content-Type-Options: nosniff\r\nCross-Origin-Resource-Policy: cross-origin\r\n\

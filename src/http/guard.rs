@@ -48,9 +48,13 @@ fn stream_right(op: &StreamOp) -> Right {
         | StreamOp::SnapshotRead { .. }
         | StreamOp::Bootstrap => Right::Read,
         StreamOp::Append(_) => Right::Append,
-        StreamOp::Create(_) | StreamOp::Delete | StreamOp::SnapshotPublish(_) | StreamOp::SnapshotDelete { .. } => {
-            Right::Manage
-        }
+        // Retention removes data, as a snapshot's trim does: the right
+        // that publishes snapshots, not the one that only adds data.
+        StreamOp::Create(_)
+        | StreamOp::Delete
+        | StreamOp::SnapshotPublish(_)
+        | StreamOp::SnapshotDelete { .. }
+        | StreamOp::Retain { .. } => Right::Manage,
     }
 }
 
@@ -173,6 +177,7 @@ mod tests {
             ("DELETE /ds/orders/s", vec![b("orders", Manage)]),
             ("PUT /ds/orders/s/snapshot/0000000000000000_0000000000000000", vec![b("orders", Manage)]),
             ("DELETE /ds/orders/s/snapshot/0000000000000000_0000000000000000", vec![b("orders", Manage)]),
+            ("PUT /ds/orders/s/retention/0000000000000000_0000000000000000", vec![b("orders", Manage)]),
             ("PUT /ds/orders", vec![b("orders", Admin)]),
             ("DELETE /ds/orders", vec![b("orders", Admin)]),
             ("GET /v1/stream/orders/a/b?offset=-1", vec![b("orders", Read)]),

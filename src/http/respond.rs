@@ -85,7 +85,8 @@ fn incarnation_of(o: &Outcome) -> Option<Incarnation> {
         | Outcome::Appended { info, .. }
         | Outcome::Head { info, .. }
         | Outcome::SnapshotPublished { info, .. }
-        | Outcome::Snapshot { info, .. } => Some(info.incarnation),
+        | Outcome::Snapshot { info, .. }
+        | Outcome::Retained { info, .. } => Some(info.incarnation),
         Outcome::Read(rd) => Some(rd.info.incarnation),
         Outcome::Bootstrap(b) => Some(b.info.incarnation),
         Outcome::Deleted { incarnation } | Outcome::SnapshotAt { incarnation, .. } => Some(*incarnation),
@@ -129,6 +130,10 @@ fn answer(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Re
             snapshot_answer(content_type, info.next_offset, offset.to_string(), up_to_date, closed, body)
         }
         Outcome::Bootstrap(b) => bootstrap(b),
+        Outcome::Retained { info, offset, .. } => Response::new(204)
+            .header("Stream-Next-Offset", info.next_offset.to_string())
+            .header("ETag", info.etag)
+            .header("Stream-Retained-Offset", offset.to_string()),
         Outcome::Deleted { .. } | Outcome::BucketDeleted => Response::new(204),
         Outcome::BucketCreated => Response::new(201),
         Outcome::BucketInfo { bucket, streams } => json(bucket_json(&bucket, streams)),
@@ -207,7 +212,8 @@ fn head(mut info: StreamInfo) -> Response {
         .header("Cache-Control", "no-store");
     let r = maybe(r, "Stream-TTL", info.ttl_secs);
     let r = maybe(r, "Stream-Expires-At", info.expires_at);
-    maybe(r, "Stream-Snapshot-Offset", info.snapshot_offset)
+    let r = maybe(r, "Stream-Snapshot-Offset", info.snapshot_offset);
+    maybe(r, "Stream-Retained-Offset", info.retained_offset)
 }
 
 /// `GET .../bootstrap` as `multipart/mixed` (RFC 2046): the snapshot part
@@ -315,6 +321,9 @@ pub fn error(surface: Surface, e: &Error) -> Response {
         Error::BadRequest(m) => Response::new(400).text(m),
         Error::NotFound => Response::new(404).text("not found"),
         Error::Gone(m) => Response::new(410).text(m),
+        Error::Trimmed { retained, reason } => {
+            Response::new(410).header("Stream-Retained-Offset", retained.to_string()).text(reason)
+        }
         Error::Conflict(m) => Response::new(409).text(m),
         Error::TooLarge => Response::new(413).text("payload too large"),
         Error::StreamClosed { next_offset } => Response::new(409)
@@ -443,6 +452,7 @@ mod tests {
             ttl_secs: None,
             expires_at: None,
             snapshot_offset: None,
+            retained_offset: None,
         }
     }
 
@@ -506,6 +516,7 @@ mod tests {
             (Error::BadRequest("x".into()), 400),
             (Error::NotFound, 404),
             (Error::Gone("x".into()), 410),
+            (Error::Trimmed { retained: Offset::new(0, 7), reason: "x".into() }, 410),
             (Error::Conflict("x".into()), 409),
             (Error::TooLarge, 413),
             (Error::StreamClosed { next_offset: Offset::new(0, 1) }, 409),
@@ -548,6 +559,7 @@ mod tests {
             Outcome::Deleted { incarnation: i },
             Outcome::SnapshotPublished { info: info(), offset: Offset::new(0, 5) },
             Outcome::SnapshotAt { incarnation: i, offset: Offset::new(0, 5) },
+            Outcome::Retained { info: info(), offset: Offset::new(0, 3), moved: true },
         ];
         for o in about_a_stream {
             let what = format!("{o:?}");
@@ -565,6 +577,25 @@ mod tests {
             .headers
             .iter()
             .all(|(k, _)| *k != "Stream-Incarnation"));
+    }
+
+    #[test]
+    fn the_retained_start_is_named_by_retention_head_and_410() {
+        let r = outcome(
+            Surface::Ds,
+            Outcome::Retained { info: info(), offset: Offset::new(0, 3), moved: false },
+            String::new,
+        );
+        assert_eq!(r.status, 204);
+        let retained = ("Stream-Retained-Offset", Offset::new(0, 3).to_string());
+        assert!(r.headers.contains(&retained));
+        let head = |info| outcome(Surface::Ds, Outcome::Head { info, not_modified: false }, String::new);
+        assert!(head(info()).headers.iter().all(|(k, _)| *k != "Stream-Retained-Offset"), "nothing trimmed");
+        let trimmed = StreamInfo { retained_offset: Some(Offset::new(0, 3)), ..info() };
+        assert!(head(trimmed).headers.contains(&retained));
+        let gone = error(Surface::V1, &Error::Trimmed { retained: Offset::new(0, 3), reason: "x".into() });
+        assert_eq!(gone.status, 410);
+        assert!(gone.headers.contains(&retained));
     }
 
     #[test]

@@ -315,7 +315,8 @@ fn if_incarnation(head: &RequestHead) -> Result<Option<Incarnation>, RouteError>
     Ok(head.header("stream-incarnation").map(Incarnation::parse).transpose()?)
 }
 
-/// `/ds/{bucket}/{stream}/snapshot[/{offset}]` and `.../bootstrap` (snakream.md).
+/// `/ds/{bucket}/{stream}/snapshot[/{offset}]` and `.../bootstrap` (snakream.md),
+/// and `.../retention/{offset}` (issue 35).
 fn snapshot_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, sub: &str) -> Result<Route, RouteError> {
     let read = matches!(head.method, Method::Get | Method::Head);
     let op = match sub.split_once('/') {
@@ -346,6 +347,12 @@ fn snapshot_route(head: &RequestHead, body: Vec<u8>, key: StreamKey, sub: &str) 
                 Method::Delete => StreamOp::SnapshotDelete { offset },
                 _ => return Err(RouteError::MethodNotAllowed("GET, HEAD, PUT, DELETE")),
             }
+        }
+        Some(("retention", offset)) => {
+            if head.method != Method::Put {
+                return Err(RouteError::MethodNotAllowed("PUT"));
+            }
+            StreamOp::Retain { offset: parse_offset(offset)? }
         }
         _ => return Err(RouteError::Protocol(Error::NotFound)),
     };
@@ -461,6 +468,17 @@ mod tests {
         ] {
             assert_eq!(place(path).0, want, "{path}");
         }
+    }
+
+    #[test]
+    fn retention_is_a_put_of_an_offset() {
+        let c = class_of("PUT /ds/b1bb/s/retention/0000000000000000_0000000000000007 HTTP/1.1\r\n\r\n");
+        let Ok(Route::Shard(req)) = c.route else { panic!("{:?}", c.route) };
+        assert!(matches!(*req, ShardRequest::Stream { op: StreamOp::Retain { offset }, .. } if offset.pos == 7));
+        let malformed = class_of("PUT /ds/b1bb/s/retention/soon HTTP/1.1\r\n\r\n");
+        assert!(matches!(malformed.route, Err(RouteError::Protocol(Error::BadRequest(_)))));
+        let get = class_of("GET /ds/b1bb/s/retention/0000000000000000_0000000000000007 HTTP/1.1\r\n\r\n");
+        assert_eq!(get.route.unwrap_err(), RouteError::MethodNotAllowed("PUT"));
     }
 
     #[test]

@@ -52,6 +52,12 @@ pub enum Error {
     /// written. (After `ProducerLimit`: variants encode by position.)
     #[error("precondition failed: the creation of this stream that Stream-Incarnation names is gone (deleted; the path holds another stream now, or none)")]
     IncarnationMismatch,
+    /// A read below the stream's retained start (data a snapshot or an
+    /// explicit retention trimmed): 410 with `Stream-Retained-Offset`, so
+    /// that a client knows where to read on. (Last: variants encode by
+    /// position.)
+    #[error("gone: {reason}")]
+    Trimmed { retained: Offset, reason: std::borrow::Cow<'static, str> },
 }
 
 /// Which quota of a `[[bucket]]` entry a write would pass.

@@ -94,6 +94,11 @@ pub enum StreamOp {
     },
     /// `GET /ds/{b}/{s}/bootstrap`: the current snapshot and the messages after it.
     Bootstrap,
+    /// `PUT /ds/{b}/{s}/retention/{offset}`: moves the stream's retained
+    /// start forward to `offset` (issue 35).
+    Retain {
+        offset: Offset,
+    },
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -162,6 +167,9 @@ pub struct StreamInfo {
     pub expires_at: Option<String>,
     /// Offset of the current snapshot, if one was published (`/ds`).
     pub snapshot_offset: Option<Offset>,
+    /// Where the retained data starts, once a snapshot or retention moved
+    /// it past 0 (`Stream-Retained-Offset`).
+    pub retained_offset: Option<Offset>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -263,4 +271,11 @@ pub enum Outcome {
     BucketDeleted,
     /// A page of a bucket listing (gathered from every shard).
     Listing(Listing),
+    /// `PUT .../retention/{offset}` (204): the retained start now.
+    /// `moved`: a record moved it; else it already was there or past it.
+    Retained {
+        info: StreamInfo,
+        offset: Offset,
+        moved: bool,
+    },
 }

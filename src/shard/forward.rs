@@ -132,6 +132,7 @@ fn decided_unwritten(live: Live, reply: &Reply) -> bool {
         Err(_) => true,
         Ok(Outcome::Created { new, .. }) => !new,
         Ok(Outcome::Appended { duplicate, .. }) => *duplicate,
+        Ok(Outcome::Retained { moved, .. }) => !moved,
         Ok(Outcome::Read(r)) => r.up_to_date && r.timed_out,
         _ => false,
     }
@@ -167,7 +168,7 @@ fn unconfirmed(leader: Reply, here: Reply) -> Reply {
 /// version once the upgrade is through). Bump it whenever the encoding of
 /// [`ShardRequest`] or [`Reply`] changes; the test
 /// `tests::the_encoding_is_pinned` fails until it is.
-pub const FORWARD_CODEC: u8 = 2;
+pub const FORWARD_CODEC: u8 = 3;
 
 pub fn encode_request(req: &ShardRequest) -> Vec<u8> {
     postcard::to_extend(req, vec![FORWARD_CODEC]).expect("a request always encodes")
@@ -353,6 +354,7 @@ mod tests {
             ttl_secs: None,
             expires_at: None,
             snapshot_offset: None,
+            retained_offset: None,
         };
         Ok(Outcome::Read(ReadOutcome {
             info,
@@ -443,6 +445,9 @@ mod tests {
         let appended =
             |duplicate| Outcome::Appended { info: info.clone(), producer: None, duplicate, close_only: false };
         assert!(decided(Ok(appended(true))), "a duplicate found");
+        let retained = |moved| Outcome::Retained { info: info.clone(), offset: Offset::new(0, 3), moved };
+        assert!(decided(Ok(retained(false))), "the retained start found already there");
+        assert!(!decided(Ok(retained(true))), "a retention committed");
         assert!(!decided(Ok(appended(false))), "an append committed");
         let mut timed_out = r.clone();
         timed_out.timed_out = true;
@@ -520,11 +525,15 @@ mod tests {
         assert_eq!(hex(encode_request(&append)), PINNED_APPEND, "bump FORWARD_CODEC");
         assert_eq!(hex(encode_request(&read(Live::Sse))), PINNED_READ, "bump FORWARD_CODEC");
         assert_eq!(hex(encode_reply(&read_answer(true))), PINNED_ANSWER, "bump FORWARD_CODEC");
+        let retain = stream(StreamOp::Retain { offset: Offset::new(0, 9) });
+        assert_eq!(hex(encode_request(&retain)), PINNED_RETAIN, "bump FORWARD_CODEC");
     }
 
-    const PINNED_APPEND: &str = "02000162017301012a0101010a746578742f706c61696e02686901010137000103226522";
-    const PINNED_READ: &str = "02000162017301000200020000";
-    const PINNED_ANSWER: &str = "0200022a010a746578742f706c61696e000500032265220000000568656c6c6f00050100000000010300";
+    const PINNED_APPEND: &str = "03000162017301012a0101010a746578742f706c61696e02686901010137000103226522";
+    const PINNED_READ: &str = "03000162017301000200020000";
+    const PINNED_RETAIN: &str = "03000162017301000a0009";
+    const PINNED_ANSWER: &str =
+        "0300022a010a746578742f706c61696e00050003226522000000000568656c6c6f00050100000000010300";
 
     #[test]
     fn garbage_is_an_error_never_a_panic() {

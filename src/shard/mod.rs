@@ -118,6 +118,7 @@ fn writes(req: &ShardRequest) -> bool {
                 | StreamOp::Delete
                 | StreamOp::SnapshotPublish(_)
                 | StreamOp::SnapshotDelete { .. }
+                | StreamOp::Retain { .. }
         ),
         ShardRequest::Bucket { op, .. } => matches!(op, BucketOp::Create | BucketOp::Delete),
         ShardRequest::ListBucket { .. } => false,
@@ -315,6 +316,7 @@ impl<S: SegmentStore> Shard<S> {
             StreamOp::SnapshotRead { offset } => self.with_cold(|| self.snapshot_read(&key, offset)).await,
             StreamOp::SnapshotDelete { offset } => self.snapshot_delete(key, offset).await,
             StreamOp::Bootstrap => self.with_cold(|| self.bootstrap(&key)).await,
+            StreamOp::Retain { offset } => self.retain(key, offset).await,
         }
     }
 }

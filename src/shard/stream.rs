@@ -67,7 +67,7 @@ pub(super) struct Stream {
     /// kept until the last fork is gone.
     pub(super) soft_deleted: bool,
     /// Data before this position is gone (trimmed when a snapshot was
-    /// published there): reads below it get 410.
+    /// published there, or by explicit retention): reads below it get 410.
     pub(super) trim: u64,
     /// Retained snapshots by offset; the last one is the current one.
     pub(super) snapshots: BTreeMap<u64, Snap>,
@@ -337,7 +337,15 @@ impl Stream {
                 _ => None,
             },
             snapshot_offset: self.snapshots.keys().next_back().map(|&o| Offset::new(0, o)),
+            retained_offset: (self.trim > 0).then(|| Offset::new(0, self.trim)),
         }
+    }
+
+    /// Where the retained data starts, for a read: whether the current
+    /// snapshot stands for what is before it decides what `-1` means.
+    pub(super) fn retained(&self) -> rules::Retained {
+        let snapshot_at_trim = self.snapshots.keys().next_back() == Some(&self.trim);
+        rules::Retained { trim: self.trim, snapshot_at_trim }
     }
 
     pub(super) fn config(&self) -> CreateConfig {

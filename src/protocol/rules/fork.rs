@@ -7,7 +7,7 @@ use crate::protocol::offset::Offset;
 /// What the source's owner knows when a fork asks for it.
 pub struct ForkSource<'a> {
     pub soft_deleted: bool,
-    /// A snapshot trimmed the data below this.
+    /// A snapshot or retention trimmed the data below this.
     pub trim: u64,
     pub content_type: &'a str,
     pub tail: u64,
@@ -25,7 +25,7 @@ pub fn check_fork_source(
         return Err(Error::Conflict("the fork source was deleted".into()));
     }
     if src.trim > 0 {
-        return Err(Error::Gone("the fork source's early data was trimmed by a snapshot".into()));
+        return Err(Error::Gone("the fork source's early data was trimmed (by a snapshot or retention)".into()));
     }
     if let Some(ct) = content_type.filter(|ct| !content_types_match(ct, src.content_type)) {
         return Err(Error::Conflict(format!(

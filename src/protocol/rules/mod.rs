@@ -10,6 +10,7 @@ mod fork;
 mod incarnation;
 mod producer;
 mod read;
+mod retention;
 mod snapshot;
 
 pub use append::{check_append, AppendContext, AppendVerdict};
@@ -18,5 +19,6 @@ pub use expiry::{access_report_due, expired};
 pub use fork::{check_fork_source, ForkSource};
 pub use incarnation::check_incarnation;
 pub use producer::{admit_producer, check_producer, producer_idle, ProducerPolicy, ProducerState, ProducerVerdict};
-pub use read::{range_etag, read_start, stream_etag};
+pub use read::{range_etag, read_start, stream_etag, Retained};
+pub use retention::{retention_boundary, RetentionTarget};
 pub use snapshot::{check_snapshot_offset, SnapshotTarget};

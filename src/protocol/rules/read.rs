@@ -5,20 +5,38 @@ use crate::protocol::digits;
 use crate::protocol::error::Error;
 use crate::protocol::offset::{Offset, ReadFrom};
 
-/// Where a read of a stream with this trim point and tail starts: 410 for
-/// data a snapshot trimmed (read the bootstrap instead); a read past the
-/// tail is empty and positioned at the tail (F55, as the reference server).
-pub fn read_start(from: ReadFrom, trim: u64, tail: u64) -> Result<u64, Error> {
+/// What a read's start is checked against: where the retained data starts.
+#[derive(Debug, Clone, Copy)]
+pub struct Retained {
+    /// Data below this is gone (trimmed by a snapshot or by retention).
+    pub trim: u64,
+    /// The current snapshot sits at `trim`: it stands for the data before,
+    /// so even a read from the start (`-1`) is gone (read the bootstrap).
+    /// Without one, `-1` starts at the retained start.
+    pub snapshot_at_trim: bool,
+}
+
+/// Where a read of a stream with this retained start and tail starts: 410
+/// (naming the retained start) below it; a read past the tail is empty and
+/// positioned at the tail (F55, as the reference server).
+pub fn read_start(from: ReadFrom, kept: Retained, tail: u64) -> Result<u64, Error> {
     let below_trim = match from {
-        ReadFrom::Start => trim > 0,
-        ReadFrom::At(o) => o.pos < trim,
+        ReadFrom::Start => kept.snapshot_at_trim && kept.trim > 0,
+        ReadFrom::At(o) => o.pos < kept.trim,
         ReadFrom::Now => false,
     };
     if below_trim {
-        return Err(Error::Gone("data before the current snapshot was trimmed; read the bootstrap instead".into()));
+        return Err(Error::Trimmed {
+            retained: Offset::new(0, kept.trim),
+            reason: if kept.snapshot_at_trim {
+                "data before the current snapshot was trimmed; read the bootstrap instead".into()
+            } else {
+                "data before the stream's retained start was removed; read from Stream-Retained-Offset".into()
+            },
+        });
     }
     Ok(match from {
-        ReadFrom::Start => 0,
+        ReadFrom::Start => kept.trim,
         ReadFrom::Now => tail,
         ReadFrom::At(o) => o.pos.min(tail),
     })
@@ -64,14 +82,27 @@ mod tests {
     #[test]
     fn read_starts_trims_and_tails() {
         let at = |p| ReadFrom::At(Offset::new(0, p));
-        assert_eq!(read_start(ReadFrom::Start, 0, 50), Ok(0));
-        assert_eq!(read_start(ReadFrom::Now, 0, 50), Ok(50));
-        assert_eq!(read_start(at(20), 0, 50), Ok(20));
-        assert_eq!(read_start(at(99), 0, 50), Ok(50), "past the tail: at the tail");
-        assert!(matches!(read_start(ReadFrom::Start, 10, 50), Err(Error::Gone(_))));
-        assert!(matches!(read_start(at(9), 10, 50), Err(Error::Gone(_))));
-        assert_eq!(read_start(at(10), 10, 50), Ok(10));
-        assert_eq!(read_start(ReadFrom::Now, 10, 50), Ok(50));
+        let none = Retained { trim: 0, snapshot_at_trim: false };
+        assert_eq!(read_start(ReadFrom::Start, none, 50), Ok(0));
+        assert_eq!(read_start(ReadFrom::Now, none, 50), Ok(50));
+        assert_eq!(read_start(at(20), none, 50), Ok(20));
+        assert_eq!(read_start(at(99), none, 50), Ok(50), "past the tail: at the tail");
+        let snap = Retained { trim: 10, snapshot_at_trim: true };
+        let gone = |r| matches!(r, Err(Error::Trimmed { retained, .. }) if retained == Offset::new(0, 10));
+        assert!(gone(read_start(ReadFrom::Start, snap, 50)), "a snapshot replaced the start");
+        assert!(gone(read_start(at(9), snap, 50)));
+        assert_eq!(read_start(at(10), snap, 50), Ok(10));
+        assert_eq!(read_start(ReadFrom::Now, snap, 50), Ok(50));
+    }
+
+    #[test]
+    fn a_read_from_the_start_begins_at_the_retained_start() {
+        let kept = Retained { trim: 10, snapshot_at_trim: false };
+        assert_eq!(read_start(ReadFrom::Start, kept, 50), Ok(10));
+        let r = read_start(ReadFrom::At(Offset::new(0, 9)), kept, 50);
+        assert!(
+            matches!(r, Err(Error::Trimmed { retained, reason }) if retained.pos == 10 && reason.contains("retained"))
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod fork;
 pub(super) mod lifecycle;
 mod read;
 mod reclaim;
+mod retention;
 pub(super) mod snapshot;
 #[cfg(test)]
 pub(super) mod testkit;

@@ -126,7 +126,7 @@ impl<S: SegmentStore> Shard<S> {
         s.last_access_ms = (self.now_ms)();
         let v = s.visible(self.log.durable_lsn());
         let info = s.info(&v);
-        let start = rules::read_start(req.from, s.trim, v.tail)?;
+        let start = rules::read_start(req.from, s.retained(), v.tail)?;
         let offset_now = req.from == ReadFrom::Now;
         let mut body = Vec::new();
         let mut pos = start;
