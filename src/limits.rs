@@ -170,8 +170,9 @@ pub const PRODUCER_RECORD_BYTES_MAX: usize = 8 + PRODUCER_ID_BYTES_MAX + 4 * 8 +
 /// length only the request head bounds, get the rest.
 pub const STATE_RECORD_REST_BYTES: usize = 16 * 1024;
 
-/// The largest state record of a stream holding `producers` producers.
-pub const fn state_record_bytes_max(producers: usize) -> usize {
+/// The largest state record of a stream holding `producers` producers (a
+/// function of the limits above, not a limit of its own).
+pub(crate) const fn state_record_bytes_max(producers: usize) -> usize {
     producers * PRODUCER_RECORD_BYTES_MAX + STATE_RECORD_REST_BYTES
 }
 
