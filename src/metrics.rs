@@ -80,6 +80,7 @@ pub enum Family {
     CellElections,
     CellTerm,
     CellLeaderChanges,
+    CellReadIndexRounds,
     CellLeading,
     CellCommitIndex,
     CellCommitSeconds,
@@ -116,7 +117,7 @@ struct Def {
 
 /// Every family's name, type and help text, in [`Family::ALL`] order (a
 /// unit test checks the order, so `DEFS[f as usize]` is `f`'s row).
-const DEFS: [Def; 61] = [
+const DEFS: [Def; 62] = [
     Def {
         family: Family::HttpRequests,
         name: "ringstream_http_requests_total",
@@ -400,6 +401,13 @@ const DEFS: [Def; 61] = [
         help: "In a cell: times this shard's replica learned of a new leader of its group (itself included).",
     },
     Def {
+        family: Family::CellReadIndexRounds,
+        name: "ringstream_cell_read_index_rounds_total",
+        kind: Kind::Counter,
+        help: "In a cell: read index rounds this shard's replica ran to confirm it still leads before an answer that \
+               claims freshness, by outcome (started, confirmed, failed: no majority by the deadline or the lead ended).",
+    },
+    Def {
         family: Family::CellLeading,
         name: "ringstream_cell_leading",
         kind: Kind::Gauge,
@@ -495,7 +503,7 @@ const _: () = {
 };
 
 impl Family {
-    pub const ALL: [Family; 61] = [
+    pub const ALL: [Family; 62] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -543,6 +551,7 @@ impl Family {
         Family::CellElections,
         Family::CellTerm,
         Family::CellLeaderChanges,
+        Family::CellReadIndexRounds,
         Family::CellLeading,
         Family::CellCommitIndex,
         Family::CellCommitSeconds,

@@ -110,6 +110,18 @@ fn leaderz_cellz_and_metrics_follow_the_leader_through_a_kill() {
     assert!(metric(l, "ringstream_cell_commit_seconds_count{shard=\"0\"}") >= 20.0, "each append is an entry here");
     assert!(metric(l, "ringstream_cell_sent_bytes_total{shard=\"0\"}") > 0.0);
     assert!(metric(&nodes[follower], "ringstream_cell_received_bytes_total{shard=\"0\"}") > 0.0);
+    // A HEAD on the leader claims the tail: one read index round, confirmed.
+    let rounds = |outcome: &str| {
+        metric(l, &format!("ringstream_cell_read_index_rounds_total{{shard=\"0\",outcome=\"{outcome}\"}}"))
+    };
+    let (started, confirmed) = (rounds("started"), rounds("confirmed"));
+    let head = l.conn().request("HEAD", "/v1/stream/nothing-here", &[], b"");
+    assert_eq!(head.status, 404, "{}", head.summary());
+    assert!(rounds("started") > started && rounds("confirmed") > confirmed, "no confirmed round counted");
+    assert_eq!(
+        metric(&nodes[follower], "ringstream_cell_read_index_rounds_total{shard=\"0\",outcome=\"started\"}"),
+        0.0
+    );
     assert_eq!(metric(l, &format!("ringstream_cell_follower_lag_entries{{shard=\"0\",peer=\"{}\"}}", ids[0])), 0.0);
 
     // The leader killed: a survivor leads within 5 s, in a higher term.

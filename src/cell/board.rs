@@ -55,6 +55,9 @@ impl Board {
             out.sample(Family::CellElections, shard, "", s.elections.load(Relaxed));
             out.sample(Family::CellTerm, shard, "", p.view.term);
             out.sample(Family::CellLeaderChanges, shard, "", s.leader_changes.load(Relaxed));
+            for (outcome, n) in ["started", "confirmed", "failed"].iter().zip(&s.read_index_rounds) {
+                out.sample(Family::CellReadIndexRounds, shard, &format!("outcome=\"{outcome}\""), n.load(Relaxed));
+            }
             out.sample(Family::CellLeading, shard, "", u64::from(p.leading));
             out.sample(Family::CellCommitIndex, shard, "", p.view.commit);
             out.shared_histogram(Family::CellCommitSeconds, shard, &s.commit_latency);
@@ -104,6 +107,8 @@ pub struct Slot {
     sent_bytes: AtomicU64,
     received_bytes: AtomicU64,
     commit_latency: SharedLatency,
+    /// Read index rounds (`cell::confirm`): started, confirmed, failed.
+    read_index_rounds: [AtomicU64; 3],
 }
 
 impl Slot {
@@ -148,6 +153,13 @@ impl Slot {
     }
 
     /// On a leader: an entry committed `after` its proposal.
+    /// The replica's confirmation rounds so far.
+    pub fn publish_rounds(&self, r: &crate::cell::confirm::Rounds) {
+        for (slot, n) in self.read_index_rounds.iter().zip([r.started, r.confirmed, r.failed]) {
+            slot.store(n, Relaxed);
+        }
+    }
+
     pub fn committed_after(&self, after: Duration) {
         self.commit_latency.record(u64::try_from(after.as_micros()).unwrap_or(u64::MAX));
     }

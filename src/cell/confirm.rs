@@ -45,6 +45,17 @@ struct Inner {
     round: Option<Round>,
     /// Rounds started so far (each one read index, one heartbeat a peer).
     rounds: u64,
+    /// Rounds ended confirmed, and refused (deadline passed, lead ended).
+    confirmed: u64,
+    failed: u64,
+}
+
+/// What the rounds of a replica came to so far (for the metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rounds {
+    pub started: u64,
+    pub confirmed: u64,
+    pub failed: u64,
 }
 
 struct Round {
@@ -105,7 +116,9 @@ impl Confirms {
     pub fn lead_ends(&self) {
         let mut i = self.inner.borrow_mut();
         i.lead = None;
-        let round = i.round.take().map(|r| r.waiters).unwrap_or_default();
+        let round = i.round.take().map(|r| r.waiters);
+        i.failed += u64::from(round.is_some());
+        let round = round.unwrap_or_default();
         let queued = std::mem::take(&mut i.queued);
         answer(round.into_iter().chain(queued), false);
     }
@@ -133,6 +146,11 @@ impl Confirms {
         let mut i = self.inner.borrow_mut();
         if i.round.as_ref().is_some_and(|r| r.ctx == ctx) {
             answer(i.round.take().expect("checked").waiters, confirmed);
+            if confirmed {
+                i.confirmed += 1;
+            } else {
+                i.failed += 1;
+            }
             if !i.queued.is_empty() {
                 self.wanted.notify();
             }
@@ -145,12 +163,19 @@ impl Confirms {
         let mut i = self.inner.borrow_mut();
         if i.round.as_ref().is_some_and(|r| tick >= r.deadline) {
             answer(i.round.take().expect("checked").waiters, false);
+            i.failed += 1;
         }
     }
 
     /// Rounds started so far.
     pub fn rounds(&self) -> u64 {
         self.inner.borrow().rounds
+    }
+
+    /// Rounds started, confirmed and refused so far.
+    pub fn outcomes(&self) -> Rounds {
+        let i = self.inner.borrow();
+        Rounds { started: i.rounds, confirmed: i.confirmed, failed: i.failed }
     }
 
     /// Requests waiting, queued or in the round in flight.
@@ -199,6 +224,7 @@ mod tests {
         c.answered(&next, true);
         assert_eq!(block_on(late), Ok(true));
         assert_eq!(c.rounds(), 2);
+        assert_eq!(c.outcomes(), Rounds { started: 2, confirmed: 2, failed: 0 });
     }
 
     #[test]
@@ -212,8 +238,11 @@ mod tests {
         assert_eq!(c.waiting(), 3, "not yet");
         c.expire(10 + CELL_CONFIRM_TICKS);
         assert_eq!((block_on(a), block_on(b)), (Ok(false), Ok(false)));
+        assert_eq!(c.outcomes(), Rounds { started: 1, confirmed: 0, failed: 1 }, "the deadline");
+        c.start(1, 11).unwrap();
         c.lead_ends();
         assert_eq!(block_on(queued), Ok(false));
+        assert_eq!(c.outcomes(), Rounds { started: 2, confirmed: 0, failed: 2 }, "the lead ended in a round");
         assert_eq!(c.waiting(), 0);
         assert!(c.ask(c.ticket()).is_none(), "not leading: refused at once");
         assert_eq!(c.start(1, 11), None);

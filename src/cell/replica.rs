@@ -301,6 +301,7 @@ impl<S: SegmentStore> Replica<S> {
             applied: self.log.committed_index(),
             leading: self.status.leading.get(),
         });
+        board.publish_rounds(&self.status.confirms.outcomes());
     }
 
     /// The shard stops writing. If it wrote records past the committed ones
