@@ -18,7 +18,9 @@
 //!   follower (which tells the leader), one written through a failover (the
 //!   new leader counts from the writes it applied, and from its takeover);
 //! - a stream's `Stream-Incarnation` is the same on every node, and a write
-//!   naming a deleted creation is refused (412) through any node.
+//!   naming a deleted creation is refused (412) through any node;
+//! - the lead handed back to the first voter once it caught up fails no
+//!   write sent meanwhile to the node that hands it over.
 
 mod common;
 
@@ -150,15 +152,26 @@ impl Cell {
     }
 
     /// A cell holding the stream with `n` appends acknowledged, and the
-    /// node that leads it.
+    /// node that leads it once settled (the first).
     fn with_appends(n: usize) -> (Cell, usize) {
         let mut cell = Cell::start();
         cell.create();
         for i in 0..n {
             cell.append(&format!("{i}"), Duration::from_secs(10)).expect("append");
         }
-        let leader = cell.wait_leader();
-        (cell, leader)
+        cell.settle();
+        (cell, 0)
+    }
+
+    /// Waits (up to 30 s) until the first voter leads and every node knows
+    /// it: the cell steers its lead there once that node has caught up, and
+    /// until then the lead may still move.
+    fn settle(&self) {
+        let end = Instant::now() + Duration::from_secs(30);
+        while !(self.leader() == Some(0) && (1..3).all(|i| self.knows_leader(i, 1))) {
+            assert!(Instant::now() < end, "the first voter did not come to lead in 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Whether node `i`'s /leaderz names node `id` as its group's leader.
@@ -427,4 +440,41 @@ fn a_stream_incarnation_is_one_token_on_every_node_and_checked_on_the_leader() {
     }
     let r = send(&cell, leader, "GET", &format!("{path}?offset=-1"), None, b"");
     assert_eq!(r.text(), "second+++", "only the appends naming the current creation were written");
+}
+
+/// The cell steers its lead to the first voter once that voter holds the
+/// whole log. Writes that reach the old leader while it hands the lead over
+/// are discarded unproposed; the old leader runs them again on the new one,
+/// so a client sending only to it sees no failure.
+#[test]
+fn a_hand_over_of_the_lead_fails_no_write() {
+    let (mut cell, first) = Cell::with_appends(1);
+    cell.nodes[first].kill9();
+    cell.up[first] = false;
+    cell.append("after the kill", Duration::from_secs(20)).expect("no survivor acknowledged in 20 s");
+    let interim = cell.wait_leader();
+    cell.nodes[first].start_again();
+    cell.up[first] = true;
+    let mut c = cell.nodes[interim].conn();
+    let (end, mut handed, mut failed) = (Instant::now() + Duration::from_secs(30), None, Vec::new());
+    for n in 0.. {
+        let body = format!("<{n}>").into_bytes();
+        let r = c.request("POST", STREAM, &[("content-type", "text/plain")], &body);
+        match r.status {
+            200 | 204 => cell.acked.push(Acked { body, next: r.sno() }),
+            _ => failed.push(r.summary()),
+        }
+        if handed.is_none() && n % 10 == 0 && cell.knows_leader(interim, first + 1) {
+            handed = Some(Instant::now());
+        }
+        if handed.is_some_and(|t| t.elapsed() > Duration::from_secs(1)) {
+            break;
+        }
+        assert!(Instant::now() < end, "the lead did not go back to node {} in 30 s", first + 1);
+    }
+    eprintln!("{} appends through node {} across the hand-over", cell.acked.len(), interim + 1);
+    assert!(failed.is_empty(), "{} appends failed across the hand-over, the first: {}", failed.len(), failed[0]);
+    for i in 0..3 {
+        cell.serves_all(i);
+    }
 }

@@ -341,7 +341,7 @@ pub fn error(surface: Surface, e: &Error) -> Response {
         Error::Overloaded { retry_after_secs } => {
             Response::new(503).header("Retry-After", retry_after_secs.to_string()).text(&e.to_string())
         }
-        Error::Unavailable(m) => {
+        Error::Unavailable(m) | Error::Discarded(m) => {
             Response::new(503).header("Retry-After", RETRY_AFTER_UNAVAILABLE_SECS.to_string()).text(m)
         }
         Error::InsufficientStorage(m) => {
@@ -525,6 +525,7 @@ mod tests {
             (Error::IncarnationMismatch, 412),
             (Error::Overloaded { retry_after_secs: 1 }, 503),
             (Error::Unavailable("x".into()), 503),
+            (Error::Discarded("x".into()), 503),
             (Error::InsufficientStorage("x".into()), 507),
             (quota(QuotaKind::MaxStreams), 429),
             (quota(QuotaKind::MaxBytes), 507),

@@ -58,6 +58,12 @@ pub enum Error {
     /// position.)
     #[error("gone: {reason}")]
     Trimmed { retained: Offset, reason: std::borrow::Cow<'static, str> },
+    /// In a cell: the write was discarded before the replica proposed it
+    /// (it stopped leading, a leadership hand-over among them), so it was
+    /// never applied anywhere: 503, and safe to run again as it is (the
+    /// shard does, on the new leader). (Last: variants encode by position.)
+    #[error("the write was discarded before it was replicated (not applied): {0}")]
+    Discarded(String),
 }
 
 /// Which quota of a `[[bucket]]` entry a write would pass.

@@ -30,7 +30,7 @@
 
 use super::message::{Reply, ShardRequest};
 use super::Shard;
-use crate::limits::CELL_FORWARD_TIMEOUT_MS;
+use crate::limits::{CELL_FORWARD_TIMEOUT_MS, CELL_TICK_MS};
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::{Error, Live, Outcome, ReadReq, StreamOp};
 use crate::storage::io::SegmentStore;
@@ -84,6 +84,26 @@ fn road(req: &ShardRequest) -> Road {
     }
 }
 
+/// How many times `run_owned` runs a write that comes back discarded
+/// unproposed, a tick apart (each run waits for a leader to be known, up
+/// to `CELL_LEADER_WAIT_MS`).
+const DISCARDED_RUNS_MAX: usize = 4;
+
+/// Whether `req`, discarded unproposed, may simply run again: a write of
+/// one record (a create, an append, a delete, a retention), which left
+/// nothing behind. Others (forks, snapshots, bucket changes) may write
+/// several records, some committed: their 503 goes to the client.
+fn rerunnable(req: &ShardRequest) -> bool {
+    match req {
+        ShardRequest::Stream { op, .. } => match op {
+            StreamOp::Create(c) => c.fork.is_none(),
+            StreamOp::Append(_) | StreamOp::Delete | StreamOp::Retain { .. } => true,
+            _ => false,
+        },
+        ShardRequest::Bucket { .. } | ShardRequest::ListBucket { .. } => false,
+    }
+}
+
 /// Whether `req` is a live read (what `claims_freshness` needs of it).
 fn liveness(req: &ShardRequest) -> Live {
     match req {
@@ -120,15 +140,19 @@ fn claims_freshness(live: Live, reply: &Reply) -> bool {
 /// timed out at the tail). A leader cut off and replaced, not knowing it
 /// yet, would give each from stale state, so each waits for a read index
 /// round. Refusals that say nothing of the state (the node is busy or
-/// failing, a body too large) need none.
+/// failing, a write discarded unproposed, a body too large) need none.
 fn decided_unwritten(live: Live, reply: &Reply) -> bool {
     if claims_freshness(live, reply) {
         return true;
     }
     match reply {
-        Err(Error::Unavailable(_) | Error::Overloaded { .. } | Error::InsufficientStorage(_) | Error::TooLarge) => {
-            false
-        }
+        Err(
+            Error::Unavailable(_)
+            | Error::Discarded(_)
+            | Error::Overloaded { .. }
+            | Error::InsufficientStorage(_)
+            | Error::TooLarge,
+        ) => false,
         Err(_) => true,
         Ok(Outcome::Created { new, .. }) => !new,
         Ok(Outcome::Appended { duplicate, .. }) => *duplicate,
@@ -152,7 +176,7 @@ fn claims_absence(reply: &Reply) -> bool {
 /// leader.
 fn unconfirmed(leader: Reply, here: Reply) -> Reply {
     match (leader, here) {
-        (Err(Error::Unavailable(_)), Ok(Outcome::Read(mut r))) if r.has_data() => {
+        (Err(Error::Unavailable(_) | Error::Discarded(_)), Ok(Outcome::Read(mut r))) if r.has_data() => {
             r.up_to_date = false;
             Ok(Outcome::Read(r))
         }
@@ -168,7 +192,7 @@ fn unconfirmed(leader: Reply, here: Reply) -> Reply {
 /// version once the upgrade is through). Bump it whenever the encoding of
 /// [`ShardRequest`] or [`Reply`] changes; the test
 /// `tests::the_encoding_is_pinned` fails until it is.
-pub const FORWARD_CODEC: u8 = 3;
+pub const FORWARD_CODEC: u8 = 4;
 
 pub fn encode_request(req: &ShardRequest) -> Vec<u8> {
     postcard::to_extend(req, vec![FORWARD_CODEC]).expect("a request always encodes")
@@ -208,17 +232,42 @@ impl<S: SegmentStore> Shard<S> {
         *self.forwarder.borrow_mut() = Some(forwarder);
     }
 
-    /// Runs a request this shard owns: here, or on its group's leader.
-    pub async fn run_owned(&self, req: ShardRequest) -> Reply {
+    /// Runs a request this shard owns: here, or on its group's leader. In
+    /// a cell, a write discarded unproposed (this replica, or the leader it
+    /// was forwarded to, stopped leading: a hand-over, say) was applied
+    /// nowhere, so it runs again, on whichever replica leads by then.
+    pub async fn run_owned(&self, mut req: ShardRequest) -> Reply {
         let forwarder = self.forwarder.borrow().clone();
         let Some(to_leader) = forwarder else { return self.handle(req).await };
+        let mut runs = 1;
+        loop {
+            let again = (runs < DISCARDED_RUNS_MAX && rerunnable(&req)).then(|| req.clone());
+            match (self.run_in_cell(&*to_leader, req).await, again) {
+                (Err(Error::Discarded(why)), Some(r)) => {
+                    tracing::debug!("shard {}: a write was discarded unproposed ({why}); running it again", self.id);
+                    runs += 1;
+                    req = r;
+                    // A tick for the lead to settle (a new leader's first
+                    // entry to commit).
+                    let sleep = self.sleep.borrow().clone();
+                    if let Some(sleep) = sleep {
+                        sleep(Duration::from_millis(CELL_TICK_MS)).await;
+                    }
+                }
+                (reply, _) => return reply,
+            }
+        }
+    }
+
+    /// `run_owned`'s one run in a cell.
+    async fn run_in_cell(&self, to_leader: &dyn Forwarder, req: ShardRequest) -> Reply {
         if self.leads() {
-            return self.run_confirmed(&*to_leader, req).await;
+            return self.run_confirmed(to_leader, req).await;
         }
         match road(&req) {
-            Road::Leader => self.forward(&*to_leader, &req).await,
+            Road::Leader => self.forward(to_leader, &req).await,
             Road::HereFirst => {
-                self.report_access(&*to_leader, &req);
+                self.report_access(to_leader, &req);
                 // A read: small, no body.
                 let again = req.clone();
                 let reply = self.handle(req).await;
@@ -227,9 +276,9 @@ impl<S: SegmentStore> Shard<S> {
                 }
                 if self.leads() {
                     // It took over meanwhile: its answer needs confirming.
-                    return self.run_confirmed(&*to_leader, again).await;
+                    return self.run_confirmed(to_leader, again).await;
                 }
-                unconfirmed(self.forward(&*to_leader, &again).await, reply)
+                unconfirmed(self.forward(to_leader, &again).await, reply)
             }
         }
     }
@@ -316,8 +365,9 @@ impl<S: SegmentStore> Shard<S> {
         self.stats.borrow_mut().requests_forwarded_in += 1;
         let cell = self.forwarder.borrow().clone();
         let reply = match (decode_request(&request), cell) {
-            (Ok(_), _) if !self.leads() => Err(Error::Unavailable(format!(
-                "shard {}: a forwarded request reached a replica that does not lead now (retry)",
+            // Refused before it ran: the follower may run it again.
+            (Ok(_), _) if !self.leads() => Err(Error::Discarded(format!(
+                "shard {}: a forwarded request reached a replica that does not lead now",
                 self.id
             ))),
             (Ok(req), Some(cell)) => self.run_confirmed(&*cell, req).await,
@@ -333,7 +383,8 @@ mod tests {
     use super::*;
     use crate::protocol::headers::Lifetime;
     use crate::protocol::offset::{Offset, ReadFrom};
-    use crate::protocol::{AppendReq, BucketOp, Incarnation, ReadOutcome, ReadReq, StreamInfo, StreamKey, Surface};
+    use crate::protocol::{AppendReq, BucketOp, CreateReq, ForkReq, Incarnation, ReadOutcome, ReadReq, StreamInfo};
+    use crate::protocol::{StreamKey, Surface};
 
     fn stream(op: StreamOp) -> ShardRequest {
         let key = StreamKey { bucket: "b".into(), stream: "s".into() };
@@ -430,6 +481,23 @@ mod tests {
     }
 
     #[test]
+    fn only_writes_of_one_record_run_again_when_discarded() {
+        let create = |fork| {
+            let lifetime = Lifetime::Forever;
+            let c = CreateReq { content_type: None, lifetime, closed: false, body: vec![], if_match: None, fork };
+            stream(StreamOp::Create(c))
+        };
+        assert!(rerunnable(&create(None)));
+        let source = StreamKey { bucket: "b".into(), stream: "t".into() };
+        let fork = ForkReq { source, offset: None, sub_offset: 0 };
+        assert!(!rerunnable(&create(Some(fork))), "a fork also takes a reference on its source");
+        assert!(rerunnable(&stream(StreamOp::Delete)));
+        assert!(rerunnable(&stream(StreamOp::Retain { offset: Offset::new(0, 1) })));
+        assert!(!rerunnable(&read(Live::No)), "a read is never discarded");
+        assert!(!rerunnable(&ShardRequest::Bucket { bucket: "b".into(), op: BucketOp::Create }));
+    }
+
+    #[test]
     fn on_the_leader_answers_decided_without_writing_are_confirmed() {
         let Ok(Outcome::Read(r)) = read_answer(true) else { unreachable!() };
         let info = r.info.clone();
@@ -448,6 +516,7 @@ mod tests {
         let retained = |moved| Outcome::Retained { info: info.clone(), offset: Offset::new(0, 3), moved };
         assert!(decided(Ok(retained(false))), "the retained start found already there");
         assert!(!decided(Ok(retained(true))), "a retention committed");
+        assert!(!decided(Err(Error::Discarded("stepped down".into()))), "run again, not confirmed");
         assert!(!decided(Ok(appended(false))), "an append committed");
         let mut timed_out = r.clone();
         timed_out.timed_out = true;
@@ -529,11 +598,11 @@ mod tests {
         assert_eq!(hex(encode_request(&retain)), PINNED_RETAIN, "bump FORWARD_CODEC");
     }
 
-    const PINNED_APPEND: &str = "03000162017301012a0101010a746578742f706c61696e02686901010137000103226522";
-    const PINNED_READ: &str = "03000162017301000200020000";
-    const PINNED_RETAIN: &str = "03000162017301000a0009";
+    const PINNED_APPEND: &str = "04000162017301012a0101010a746578742f706c61696e02686901010137000103226522";
+    const PINNED_READ: &str = "04000162017301000200020000";
+    const PINNED_RETAIN: &str = "04000162017301000a0009";
     const PINNED_ANSWER: &str =
-        "0300022a010a746578742f706c61696e00050003226522000000000568656c6c6f00050100000000010300";
+        "0400022a010a746578742f706c61696e00050003226522000000000568656c6c6f00050100000000010300";
 
     #[test]
     fn garbage_is_an_error_never_a_panic() {

@@ -139,6 +139,7 @@ impl<S: SegmentStore> Shard<S> {
             storage::Error::Full => Error::Overloaded { retry_after_secs: crate::limits::RETRY_AFTER_SECS },
             storage::Error::TooLarge(_) => Error::TooLarge,
             storage::Error::NoSpace { .. } => Error::InsufficientStorage(at()),
+            storage::Error::CutBack => Error::Discarded(at()),
             _ => Error::Unavailable(at()),
         }
     }
