@@ -13,33 +13,9 @@ cd "$(dirname "$0")/.."
 [ "${1:-}" = "--keep-data" ] && KEEP_WORK=1
 work_dir cell-conformance
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-secret="$WORK/secret"
-head -c 32 /dev/urandom | base64 > "$secret"
-chmod 600 "$secret"
-voters=""
-for id in 1 2 3; do voters="$voters${voters:+,}$id@127.0.0.1:$(free_port)"; done
-
-urls=()
-for id in 1 2 3; do
-  # A short long-poll timeout: several tests wait for a 204 inside vitest's limit.
-  server_start "$WORK/node$id" 0 --shards 1 --no-pin --long-poll-timeout-ms 500 \
-    --node-id "$id" --cell "$voters" --cell-secret-file "$secret"
-  urls+=("$SERVER_URL")
-done
-
-# The leader: the node whose /leaderz answers 200 (30 s at most).
-leader=""
-for _ in $(seq 1 300); do
-  for u in "${urls[@]}"; do
-    [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$u/leaderz" || true)" = 200 ] && leader=$u
-  done
-  [ -n "$leader" ] && break
-  sleep 0.1
-done
-[ -n "$leader" ] || { echo "cell-conformance: no node leads after 30 s" >&2; exit 1; }
-follower=""
-for u in "${urls[@]}"; do [ "$u" != "$leader" ] && { follower=$u; break; }; done
+# A short long-poll timeout: several tests wait for a 204 inside vitest's limit.
+cell_start "$WORK" --long-poll-timeout-ms 500
+leader=${CELL_URL[1]} follower=${CELL_URL[2]}
 echo "cell-conformance: leader $leader, follower $follower"
 
 status=0

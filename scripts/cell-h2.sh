@@ -134,29 +134,9 @@ at_exit cleanup
 fail() { failed=1; echo "cell-h2: FAIL: $*" >&2; show_logs; exit 1; }
 
 # --- the cell ---------------------------------------------------------------------
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-secret="$work/secret"
-head -c 32 /dev/urandom | base64 >"$secret"
-chmod 600 "$secret"
-voters=""
-for id in 1 2 3; do voters="$voters${voters:+,}$id@127.0.0.1:$(free_port)"; done
-declare -a node_url=("" "" "" "") node_pid=("" "" "" "")
-for id in 1 2 3; do
-  server_start "$work/node$id" 0 --shards 1 --no-pin --trust-proxy \
-    --node-id "$id" --cell "$voters" --cell-secret-file "$secret"
-  node_url[id]=$SERVER_URL node_pid[id]=$SERVER_PID
-done
-leader=""
-for _ in $(seq 1 300); do
-  for id in 1 2 3; do
-    [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "${node_url[$id]}/leaderz" || true)" = 200 ] && leader=$id
-  done
-  [ -n "$leader" ] && break
-  sleep 0.1
-done
-[ -n "$leader" ] || fail "no node answers /leaderz 200 after 30 s"
-followers=()
-for id in 1 2 3; do [ "$id" = "$leader" ] || followers+=("$id"); done
+cell_start "$work" --trust-proxy
+node_url=("${CELL_URL[@]}") node_pid=("${CELL_PID[@]}")
+leader=1 followers=(2 3)
 say "cell of 3 nodes (${node_url[1]}, ${node_url[2]}, ${node_url[3]}): node $leader leads ($(elapsed))"
 
 # --- the proxy ------------------------------------------------------------------------

@@ -15,6 +15,13 @@
 #   another port, ends the script (status 3) with the tail of DIR/err.
 # server_stop PID [SIGNAL]: sends SIGNAL (TERM) and waits; SERVER_EXIT is
 #   its exit status (0 after a clean shutdown, 137 after KILL). Returns 0.
+# cell_start DIR [FLAG...]: a cell of three nodes (`--shards 1`, a secret
+#   of mode 600, peer ports free on loopback), each started as server_start
+#   does in DIR/nodeN with the FLAGs, then waits (30 s) until it settles:
+#   node 1 (the first voter, which a cell steers its lead to) answers
+#   /leaderz 200 and the others name it as their leader. Sets CELL_URL[1..3]
+#   and CELL_PID[1..3]; the leader is node 1.
+# free_port: prints a free TCP port on loopback.
 # work_dir NAME: sets WORK to a new temporary directory, removed at exit
 #   unless KEEP_WORK=1 then (it is printed instead).
 # at_exit COMMAND: run COMMAND (eval'd, with EXIT_STATUS set) at exit, the
@@ -128,3 +135,34 @@ _rs_exit() {
 trap _rs_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+CELL_URL=("" "" "" "")
+CELL_PID=("" "" "" "")
+cell_start() {
+  local dir=$1 voters="" id
+  shift
+  mkdir -p "$dir"
+  head -c 32 /dev/urandom | base64 >"$dir/secret"
+  chmod 600 "$dir/secret"
+  for id in 1 2 3; do voters="$voters${voters:+,}$id@127.0.0.1:$(free_port)"; done
+  for id in 1 2 3; do
+    server_start "$dir/node$id" 0 --shards 1 --no-pin --node-id "$id" --cell "$voters" \
+      --cell-secret-file "$dir/secret" "$@"
+    CELL_URL[id]=$SERVER_URL CELL_PID[id]=$SERVER_PID
+  done
+  for _ in $(seq 1 300); do
+    _cell_settled && return 0
+    sleep 0.1
+  done
+  for id in 1 2 3; do echo "node $id /leaderz: $(curl -s -m 2 "${CELL_URL[id]}/leaderz")" >&2; done
+  echo "cell_start: node 1 does not lead, known to the others, after 30 s" >&2
+  exit 3
+}
+
+_cell_settled() {
+  [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "${CELL_URL[1]}/leaderz" || true)" = 200 ] || return 1
+  curl -s -m 2 "${CELL_URL[2]}/leaderz" | grep -q "leader is node 1" || return 1
+  curl -s -m 2 "${CELL_URL[3]}/leaderz" | grep -q "leader is node 1"
+}

@@ -16,6 +16,7 @@
 //! may still commit them, so the client must retry idempotently); an entry
 //! replaced by another term's is [`Answer::Lost`].
 
+use super::amnesia::{self, LogTip, VoteGuard};
 use crate::limits::{CELL_APPLY_BYTES_PER_TURN, CELL_ENTRY_BYTES_MAX, CELL_UNCOMMITTED_BYTES_MAX};
 use raft::prelude::{Entry, HardState, Message};
 use raft::{Config, RawNode, StateRole, Storage};
@@ -167,24 +168,99 @@ pub struct Group<S: GroupStore> {
     node: RawNode<S>,
     /// Proposals of this replica's leadership not yet answered: index → term.
     pending: BTreeMap<u64, u64>,
+    /// Whether it may vote yet, having started knowing nothing.
+    votes: VoteGuard,
+    /// Ticks so far, and the hand-over `lead_toward` last began: (term,
+    /// replica, tick). One that did not take is not tried again for
+    /// `LEAD_TOWARD_RETRY_TICKS`.
+    ticks: u64,
+    handing: Option<(u64, u64, u64)>,
 }
+
+/// How long `lead_toward` waits before it tries again a hand-over that did
+/// not take (the replica refused it: one that lost its data, say), in ticks.
+const LEAD_TOWARD_RETRY_TICKS: u64 = 100;
 
 impl<S: GroupStore> Group<S> {
     /// A replica over `store` (empty, or what survived a restart; its
     /// `initial_state` names the voters).
     pub fn new(config: &Config, store: S, logger: &slog::Logger) -> raft::Result<Self> {
-        Ok(Group { node: RawNode::new(config, store, logger)?, pending: BTreeMap::new() })
+        let node = RawNode::new(config, store, logger)?;
+        let votes = VoteGuard::at_boot(node.raft.raft_log.last_index(), node.raft.term);
+        if votes != VoteGuard::Open {
+            tracing::info!(
+                "replica {}: starts with an empty log; it votes for a candidate holding a log only once it has caught up with a leader (it may be a voter whose data was lost)",
+                config.id
+            );
+        }
+        Ok(Group { node, pending: BTreeMap::new(), votes, ticks: 0, handing: None })
     }
 
     /// One tick of the owner's timer; true when the group has work.
     pub fn tick(&mut self) -> bool {
+        self.ticks += 1;
         self.node.tick()
     }
 
-    /// A message from a peer. Messages of an older term or for a replica
-    /// that has moved on are ignored by raft-rs itself.
-    pub fn step(&mut self, msg: Message) -> raft::Result<()> {
-        self.node.step(msg)
+    /// A message from a peer, under the rules for a voter that lost its
+    /// data ([`super::amnesia`]). Messages of an older term or for a
+    /// replica that has moved on are ignored by raft-rs itself.
+    pub fn step(&mut self, mut msg: Message) -> raft::Result<()> {
+        if !self.votes.admits(&msg) {
+            tracing::debug!(
+                "replica {}: {:?} from {} withheld: not caught up yet",
+                self.node.raft.id,
+                msg.get_msg_type(),
+                msg.from
+            );
+            return Ok(());
+        }
+        amnesia::clamp_heartbeat(&mut msg, self.tip());
+        self.hand_over_if_lost(&msg);
+        let (kind, from, term, commit) = (msg.get_msg_type(), msg.from, msg.term, msg.commit);
+        let stepped = self.node.step(msg);
+        // Only an append from the leader of this replica's current term
+        // names the commit index to catch up to (not one of a deposed
+        // leader, which raft-rs ignored).
+        if term == self.term() && self.leader() == Some(from) {
+            self.votes.heard(kind, commit);
+        }
+        if self.votes.committed(self.commit()) {
+            tracing::info!(
+                "replica {}: caught up with its leader (commit {}): it votes again",
+                self.node.raft.id,
+                self.commit()
+            );
+        }
+        stepped
+    }
+
+    fn tip(&self) -> LogTip {
+        let log = &self.node.raft.raft_log;
+        LogTip { last_index: log.last_index(), last_term: log.last_term(), committed: log.committed }
+    }
+
+    /// On the leader: a follower that lost entries it had acknowledged
+    /// (`amnesia::lost_entries`) cannot be caught up by this leader, whose
+    /// record of it cannot go back: the lead goes to the voter furthest
+    /// along besides it, which starts that record afresh.
+    fn hand_over_if_lost(&mut self, msg: &Message) {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader || raft.lead_transferee.is_some() {
+            return;
+        }
+        let Some(pr) = raft.prs().get(msg.from) else { return };
+        if !amnesia::lost_entries(msg, pr.matched) {
+            return;
+        }
+        let (me, lost, matched) = (raft.id, msg.from, pr.matched);
+        let to = raft.prs().iter().filter(|(id, _)| **id != me && **id != lost).max_by_key(|(_, p)| p.matched);
+        let Some((&to, _)) = to else { return };
+        tracing::warn!(
+            "replica {me}: replica {lost} lost entries it had acknowledged (up to {matched}; its log ends at {}): handing the lead to {to}, which catches it up",
+            msg.reject_hint
+        );
+        self.node.transfer_leader(to);
     }
 
     /// Proposes `data` as one entry; answered later by its index.
@@ -284,7 +360,11 @@ impl<S: GroupStore> Group<S> {
             return;
         }
         let caught_up = raft.prs().get(preferred).is_some_and(|p| p.matched == raft.raft_log.last_index());
-        if caught_up {
+        let refused = self.handing.is_some_and(|(term, to, at)| {
+            term == raft.term && to == preferred && self.ticks < at + LEAD_TOWARD_RETRY_TICKS
+        });
+        if caught_up && !refused {
+            self.handing = Some((raft.term, preferred, self.ticks));
             self.node.transfer_leader(preferred);
         }
     }

@@ -40,6 +40,7 @@
 //! and power cuts, and checks Raft's safety properties and that every
 //! acknowledged proposal survives. Without `--cell` nothing here runs.
 
+pub mod amnesia;
 pub mod auth;
 pub mod board;
 pub mod config;

@@ -1,0 +1,186 @@
+//! A voter that lost its data: what keeps its forgotten votes and entries
+//! from costing acknowledged appends, as pure rules over Raft messages that
+//! [`super::group::Group::step`] applies.
+//!
+//! Raft assumes a voter never forgets what it wrote: its vote in a term, and
+//! the entries it acknowledged (counted towards a majority). A node whose
+//! data directory was lost (a replaced disk, a wiped volume) comes back
+//! knowing nothing, and breaks both: its vote could elect a replica that
+//! lacks committed entries, and its leader, which remembers how far it had
+//! replicated, would tell it to commit entries it no longer has (raft-rs
+//! then stops the process) and would never send them again. Three rules:
+//!
+//! - **Votes wait** ([`VoteGuard`]): a replica that starts with an empty log
+//!   in term 0 (a new cell's first boot, or a lost disk: it cannot tell)
+//!   gives no vote to a candidate that holds a log until it has caught up
+//!   with a leader (its commit index reached the one the first leader it
+//!   heard announced), nor takes over when a leader bids it to. Candidates
+//!   with empty logs (a new cell's first election) get its vote, as there
+//!   is nothing to lose.
+//! - **A heartbeat commits only what matches** ([`clamp_heartbeat`]): it
+//!   may advance the commit index to this replica's last entry only if that
+//!   entry is of the leader's term (then the logs match up to it), else not
+//!   at all (appends, which check, advance it).
+//! - **A leader hands over** ([`lost_entries`]): a follower that refuses an
+//!   append at or above the entries it had acknowledged, its log ending
+//!   below them, lost them; the leader's record of its progress cannot go
+//!   back, so the leader hands its lead to another voter, whose record of
+//!   that follower starts afresh and catches it up.
+
+use raft::prelude::{Message, MessageType};
+
+/// Whether this replica may vote as Raft says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VoteGuard {
+    /// It votes as Raft says.
+    Open,
+    /// It started knowing nothing and has not yet heard from a leader.
+    AwaitLeader,
+    /// A leader announced this commit index; its votes wait for its own
+    /// commit index to reach it.
+    AwaitCommit(u64),
+}
+
+impl VoteGuard {
+    /// The guard of a replica that starts with `last_index` entries in
+    /// `term`.
+    pub fn at_boot(last_index: u64, term: u64) -> VoteGuard {
+        if last_index == 0 && term == 0 {
+            VoteGuard::AwaitLeader
+        } else {
+            VoteGuard::Open
+        }
+    }
+
+    /// Whether `m` may be stepped while the guard is as it is: a vote
+    /// request from a candidate holding a log waits (it gets no answer, as
+    /// from a node that is down), and so does a leader's bidding to take
+    /// over (`MsgTimeoutNow`: its leader's record of it may be stale).
+    pub fn admits(&self, m: &Message) -> bool {
+        let open = *self == VoteGuard::Open;
+        match m.get_msg_type() {
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote => open || m.index == 0,
+            MessageType::MsgTimeoutNow => open,
+            _ => true,
+        }
+    }
+
+    /// Notes a message of kind `kind` stepped from the current leader,
+    /// carrying `commit`: the first append names the commit index to catch
+    /// up to (a heartbeat's commit is only what the leader believes this
+    /// replica holds).
+    pub fn heard(&mut self, kind: MessageType, commit: u64) {
+        if *self == VoteGuard::AwaitLeader && kind == MessageType::MsgAppend {
+            *self = VoteGuard::AwaitCommit(commit);
+        }
+    }
+
+    /// Notes this replica's commit index; true when that opens the guard.
+    pub fn committed(&mut self, commit: u64) -> bool {
+        match *self {
+            VoteGuard::AwaitCommit(target) if commit >= target => {
+                *self = VoteGuard::Open;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// This replica's log as the rules see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogTip {
+    pub last_index: u64,
+    pub last_term: u64,
+    pub committed: u64,
+}
+
+/// Lowers a heartbeat's commit index to what this replica may commit: up to
+/// its last entry if that entry is of the heartbeat's term (the leader's:
+/// its entries of its own term match the leader's log, and so does all
+/// before them), else no further than it has. A no-op for a replica that
+/// forgot nothing: raft-rs's leader sends no more than it knows matches.
+pub fn clamp_heartbeat(m: &mut Message, tip: LogTip) {
+    if m.get_msg_type() != MessageType::MsgHeartbeat || m.commit <= tip.committed {
+        return;
+    }
+    let safe = if tip.last_term == m.term { tip.last_index } else { tip.committed };
+    m.commit = m.commit.min(safe);
+}
+
+/// On a leader: whether `m`, from a follower that had acknowledged entries
+/// up to `matched`, says that it lost some: it refused an append at or
+/// above them (one below could be an old, reordered refusal) and its log
+/// ends below them. A follower that forgot nothing never does: the entries
+/// it acknowledged match the leader's, so its hint never falls below them.
+pub fn lost_entries(m: &Message, matched: u64) -> bool {
+    m.get_msg_type() == MessageType::MsgAppendResponse && m.reject && m.index >= matched && m.reject_hint < matched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(t: MessageType, term: u64, index: u64, commit: u64) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(t);
+        (m.term, m.index, m.commit) = (term, index, commit);
+        m
+    }
+
+    #[test]
+    fn a_replica_that_knew_nothing_votes_for_a_log_only_once_caught_up() {
+        assert_eq!(VoteGuard::at_boot(5, 2), VoteGuard::Open);
+        assert_eq!(VoteGuard::at_boot(0, 3), VoteGuard::Open, "it voted before any entry: it remembers");
+        let mut g = VoteGuard::at_boot(0, 0);
+        let vote = msg(MessageType::MsgRequestVote, 4, 9, 0);
+        let pre_vote = msg(MessageType::MsgRequestPreVote, 4, 9, 0);
+        assert!(!g.admits(&vote) && !g.admits(&pre_vote));
+        assert!(g.admits(&msg(MessageType::MsgRequestVote, 1, 0, 0)), "a new cell's first election");
+        assert!(g.admits(&msg(MessageType::MsgHeartbeat, 4, 0, 7)));
+        assert!(!g.admits(&msg(MessageType::MsgTimeoutNow, 4, 0, 0)), "no take-over while it lacks entries");
+        g.heard(MessageType::MsgHeartbeat, 7);
+        assert_eq!(g, VoteGuard::AwaitLeader, "a heartbeat names no commit it can trust");
+        g.heard(MessageType::MsgAppend, 7);
+        assert_eq!(g, VoteGuard::AwaitCommit(7));
+        g.heard(MessageType::MsgAppend, 11);
+        assert_eq!(g, VoteGuard::AwaitCommit(7), "the first leader's commit is the mark");
+        assert!(!g.committed(6) && !g.admits(&vote));
+        assert!(g.committed(7));
+        assert!(g.admits(&vote) && !g.committed(8), "opened once");
+    }
+
+    #[test]
+    fn a_heartbeat_commits_only_entries_known_to_match() {
+        let tip = |last_index, last_term, committed| LogTip { last_index, last_term, committed };
+        let clamped = |commit, t| {
+            let mut m = msg(MessageType::MsgHeartbeat, 5, 0, commit);
+            clamp_heartbeat(&mut m, t);
+            m.commit
+        };
+        assert_eq!(clamped(100, tip(0, 0, 0)), 0, "an empty log commits nothing");
+        assert_eq!(clamped(100, tip(40, 3, 10)), 10, "entries of an older term may conflict");
+        assert_eq!(clamped(100, tip(40, 5, 10)), 40, "entries of the leader's term match");
+        assert_eq!(clamped(30, tip(40, 5, 10)), 30, "what the leader sent, when less");
+        assert_eq!(clamped(8, tip(40, 3, 10)), 8, "no higher than sent: raft-rs keeps its own");
+        let mut append = msg(MessageType::MsgAppend, 5, 0, 100);
+        clamp_heartbeat(&mut append, tip(0, 0, 0));
+        assert_eq!(append.commit, 100, "appends are raft-rs's to check");
+    }
+
+    #[test]
+    fn a_refusal_below_what_was_acknowledged_means_lost_entries() {
+        let refusal = |index, hint| {
+            let mut m = msg(MessageType::MsgAppendResponse, 5, index, 0);
+            (m.reject, m.reject_hint) = (true, hint);
+            m
+        };
+        assert!(lost_entries(&refusal(100, 0), 100), "the wiped follower");
+        assert!(lost_entries(&refusal(120, 30), 100));
+        assert!(!lost_entries(&refusal(120, 100), 100), "its log reaches what it acknowledged");
+        assert!(!lost_entries(&refusal(90, 0), 100), "an old refusal, reordered");
+        let mut ack = refusal(120, 0);
+        ack.reject = false;
+        assert!(!lost_entries(&ack, 100));
+    }
+}
