@@ -112,6 +112,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         return Err(config_error(why));
     }
     let started = Instant::now();
+    abort_on_executor_panic();
     let cpus = crate::preflight::allowed_cpus();
     log_start(&cfg, &cpus);
     let auth = access::Auth::load(&cfg)?;
@@ -165,6 +166,22 @@ fn log_start(cfg: &Config, cpus: &[usize]) {
         config_file = %cfg.config_file.as_ref().map_or("none".to_string(), |p| p.display().to_string()),
         "ringstream starting"
     );
+}
+
+/// An executor thread (`shard-N-…`) that panics would leave its shard dead
+/// in a live process: its listening socket still taking connections that
+/// nobody answers, its replica silent while the cell counts it. The process
+/// ends instead (after the panic is printed), so that its supervisor
+/// restarts it and, in a cell, the other nodes take over at once.
+fn abort_on_executor_panic() {
+    let print = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        print(info);
+        if std::thread::current().name().is_some_and(|n| n.starts_with("shard-")) {
+            eprintln!("ringstream: an executor thread panicked: ending the process");
+            std::process::abort();
+        }
+    }));
 }
 
 /// The shards run until a shutdown; each reports once drained and synced.
