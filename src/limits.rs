@@ -295,6 +295,12 @@ pub const CELL_APPLY_BYTES_PER_TURN: u64 = 16 * 1024 * 1024;
 /// Replicated cells: bytes queued for one peer at most (with
 /// CELL_LINK_QUEUE_FRAMES); past either a frame is dropped and counted.
 pub const CELL_LINK_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+/// Replicated cells: how long a peer link's data may go unacknowledged by
+/// the peer's kernel before the connection is dropped and dialled again
+/// (TCP_USER_TIMEOUT). Heartbeats flow every 100 ms, so a link silent this
+/// long crosses a broken path; without it a healed partition left links
+/// waiting on TCP's retransmission backoff for seconds to minutes.
+pub const CELL_LINK_STALL_MS: u64 = 2_000;
 /// Replicated cells: peer handshakes in progress at once on one listener;
 /// a connection past it is closed at once (a flood of half-open
 /// connections cannot take the process's descriptors).

@@ -186,6 +186,9 @@ struct Nemesis {
     up: [bool; 3],
     shared: Arc<Shared>,
     faults: HashMap<&'static str, u32>,
+    /// Each fault's span (from its start to the end of the pause after
+    /// it), for where the longest waits fell.
+    spans: Vec<(&'static str, Instant, Instant)>,
     /// The faults it cycles through.
     kinds: Vec<Fault>,
 }
@@ -224,6 +227,7 @@ impl Nemesis {
 
     /// One fault, then healed.
     fn fault(&mut self, which: usize) {
+        let began = Instant::now();
         let leader = self.leader();
         let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
         let fault = self.kinds[which % self.kinds.len()];
@@ -317,6 +321,7 @@ impl Nemesis {
         }
         *self.faults.entry(fault.name()).or_default() += 1;
         Self::pause(Duration::from_millis(1000));
+        self.spans.push((fault.name(), began, Instant::now()));
     }
 
     /// The leader cut off from both followers (however the links were
@@ -515,7 +520,8 @@ fn nemesis() {
         shared.ports[i].store(n.port(), Ordering::Relaxed);
     }
     let kinds = faults();
-    let mut nem = Nemesis { nodes, up: [true; 3], shared: shared.clone(), faults: HashMap::new(), kinds };
+    let spans = Vec::new();
+    let mut nem = Nemesis { nodes, up: [true; 3], shared: shared.clone(), faults: HashMap::new(), spans, kinds };
     // The stream, through whichever node leads.
     let created = (0..400).any(|k| {
         let i = k % 3;
@@ -614,6 +620,13 @@ fn nemesis() {
     failovers.sort();
     let median = failovers.get(failovers.len() / 2).copied();
     let stall = longest_stall(&shared.ack_times.lock().unwrap(), started, faults_over);
+    let mut by_fault: HashMap<&str, Duration> = HashMap::new();
+    for &(name, from, to) in &nem.spans {
+        let longest = longest_stall(&shared.ack_times.lock().unwrap(), from, to);
+        let worst = by_fault.entry(name).or_default();
+        *worst = (*worst).max(longest);
+    }
+    eprintln!("longest time without an acknowledgement within each kind of fault (to 1 s after it): {by_fault:?}");
     eprintln!(
         "nemesis {secs} s: {} appends acknowledged of {} attempted, 0 lost, 0 duplicated; {} segment files \
          byte-identical on 3 replicas; faults {:?}; leader kill to next acknowledgement: {} kills, median {median:?}, \

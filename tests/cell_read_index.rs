@@ -15,45 +15,26 @@
 //! - a leader that deleted a stream answers a 404 for it only once the
 //!   delete is committed, though it confirms its lead sooner.
 
+mod common;
+
+use common::requests::{append, create, head, on, read_from_start, BUCKET};
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
 use raft::prelude::{Message, MessageType};
-use ringstream::cell::replica::{Applier, Outbox, Replica, Status};
+use ringstream::cell::replica::{Outbox, Replica, Status};
 use ringstream::limits::SEGMENT_BYTES_MIN;
-use ringstream::protocol::headers::Lifetime;
-use ringstream::protocol::offset::ReadFrom;
 use ringstream::protocol::rules::ProducerPolicy;
-use ringstream::protocol::{
-    AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ReadReq, StreamKey, StreamOp, Surface,
-};
+use ringstream::protocol::{BucketOp, Error, Offset, Outcome, StreamOp};
 use ringstream::shard::forward::{Forwarder, Unsent};
 use ringstream::shard::{Reply, Shard, ShardRequest};
 use ringstream::storage::sim_file::SimStore;
-use ringstream::storage::{Log, LogConfig, Recovered};
+use ringstream::storage::{Log, LogConfig};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
-
-const BUCKET: &str = "cell";
-const OCTET: &str = "application/octet-stream";
-
-/// The shard as its replica's applier.
-struct Applies(Rc<Shard<SimStore>>);
-
-impl Applier for Applies {
-    fn apply(&self, records: &[Recovered]) -> Result<(), String> {
-        self.0.apply_committed(records)
-    }
-    fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
-        self.0.rebuild(committed)
-    }
-    fn lead_begins(&self) {
-        self.0.lead_begins();
-    }
-}
 
 /// The shard's side of the cell as the server wires it, minus the links:
 /// nothing is forwarded here (each test asks the node it means).
@@ -94,7 +75,7 @@ fn boot(id: u64) -> Node {
     let log = Rc::new(log);
     let mut replica = block_on(Replica::open(id, 0, vec![1, 2, 3], log.local().clone())).expect("replica");
     let shard = Rc::new(Shard::recover(0, 1, log.clone(), &[], ProducerPolicy::default()).expect("shard"));
-    replica.set_applier(Rc::new(Applies(shard.clone())));
+    replica.set_applier(shard.clone());
     let status = replica.status();
     shard.set_writable(status.leading.clone());
     shard.set_forwarder(Rc::new(Confirming(status.clone())));
@@ -189,41 +170,6 @@ impl Cell {
         assert!(self.until_answered(std::slice::from_ref(&a), 500), "node {id} did not answer");
         a.take().unwrap()
     }
-}
-
-fn on(stream: &str, op: StreamOp) -> ShardRequest {
-    let key = StreamKey { bucket: BUCKET.into(), stream: stream.into() };
-    ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op }
-}
-
-fn create() -> StreamOp {
-    StreamOp::Create(CreateReq {
-        content_type: Some(OCTET.into()),
-        lifetime: Lifetime::Forever,
-        closed: false,
-        body: Vec::new(),
-        if_match: None,
-        fork: None,
-    })
-}
-
-fn append(body: &[u8]) -> StreamOp {
-    StreamOp::Append(AppendReq {
-        content_type: Some(OCTET.into()),
-        body: body.to_vec(),
-        close: false,
-        stream_seq: None,
-        producer: None,
-        if_match: None,
-    })
-}
-
-fn head() -> StreamOp {
-    StreamOp::Head { if_none_match: None }
-}
-
-fn read_from_start() -> StreamOp {
-    StreamOp::Read(ReadReq { from: ReadFrom::At(Offset::new(0, 0)), live: Live::No, cursor: None, if_none_match: None })
 }
 
 /// The tail a HEAD answers, or a panic naming what came instead.

@@ -17,17 +17,17 @@
 //!   when the follower applies the leader's next append, not at its
 //!   timeout.
 
+mod common;
+
+use common::requests::{append, create, BUCKET};
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
 use raft::prelude::Message;
-use ringstream::cell::replica::{Applier, Outbox, Replica};
+use ringstream::cell::replica::{Outbox, Replica};
 use ringstream::limits::SEGMENT_BYTES_MIN;
-use ringstream::protocol::headers::Lifetime;
 use ringstream::protocol::offset::ReadFrom;
 use ringstream::protocol::rules::ProducerPolicy;
-use ringstream::protocol::{
-    AppendReq, BucketOp, CreateReq, Error, Live, Offset, Outcome, ReadReq, StreamKey, StreamOp, Surface,
-};
+use ringstream::protocol::{BucketOp, Error, Live, Offset, Outcome, ReadReq, StreamKey, StreamOp, Surface};
 use ringstream::shard::{Reply, Shard, ShardRequest, Sleep};
 use ringstream::storage::sim_file::SimStore;
 use ringstream::storage::{Log, LogConfig, Recovered};
@@ -36,26 +36,8 @@ use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::Duration;
 
-const BUCKET: &str = "cell";
-const OCTET: &str = "application/octet-stream";
-
 fn log_config() -> LogConfig {
     LogConfig { segment_bytes: SEGMENT_BYTES_MIN, pending_bytes_max: 4 * 1024 * 1024 }
-}
-
-/// The shard as its replica's applier.
-struct Applies(Rc<Shard<SimStore>>);
-
-impl Applier for Applies {
-    fn apply(&self, records: &[Recovered]) -> Result<(), String> {
-        self.0.apply_committed(records)
-    }
-    fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
-        self.0.rebuild(committed)
-    }
-    fn lead_begins(&self) {
-        self.0.lead_begins();
-    }
 }
 
 /// Messages a replica sent, for the test's network.
@@ -87,7 +69,7 @@ fn boot(id: u64, disk: SimStore) -> Node {
         records.into_iter().filter(|r| end.is_some_and(|e| (r.loc.segment, r.loc.pos) < e)).collect();
     let shard =
         Rc::new(Shard::recover(0, 1, log.clone(), &committed, ProducerPolicy::default()).expect("shard recovery"));
-    replica.set_applier(Rc::new(Applies(shard.clone())));
+    replica.set_applier(shard.clone());
     shard.set_writable(replica.status().leading.clone());
     let pool = LocalPool::new();
     let (w, p) = (log.clone(), log.clone());
@@ -200,28 +182,6 @@ impl Cell {
             }
         }
     }
-}
-
-fn create() -> StreamOp {
-    StreamOp::Create(CreateReq {
-        content_type: Some(OCTET.into()),
-        lifetime: Lifetime::Forever,
-        closed: false,
-        body: Vec::new(),
-        if_match: None,
-        fork: None,
-    })
-}
-
-fn append(body: &[u8]) -> StreamOp {
-    StreamOp::Append(AppendReq {
-        content_type: Some(OCTET.into()),
-        body: body.to_vec(),
-        close: false,
-        stream_seq: None,
-        producer: None,
-        if_match: None,
-    })
 }
 
 /// A cell with a bucket and stream "s" holding `rounds` committed appends.

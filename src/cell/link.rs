@@ -13,7 +13,9 @@
 //! the replica has no room for. At most [`CELL_HANDSHAKES_MAX`] handshakes
 //! run at once, each within [`HANDSHAKE_TIMEOUT`]; a peer keeps one
 //! accepted connection (its newest). A broken link is dialled again with a
-//! backoff from [`BACKOFF_MIN`] to [`BACKOFF_MAX`]. Dropping [`Links`]
+//! backoff from [`BACKOFF_MIN`] to [`BACKOFF_MAX`]; one whose data goes
+//! unacknowledged for [`CELL_LINK_STALL_MS`] (a broken path) counts as
+//! broken (TCP_USER_TIMEOUT). Dropping [`Links`]
 //! ends every task and closes every connection. A node dials from its own
 //! peer address (when it names one: not `0.0.0.0`), so a link between two
 //! nodes is always between their two addresses, as firewalls see it.
@@ -30,7 +32,7 @@ use super::auth::{accept_handshake, dial_handshake};
 use super::config::Secret;
 use super::wire::{self, Frame};
 use crate::limits::{CELL_FORWARDS_MAX, CELL_FRAME_BYTES_MAX, CELL_HANDSHAKES_MAX};
-use crate::limits::{CELL_LINK_QUEUE_BYTES, CELL_LINK_QUEUE_FRAMES};
+use crate::limits::{CELL_LINK_QUEUE_BYTES, CELL_LINK_QUEUE_FRAMES, CELL_LINK_STALL_MS};
 use futures_channel::oneshot;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
@@ -41,6 +43,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -625,12 +628,35 @@ impl Dialer {
         };
         let mut io = connecting.map_err(|e| e.to_string())?;
         let _ = io.set_nodelay(true);
+        stall_limit(&io, Duration::from_millis(CELL_LINK_STALL_MS)).map_err(|e| format!("TCP_USER_TIMEOUT: {e}"))?;
         let shake = dial_handshake(&mut io, self.me, self.peer, &self.secret);
         match glommio::timer::timeout(HANDSHAKE_TIMEOUT, async { Ok(shake.await) }).await {
             Ok(Ok(())) => Ok(io),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("the handshake timed out".to_string()),
         }
+    }
+}
+
+/// Makes the kernel drop `io` once data written to it goes unacknowledged
+/// for `limit` (TCP_USER_TIMEOUT): the next write fails and the link is
+/// dialled afresh, instead of waiting out TCP's retransmission backoff.
+fn stall_limit(io: &TcpStream, limit: Duration) -> std::io::Result<()> {
+    let ms = libc::c_uint::try_from(limit.as_millis()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: a valid descriptor, and a pointer to a c_uint of that size.
+    let rc = unsafe {
+        libc::setsockopt(
+            io.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&ms as *const libc::c_uint).cast(),
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

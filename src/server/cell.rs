@@ -18,6 +18,7 @@ use crate::limits::{
 use crate::shard::forward::{Forwarder, Unsent};
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
+use crate::storage::io::SegmentStore;
 use crate::storage::{Log, LogConfig, Recovered, RecoveryReport};
 use futures_util::StreamExt;
 use std::cell::Cell;
@@ -61,17 +62,17 @@ pub(super) async fn open(id: usize, cell: &CellConfig, store: DiskStore, cfg: Lo
 }
 
 /// The shard as its replica's applier.
-struct Applies(Rc<Shard<DiskStore>>);
-
-impl Applier for Applies {
+/// The shard is its replica's applier: here, where the cell and the shard
+/// meet (neither knows the other).
+impl<S: SegmentStore> Applier for Shard<S> {
     fn apply(&self, records: &[Recovered]) -> Result<(), String> {
-        self.0.apply_committed(records)
+        Shard::apply_committed(self, records)
     }
     fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
-        self.0.rebuild(committed)
+        Shard::rebuild(self, committed)
     }
     fn lead_begins(&self) {
-        self.0.lead_begins();
+        Shard::lead_begins(self);
     }
 }
 
@@ -169,7 +170,7 @@ pub(super) fn start(
     shard: &Rc<Shard<DiskStore>>,
     slot: Arc<Slot>,
 ) -> Result<(), String> {
-    replica.set_applier(Rc::new(Applies(shard.clone())));
+    replica.set_applier(shard.clone());
     replica.publish_to(slot.clone());
     replica.prefer(cell.voters[0].id);
     shard.set_writable(replica.status().leading.clone());

@@ -10,6 +10,7 @@
 
 pub mod auth;
 pub mod cell;
+pub mod requests;
 pub mod rng;
 pub mod sim;
 
