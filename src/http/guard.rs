@@ -12,6 +12,7 @@ use crate::auth::bearer::Unauthenticated;
 use crate::auth::counters::Count;
 use crate::auth::grants::{authorize, Need, Right, Verdict};
 use crate::metrics::EdgeMetrics;
+use crate::protocol::subs::{Root, SubOp, SubRequest};
 use crate::protocol::{BucketOp, CreateReq, Error, StreamOp};
 use crate::shard::message::ShardRequest;
 
@@ -87,6 +88,21 @@ pub fn needs(routed: &Result<Route, RouteError>) -> Option<Needs<'_>> {
         ShardRequest::Bucket { bucket: b, op: BucketOp::Create | BucketOp::Delete } => {
             Needs::one(bucket(b, Right::Admin))
         }
+        ShardRequest::Subs(r) => return sub_needs(r),
+    })
+}
+
+/// The subscription API: the JWK set is public; the rest manages what a
+/// root's streams deliver, so needs the admin right over the bucket (over
+/// every bucket for `/v1`, which reaches them all). A wake's own bearer
+/// token is checked by the shard, after this.
+fn sub_needs(r: &SubRequest) -> Option<Needs<'_>> {
+    if r.op == SubOp::Jwks {
+        return None;
+    }
+    Some(match &r.root {
+        Root::V1 => Needs::one(Need::AllBuckets(Right::Admin)),
+        Root::Ds(b) => Needs::one(bucket(b, Right::Admin)),
     })
 }
 
