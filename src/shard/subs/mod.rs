@@ -1,6 +1,6 @@
 //! Subscriptions on a shard (durable-streams.md §A16). The shard that owns
 //! a subscription (its `Root::owner_key` hashed like a stream's) keeps it
-//! in its [`State`](super::state::State), writes every change as one
+//! in its `State` (`shard/state.rs`), writes every change as one
 //! record (`persist::KIND_SUBSCRIPTION`, the whole subscription) and
 //! answers its API (`api`). Every shard keeps a [`Registry`] of what each
 //! subscription selects, so that an append anywhere tells the owner of
