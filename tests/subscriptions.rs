@@ -509,3 +509,37 @@ fn a_delivery_outstanding_at_kill9_is_delivered_again_and_the_old_one_fenced() {
     assert_eq!(ok.status, 200, "{}", ok.summary());
     assert_eq!(body(&get(&s, &sub_path("k1")))["streams"][0]["acked_offset"], tail.as_str());
 }
+
+#[test]
+fn with_an_auth_file_the_api_needs_admin_and_a_callback_only_its_wake_token() {
+    use common::auth::{AuthedServer, Grant};
+    const ADMIN: Grant = Grant { name: "admin", token: "admin-token-1", buckets: &["*"], rights: &["admin"] };
+    const READER: Grant = Grant { name: "reader", token: "reader-token-2", buckets: &["*"], rights: &["read"] };
+    let a = AuthedServer::start(&[ADMIN, READER], &[]);
+    let s = &a.srv;
+    let rx = Receiver::start("{}");
+    let with = |t: &'static str| ("Authorization", format!("Bearer {t}"));
+    let req = |method: &str, path: &str, token: Option<&'static str>, b: &Value| {
+        let auth = token.map(with);
+        let mut headers = vec![JSON];
+        if let Some((n, v)) = &auth {
+            headers.push((n, v.as_str()));
+        }
+        s.conn().request(method, path, &headers, b.to_string().as_bytes())
+    };
+    let config = webhook(&rx.url, "events/*");
+    assert_eq!(req("PUT", &sub_path("a1"), None, &config).status, 401);
+    assert_eq!(req("PUT", &sub_path("a1"), Some("reader-token-2"), &config).status, 403);
+    assert_eq!(req("PUT", &sub_path("a1"), Some("admin-token-1"), &config).status, 201);
+    assert_eq!(get(s, "/v1/stream/__ds/jwks.json").status, 200, "the JWK set is public");
+    let created = req("PUT", "/v1/stream/events/authed", Some("admin-token-1"), &json!({ "n": 1 }));
+    assert_eq!(created.status, 201);
+    let tail = created.must("stream-next-offset").to_string();
+    let b = rx.wait().json();
+    let ack = json!({ "wake_id": b["wake_id"], "generation": b["generation"],
+                      "acks": [{ "stream": "events/authed", "offset": tail }], "done": true });
+    let forged = post(s, &callback_path(&b), &ack, Some("admin-token-1"));
+    assert_eq!((forged.status, code(&forged).as_str()), (409, "FENCED"), "an auth token is no wake token");
+    let r = post(s, &callback_path(&b), &ack, b["callback_token"].as_str());
+    assert_eq!(r.status, 200, "the receiver's callback needs only its wake token: {}", r.summary());
+}

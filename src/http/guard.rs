@@ -92,12 +92,15 @@ pub fn needs(routed: &Result<Route, RouteError>) -> Option<Needs<'_>> {
     })
 }
 
-/// The subscription API: the JWK set is public; the rest manages what a
-/// root's streams deliver, so needs the admin right over the bucket (over
-/// every bucket for `/v1`, which reaches them all). A wake's own bearer
-/// token is checked by the shard, after this.
+/// The subscription API: the JWK set is public. An ack, a webhook
+/// callback and a release carry the wake's own bearer token, not an auth
+/// file's (a webhook receiver holds only that one): the shard checks it
+/// (192 random bits, compared in constant time), so they need nothing
+/// here. The rest manages what a root's streams deliver, so needs the
+/// admin right over the bucket (over every bucket for `/v1`, which reaches
+/// them all).
 fn sub_needs(r: &SubRequest) -> Option<Needs<'_>> {
-    if r.op == SubOp::Jwks {
+    if matches!(r.op, SubOp::Jwks | SubOp::Ack { .. } | SubOp::Release { .. }) {
         return None;
     }
     Some(match &r.root {
