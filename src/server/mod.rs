@@ -126,7 +126,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     // Starts the tier thread: after the mask is in place.
     let tier = host::tier_client(&cfg)?;
     let key = webhook_key::load_or_create(&cfg.data_dir)?;
-    let outbound = crate::tier::outbound::Outbound::start().map_err(anyhow::Error::msg)?;
+    // Deliveries reach public addresses, and loopback from a server on loopback.
+    let loopback = cfg.listen.ip().is_loopback();
+    let allow: crate::tier::outbound::Allow =
+        Arc::new(move |ip| crate::protocol::subs::url::is_public(ip) || (loopback && ip.is_loopback()));
+    let outbound = crate::tier::outbound::Outbound::start(allow).map_err(anyhow::Error::msg)?;
     let n = cfg.shards;
     let process = Arc::new(Process {
         state: AtomicU8::new(BOOTING),

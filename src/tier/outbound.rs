@@ -9,14 +9,43 @@
 //! all shards together (past it a POST fails at once and its subscription
 //! retries later); each takes at most `WEBHOOK_TIMEOUT_MS`; an answer is
 //! read up to `WEBHOOK_ANSWER_BYTES_MAX`. Redirects are not followed (a
-//! receiver could otherwise send the server anywhere).
+//! receiver could otherwise send the server anywhere), and a host name is
+//! connected to only at the addresses it resolves to that the caller's
+//! [`Allow`] accepts (the server's SSRF rule: public addresses, loopback
+//! only for a server on loopback), so a name that resolves to a private
+//! address is refused at delivery, whatever it resolved to when the
+//! subscription was created.
 
 use crate::limits::{WEBHOOK_ANSWER_BYTES_MAX, WEBHOOK_QUEUE_MAX, WEBHOOK_TIMEOUT_MS};
 use futures_channel::oneshot;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// Which addresses a delivery may connect to.
+pub type Allow = Arc<dyn Fn(IpAddr) -> bool + Send + Sync>;
+
+/// Resolves a host name and keeps only the addresses `allow` accepts.
+struct Guarded {
+    allow: Allow,
+}
+
+impl reqwest::dns::Resolve for Guarded {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let (allow, host) = (self.allow.clone(), name.as_str().to_string());
+        Box::pin(async move {
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let kept: Vec<SocketAddr> = found.iter().copied().filter(|a| allow(a.ip())).collect();
+            if kept.is_empty() {
+                let msg = format!("webhook host {host} resolves to no address a webhook may reach ({found:?})");
+                return Err(msg.into());
+            }
+            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
 
 /// A status and the first bytes of the body, or why there is none.
 pub type Answer = Result<(u16, Vec<u8>), String>;
@@ -37,8 +66,8 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    /// Starts the delivery thread.
-    pub fn start() -> Result<Outbound, String> {
+    /// Starts the delivery thread; it connects only to addresses `allow` accepts.
+    pub fn start(allow: Allow) -> Result<Outbound, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -47,6 +76,7 @@ impl Outbound {
             .timeout(Duration::from_millis(WEBHOOK_TIMEOUT_MS))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
+            .dns_resolver(Arc::new(Guarded { allow }))
             .build()
             .map_err(|e| format!("building the webhook client: {e}"))?;
         let (posts, rx) = mpsc::unbounded_channel();
@@ -102,4 +132,37 @@ async fn send(client: &reqwest::Client, url: String, headers: Vec<(String, Strin
         }
     }
     Ok((status, answer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::dns::Resolve;
+
+    fn resolve(allow: Allow, host: &str) -> Result<Vec<SocketAddr>, String> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let name: reqwest::dns::Name = host.parse().unwrap();
+        rt.block_on(Guarded { allow }.resolve(name)).map(|a| a.collect()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_name_is_reached_only_at_the_addresses_allowed() {
+        let any: Allow = Arc::new(|_| true);
+        let not_loopback: Allow = Arc::new(|ip: IpAddr| !ip.is_loopback());
+        assert!(resolve(any, "localhost").unwrap().iter().all(|a| a.ip().is_loopback()));
+        let refused = resolve(not_loopback, "localhost").unwrap_err();
+        assert!(refused.contains("no address a webhook may reach"), "{refused}");
+    }
+
+    #[test]
+    fn a_post_to_a_refused_name_fails_without_connecting() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let out = Outbound::start(Arc::new(|ip: IpAddr| !ip.is_loopback())).unwrap();
+        let url = format!("http://localhost:{port}/hook");
+        let answer = futures_lite::future::block_on(out.post(url, Vec::new(), b"{}".to_vec()));
+        assert!(answer.is_err(), "{answer:?}");
+        l.set_nonblocking(true).unwrap();
+        assert!(l.accept().is_err(), "nothing connected");
+    }
 }

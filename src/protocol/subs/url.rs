@@ -5,9 +5,10 @@
 //! address (development, the conformance suite) accepts `http://` and
 //! `https://` receivers on loopback.
 //!
-//! A host name is checked as a name (`localhost` is loopback, `.internal`
-//! and `.local` are internal). What a name resolves to is not checked yet
-//! (issue 35): a public name pointing at a private address gets through.
+//! A host name is checked as a name here (`localhost` is loopback,
+//! `.internal` and `.local` are internal); what it resolves to is checked
+//! again at every delivery (`tier/outbound.rs`, with [`is_public`]), so a
+//! public name pointing at a private address is refused then.
 
 use crate::protocol::Error;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
