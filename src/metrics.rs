@@ -69,6 +69,7 @@ pub enum Family {
     QuotaRefusals,
     WebhookDeliveries,
     Subscriptions,
+    SubscriptionPendingStreams,
     TierLocalBytes,
     TierHotBudgetBytes,
     TierRemoteSegments,
@@ -119,7 +120,7 @@ struct Def {
 
 /// Every family's name, type and help text, in [`Family::ALL`] order (a
 /// unit test checks the order, so `DEFS[f as usize]` is `f`'s row).
-const DEFS: [Def; 64] = [
+const DEFS: [Def; 65] = [
     Def {
         family: Family::HttpRequests,
         name: "ringstream_http_requests_total",
@@ -337,6 +338,12 @@ const DEFS: [Def; 64] = [
         help: "Subscriptions (__ds/subscriptions) a shard owns.",
     },
     Def {
+        family: Family::SubscriptionPendingStreams,
+        name: "ringstream_subscription_pending_streams",
+        kind: Kind::Gauge,
+        help: "Streams with data past their acknowledged offset, summed over the subscriptions a shard owns (their consumers' lag).",
+    },
+    Def {
         family: Family::TierLocalBytes,
         name: "ringstream_tier_local_bytes",
         kind: Kind::Gauge,
@@ -517,7 +524,7 @@ const _: () = {
 };
 
 impl Family {
-    pub const ALL: [Family; 64] = [
+    pub const ALL: [Family; 65] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -554,6 +561,7 @@ impl Family {
         Family::QuotaRefusals,
         Family::WebhookDeliveries,
         Family::Subscriptions,
+        Family::SubscriptionPendingStreams,
         Family::TierLocalBytes,
         Family::TierHotBudgetBytes,
         Family::TierRemoteSegments,

@@ -404,12 +404,18 @@ fn a_webhook_callback_acks_and_a_replay_is_fenced() {
     let ack = json!({ "wake_id": b["wake_id"], "generation": b["generation"],
                       "acks": [{ "stream": "events/cb", "offset": tail }], "done": true });
     let token = b["callback_token"].as_str().unwrap();
+    let lag = |s: &Server| -> f64 {
+        let m = s.metrics();
+        m.iter().filter(|(n, _)| n.starts_with("ringstream_subscription_pending_streams")).map(|(_, v)| v).sum()
+    };
+    assert_eq!(lag(&s), 1.0, "delivered, not yet acknowledged");
     let r = post(&s, path, &ack, Some(token));
     assert_eq!(r.status, 200, "{}", r.summary());
     assert_eq!(body(&r), json!({ "ok": true, "next_wake": false }));
     let replay = post(&s, path, &ack, Some(token));
     assert_eq!((replay.status, code(&replay).as_str()), (409, "FENCED"));
     assert_eq!(body(&get(&s, &sub_path("c1")))["streams"][0]["acked_offset"], tail.as_str());
+    assert_eq!(lag(&s), 0.0);
 }
 
 fn segment_files(s: &Server) -> usize {
@@ -482,6 +488,10 @@ fn a_failed_delivery_is_retried_under_a_new_generation() {
             .sum()
     };
     assert_eq!((count("\"failed\""), count("\"ok\"")), (1.0, 1.0));
+    let gauge =
+        |name: &str| -> f64 { metrics.iter().filter(|(n, _)| n.split('{').next() == Some(name)).map(|(_, v)| v).sum() };
+    assert_eq!(gauge("ringstream_subscriptions"), 1.0);
+    assert_eq!(gauge("ringstream_subscription_pending_streams"), 0.0, "acknowledged: no lag");
 }
 
 #[test]
@@ -542,4 +552,27 @@ fn with_an_auth_file_the_api_needs_admin_and_a_callback_only_its_wake_token() {
     assert_eq!((forged.status, code(&forged).as_str()), (409, "FENCED"), "an auth token is no wake token");
     let r = post(s, &callback_path(&b), &ack, b["callback_token"].as_str());
     assert_eq!(r.status, 200, "the receiver's callback needs only its wake token: {}", r.summary());
+}
+
+#[test]
+fn a_claim_whose_lease_runs_out_is_signalled_again_and_its_holder_fenced() {
+    let s = Server::start();
+    assert_eq!(s.conn().request("PUT", "/v1/stream/wake/l", &[JSON], b"[]").status, 201);
+    let v = json!({ "type": "pull-wake", "pattern": "events/*", "wake_stream": "wake/l", "lease_ttl_ms": 1000 });
+    assert_eq!(put(&s, &sub_path("l1"), &v).status, 201);
+    let created = s.conn().request("PUT", "/v1/stream/events/lease", &[JSON], br#"{"n":1}"#);
+    let tail = created.must("stream-next-offset").to_string();
+    let events = || body(&get(&s, "/v1/stream/wake/l")).as_array().unwrap().len();
+    eventually("the first wake event", || events() == 1);
+    let first = body(&post(&s, &format!("{}/claim", sub_path("l1")), &json!({ "worker": "w1" }), None));
+    // w1 never acknowledges: once its lease ends, the work is announced again.
+    eventually("a second wake event after the lease", || events() == 2);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(events(), 2, "once, not at every tick");
+    let second = post(&s, &format!("{}/claim", sub_path("l1")), &json!({ "worker": "w2" }), None);
+    assert_eq!(second.status, 200, "{}", second.summary());
+    let ack = json!({ "wake_id": first["wake_id"], "generation": first["generation"],
+                      "acks": [{ "stream": "events/lease", "offset": tail }], "done": true });
+    let late = post(&s, &format!("{}/ack", sub_path("l1")), &ack, first["token"].as_str());
+    assert_eq!((late.status, code(&late).as_str()), (409, "FENCED"), "w1's lease was given to w2");
 }

@@ -267,7 +267,13 @@ impl<S: SegmentStore> Shard<S> {
         out.sample(Family::QuotaRefusals, id, "quota=\"max_bytes\"", s.quota_refused_bytes);
         out.sample(Family::WebhookDeliveries, id, "outcome=\"ok\"", s.webhook_deliveries - s.webhook_failures);
         out.sample(Family::WebhookDeliveries, id, "outcome=\"failed\"", s.webhook_failures);
-        out.sample(Family::Subscriptions, id, "", self.state.borrow().subs.len() as u64);
+        let (subs, pending) = {
+            let st = self.state.borrow();
+            let pending = st.subs.values().flat_map(|e| e.sub.streams.values()).filter(|c| c.pending()).count();
+            (st.subs.len() as u64, pending as u64)
+        };
+        out.sample(Family::Subscriptions, id, "", subs);
+        out.sample(Family::SubscriptionPendingStreams, id, "", pending);
         if self.log.tiering().is_some() {
             self.tier_metrics(&mut out, &l.tier);
         }

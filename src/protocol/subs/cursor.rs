@@ -262,6 +262,21 @@ impl Subscription {
         true
     }
 
+    /// Pull-wake: whether a wake event is due: work is pending and none was
+    /// written for it, or the worker that claimed it let its lease run out.
+    pub fn signal_due(&self, now_ms: i64) -> bool {
+        let lapsed = self.wake.as_ref().is_some_and(|w| w.holder.is_some() && w.lease_until_ms <= now_ms);
+        self.pending() && (!self.signalled || lapsed)
+    }
+
+    /// Forgets the holder of a wake whose lease ran out (it is free to
+    /// claim; the holder's ack is fenced once another claims it).
+    pub fn free_expired(&mut self, now_ms: i64) {
+        if let Some(w) = self.wake.as_mut().filter(|w| w.lease_until_ms <= now_ms) {
+            w.holder = None;
+        }
+    }
+
     /// Gives a claimed wake back (pull-wake): another worker may claim it.
     pub fn release(&mut self, wake_id: &str, generation: u64, token: Option<&str>) -> Result<(), Error> {
         self.check_fence(wake_id, generation, token)?;
@@ -357,6 +372,21 @@ mod tests {
         assert_eq!(code(s.ack(&stale, Some("t1"))), "FENCED");
         s.release(&second.id, second.generation, Some("t2")).unwrap();
         assert!(s.claim("w3".into(), 2_001, "t3").unwrap().is_some(), "released: claimable at once");
+    }
+
+    #[test]
+    fn a_lapsed_claim_is_signalled_again_once() {
+        let mut s = sub();
+        s.note_tail("events/a", at(5));
+        assert!(s.signal_due(0));
+        s.signalled = true;
+        assert!(!s.signal_due(0), "one event per wake");
+        s.claim("w1".into(), 0, "t").unwrap();
+        assert!(!s.signal_due(999), "claimed, within its lease");
+        assert!(s.signal_due(1_000), "the lease ran out unacknowledged");
+        s.free_expired(1_000);
+        assert!(!s.signal_due(1_001), "signalled once for it");
+        assert!(s.claim("w2".into(), 1_001, "t2").unwrap().is_some());
     }
 
     #[test]

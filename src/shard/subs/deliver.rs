@@ -78,14 +78,19 @@ impl<S: SegmentStore + 'static> Shard<S> {
         }
     }
 
-    /// Appends a wake event to a pull-wake subscription's wake stream,
-    /// once per wake (the record saying so is written first).
+    /// Appends a wake event to a pull-wake subscription's wake stream:
+    /// once per wake, and again when a worker's claim ran out of lease
+    /// unacknowledged (so other workers hear the work is free). The record
+    /// saying so is written first.
     async fn signal_pull(&self, id: &SubId, wake_stream: &str, now: i64) {
         let sub = {
             let st = self.state.borrow();
-            let Some(e) = st.subs.get(id).filter(|e| !e.sub.signalled) else { return };
-            let mut sub = e.sub.clone();
+            let Some(mut sub) = st.subs.get(id).map(|e| e.sub.clone()) else { return };
+            if !sub.signal_due(now) {
+                return;
+            }
             sub.signalled = true;
+            sub.free_expired(now);
             sub
         };
         let event = view::wake_event(&sub, now).to_string().into_bytes();
