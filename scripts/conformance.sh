@@ -5,9 +5,11 @@
 # of ringstream started on a free loopback port with a fresh data directory,
 # or against a server (or proxy) that is already running (--url).
 #
-# Usage: scripts/conformance.sh [--restart] [--keep-data] [--url URL]
+# Usage: scripts/conformance.sh [--restart] [--subscriptions] [--keep-data] [--url URL]
 #   --restart    run the suite, restart the server on the same data directory,
 #                and run it again (both runs must pass)
+#   --subscriptions  also run the suite's 6 "Reserved subscription APIs" tests
+#                (338 in all; off by default, as in the package's own CLI)
 #   --keep-data  do not delete the temporary data directory afterwards
 #   --url URL    start no server: run the suite once against URL (e.g. the
 #                proxy of scripts/multinode.sh); not with --restart
@@ -21,11 +23,13 @@
 set -euo pipefail
 
 RESTART=0
+SUBSCRIPTIONS=0
 KEEP=0
 URL="${CONFORMANCE_URL:-}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --restart) RESTART=1 ;;
+    --subscriptions) SUBSCRIPTIONS=1 ;;
     --keep-data) KEEP=1 ;;
     --url) [ $# -ge 2 ] || { echo "--url needs a URL" >&2; exit 2; }; URL="$2"; shift ;;
     --url=*) URL="${1#--url=}" ;;
@@ -47,7 +51,10 @@ CACHE="$NODE_CACHE"
 # point vitest at a one-line test file of ours.
 cat > "$CACHE/ringstream.conformance.test.mjs" <<'JS'
 import { runConformanceTests } from "@durable-streams/server-conformance-tests"
-runConformanceTests({ baseUrl: process.env.CONFORMANCE_TEST_URL })
+runConformanceTests({
+  baseUrl: process.env.CONFORMANCE_TEST_URL,
+  subscriptions: process.env.CONFORMANCE_SUBSCRIPTIONS === "1",
+})
 JS
 
 # --- the server ------------------------------------------------------------------
@@ -73,7 +80,7 @@ run_suite() {
   local report="$data/report-$1.json"
   local t0 t1
   t0=$(date +%s.%N)
-  (cd "$CACHE" && CONFORMANCE_TEST_URL="$base" \
+  (cd "$CACHE" && CONFORMANCE_TEST_URL="$base" CONFORMANCE_SUBSCRIPTIONS="$SUBSCRIPTIONS" \
      ./node_modules/.bin/vitest run ringstream.conformance.test.mjs --no-coverage --testTimeout=15000 \
      --reporter=json --outputFile.json="$report" >"$data/vitest-$1.txt" 2>&1) || true
   t1=$(date +%s.%N)

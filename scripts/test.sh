@@ -25,7 +25,7 @@ build_release ringstream loadgen
 # Each criterion benchmark once, as a test (they must build and run).
 cargo test --workspace --benches
 scripts/fuzz-smoke.sh
-scripts/conformance.sh --restart
+scripts/conformance.sh --restart --subscriptions
 scripts/ts-client-demo.sh
 scripts/python-client.sh
 scripts/loadgen-smoke.sh

@@ -36,11 +36,12 @@
 //! - [`cell`]: replicated cells: the cell's configuration, peer
 //!   authentication, the peer link's frames and one Raft group's driver
 //!   (raft-rs); not yet on a request path.
-//! - [`tier`]: the object store client, on a thread of its own (tokio and
-//!   `object_store` appear only there).
+//! - [`tier`]: the object store client and the webhook delivery thread,
+//!   each on a thread of its own (tokio, `object_store` and `reqwest`
+//!   appear only there).
 //!
 //! # Dependency rule
-//! `http -> protocol, shard::message, auth`; `shard -> protocol, storage, quota`;
+//! `http -> protocol, shard::message, auth`; `shard -> protocol, storage, quota, tier`;
 //! `auth -> quota, metrics, limits`; `quota -> protocol`;
 //! `protocol -> limits`; `storage -> limits, metrics, notify, tier`; `tier -> limits`; `metrics -> limits`. storage and protocol never
 //! import http or glommio networking; glommio appears only in `server`,

@@ -333,6 +333,35 @@ pub const CELL_CONFIRMS_MAX: usize = CELL_VOTERS_MAX * CELL_FORWARDS_MAX;
 /// from its majority down. A healthy round takes one round trip; a lost
 /// heartbeat is made good at the next (every 2 ticks).
 pub const CELL_CONFIRM_TICKS: u64 = 20;
+/// Subscriptions (`__ds/subscriptions`): how many one stream root (`/v1/stream`,
+/// or one `/ds` bucket) may hold; a PUT past it answers 429. Every shard
+/// keeps the registry of every subscription's pattern, so this bounds that too.
+pub const SUBSCRIPTIONS_PER_ROOT_MAX: usize = 1_024;
+/// Subscriptions: streams one subscription tracks at most (explicit ones and
+/// those its pattern matched), so its record and its GET stay bounded.
+pub const SUBSCRIPTION_STREAMS_MAX: usize = 256;
+/// Subscriptions: bytes of a subscription's id, pattern, description,
+/// webhook URL, wake stream or worker name, at most.
+pub const SUBSCRIPTION_FIELD_BYTES_MAX: usize = 1_024;
+/// Subscriptions: a wake's lease, milliseconds: the least, the default and
+/// the most a subscription may ask (`lease_ttl_ms`).
+pub const SUBSCRIPTION_LEASE_MS_MIN: u64 = 1_000;
+pub const SUBSCRIPTION_LEASE_MS_DEFAULT: u64 = 30_000;
+pub const SUBSCRIPTION_LEASE_MS_MAX: u64 = 600_000;
+/// Subscriptions: how often an owner looks for work to hand out besides
+/// when told (leases that ran out, retries that came due), milliseconds.
+pub const SUBSCRIPTION_TICK_MS: u64 = 200;
+/// Webhooks: the first retry's delay and the longest, milliseconds (doubling
+/// in between, each with up to 20 % jitter).
+pub const WEBHOOK_RETRY_MIN_MS: u64 = 1_000;
+pub const WEBHOOK_RETRY_MAX_MS: u64 = 60_000;
+/// Webhooks: deliveries queued for (or running on) the delivery thread at
+/// once, all shards together; past it a delivery waits for its retry.
+pub const WEBHOOK_QUEUE_MAX: usize = 4_096;
+/// Webhooks: how long one delivery may take (connect, send, answer).
+pub const WEBHOOK_TIMEOUT_MS: u64 = 10_000;
+/// Webhooks: bytes of a receiver's answer read at most.
+pub const WEBHOOK_ANSWER_BYTES_MAX: usize = 64 * 1024;
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES));
@@ -360,3 +389,10 @@ const _: () = assert!(CELL_ENTRY_BYTES_MAX + 1024 * 1024 <= CELL_FRAME_BYTES_MAX
 const _: () = assert!(CELL_ENTRY_BYTES_MAX <= CELL_LINK_QUEUE_BYTES);
 // A round outlives a lost heartbeat (one goes out every 2 ticks).
 const _: () = assert!(CELL_CONFIRM_TICKS > 2);
+const _: () = assert!(SUBSCRIPTION_LEASE_MS_MIN <= SUBSCRIPTION_LEASE_MS_DEFAULT);
+const _: () = assert!(SUBSCRIPTION_LEASE_MS_DEFAULT <= SUBSCRIPTION_LEASE_MS_MAX);
+const _: () = assert!(WEBHOOK_RETRY_MIN_MS <= WEBHOOK_RETRY_MAX_MS);
+// A subscription's whole record (every stream's path and cursor) fits one record.
+const _: () = assert!(
+    SUBSCRIPTION_STREAMS_MAX * (V1_PATH_BYTES_MAX + 256) + 16 * SUBSCRIPTION_FIELD_BYTES_MAX <= RECORD_BODY_BYTES_MAX
+);

@@ -67,6 +67,9 @@ pub enum Family {
     TokenForbidden,
     TokenHidden,
     QuotaRefusals,
+    WebhookDeliveries,
+    Subscriptions,
+    SubscriptionPendingStreams,
     TierLocalBytes,
     TierHotBudgetBytes,
     TierRemoteSegments,
@@ -117,7 +120,7 @@ struct Def {
 
 /// Every family's name, type and help text, in [`Family::ALL`] order (a
 /// unit test checks the order, so `DEFS[f as usize]` is `f`'s row).
-const DEFS: [Def; 62] = [
+const DEFS: [Def; 65] = [
     Def {
         family: Family::HttpRequests,
         name: "ringstream_http_requests_total",
@@ -323,6 +326,24 @@ const DEFS: [Def; 62] = [
         help: "Writes refused by the owning shard because they would pass a bucket quota, by quota: max_streams (429) or max_bytes (507).",
     },
     Def {
+        family: Family::WebhookDeliveries,
+        name: "ringstream_webhook_deliveries_total",
+        kind: Kind::Counter,
+        help: "Webhook POSTs for the subscriptions a shard owns, by outcome: ok (a 2xx answer) or failed (no answer or not 2xx; retried with backoff).",
+    },
+    Def {
+        family: Family::Subscriptions,
+        name: "ringstream_subscriptions",
+        kind: Kind::Gauge,
+        help: "Subscriptions (__ds/subscriptions) a shard owns.",
+    },
+    Def {
+        family: Family::SubscriptionPendingStreams,
+        name: "ringstream_subscription_pending_streams",
+        kind: Kind::Gauge,
+        help: "Streams with data past their acknowledged offset, summed over the subscriptions a shard owns (their consumers' lag).",
+    },
+    Def {
         family: Family::TierLocalBytes,
         name: "ringstream_tier_local_bytes",
         kind: Kind::Gauge,
@@ -503,7 +524,7 @@ const _: () = {
 };
 
 impl Family {
-    pub const ALL: [Family; 62] = [
+    pub const ALL: [Family; 65] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -538,6 +559,9 @@ impl Family {
         Family::TokenForbidden,
         Family::TokenHidden,
         Family::QuotaRefusals,
+        Family::WebhookDeliveries,
+        Family::Subscriptions,
+        Family::SubscriptionPendingStreams,
         Family::TierLocalBytes,
         Family::TierHotBudgetBytes,
         Family::TierRemoteSegments,

@@ -12,6 +12,7 @@ use crate::auth::bearer::Unauthenticated;
 use crate::auth::counters::Count;
 use crate::auth::grants::{authorize, Need, Right, Verdict};
 use crate::metrics::EdgeMetrics;
+use crate::protocol::subs::{Root, SubOp, SubRequest};
 use crate::protocol::{BucketOp, CreateReq, Error, StreamOp};
 use crate::shard::message::ShardRequest;
 
@@ -87,6 +88,24 @@ pub fn needs(routed: &Result<Route, RouteError>) -> Option<Needs<'_>> {
         ShardRequest::Bucket { bucket: b, op: BucketOp::Create | BucketOp::Delete } => {
             Needs::one(bucket(b, Right::Admin))
         }
+        ShardRequest::Subs(r) => return sub_needs(r),
+    })
+}
+
+/// The subscription API: the JWK set is public. An ack, a webhook
+/// callback and a release carry the wake's own bearer token, not an auth
+/// file's (a webhook receiver holds only that one): the shard checks it
+/// (192 random bits, compared in constant time), so they need nothing
+/// here. The rest manages what a root's streams deliver, so needs the
+/// admin right over the bucket (over every bucket for `/v1`, which reaches
+/// them all).
+fn sub_needs(r: &SubRequest) -> Option<Needs<'_>> {
+    if matches!(r.op, SubOp::Jwks | SubOp::Ack { .. } | SubOp::Release { .. }) {
+        return None;
+    }
+    Some(match &r.root {
+        Root::V1 => Needs::one(Need::AllBuckets(Right::Admin)),
+        Root::Ds(b) => Needs::one(bucket(b, Right::Admin)),
     })
 }
 

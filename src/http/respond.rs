@@ -90,7 +90,11 @@ fn incarnation_of(o: &Outcome) -> Option<Incarnation> {
         Outcome::Read(rd) => Some(rd.info.incarnation),
         Outcome::Bootstrap(b) => Some(b.info.incarnation),
         Outcome::Deleted { incarnation } | Outcome::SnapshotAt { incarnation, .. } => Some(*incarnation),
-        Outcome::BucketCreated | Outcome::BucketInfo { .. } | Outcome::BucketDeleted | Outcome::Listing(_) => None,
+        Outcome::BucketCreated
+        | Outcome::BucketInfo { .. }
+        | Outcome::BucketDeleted
+        | Outcome::Listing(_)
+        | Outcome::Control { .. } => None,
     }
 }
 
@@ -138,6 +142,14 @@ fn answer(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Re
         Outcome::BucketCreated => Response::new(201),
         Outcome::BucketInfo { bucket, streams } => json(bucket_json(&bucket, streams)),
         Outcome::Listing(l) => json(listing_json(&l)).header("Cache-Control", "no-store"),
+        Outcome::Control { status, content_type, body } => {
+            let mut r = Response::new(status).header("Cache-Control", "no-store");
+            if !body.is_empty() {
+                r = r.header("Content-Type", content_type);
+            }
+            r.body = body;
+            r
+        }
     }
 }
 
@@ -367,6 +379,13 @@ pub fn error(surface: Surface, e: &Error) -> Response {
         Error::ProducerLimit { limit } => {
             let body = serde_json::json!({ "error": "producer_limit", "message": e.to_string(), "limit": limit });
             Response { status: 429, ..json(body.to_string()) }
+        }
+        Error::Refused { status, code, message, holder } => {
+            let mut err = serde_json::json!({ "code": code, "message": message });
+            if let Some(h) = holder {
+                err["current_holder"] = serde_json::json!(h);
+            }
+            Response { status: *status, ..json(serde_json::json!({ "error": err }).to_string()) }
         }
     }
 }

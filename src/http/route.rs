@@ -10,6 +10,7 @@ use crate::protocol::headers::parse_sub_offset;
 use crate::protocol::headers::{parse_lifetime, parse_producer, parse_stream_seq, stream_closed_requested};
 use crate::protocol::names::{split_v1_path, validate_bucket_id, validate_ds_stream_id};
 use crate::protocol::offset::{parse_offset, parse_read_from, ReadFrom};
+use crate::protocol::subs::{validate_id as validate_sub_id, Root, SubOp, SubRequest};
 use crate::protocol::ForkReq;
 use crate::protocol::{
     AppendReq, BucketOp, CreateReq, Error, Incarnation, ListReq, Live, ReadReq, SnapshotReq, StreamKey, StreamOp,
@@ -148,6 +149,10 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
         };
     }
     if let Some(rest) = path.strip_prefix("/v1/stream/") {
+        // F3: `__ds` first after the root is the control API, never a stream.
+        if rest == "__ds" || rest.starts_with("__ds/") {
+            return sub_route(head, body, Root::V1, rest.strip_prefix("__ds/").unwrap_or_default());
+        }
         let (bucket, stream) = split_v1_path(rest)?;
         let key = StreamKey { bucket, stream };
         return stream_route(head, body, key, Surface::V1);
@@ -159,6 +164,9 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
         let raw =
             head.raw_path.strip_prefix("/ds/").ok_or_else(|| bad("the /ds/ prefix must not be percent-encoded"))?;
         let DsPath { bucket, stream, sub } = ds_path(raw)?;
+        if stream.as_deref() == Some("__ds") {
+            return sub_route(head, body, Root::Ds(bucket), sub.as_deref().unwrap_or_default());
+        }
         return match stream.as_deref() {
             None | Some("") => {
                 let op = match head.method {
@@ -192,13 +200,59 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
 /// into its operation (other operations have no use for one).
 pub fn set_body(route: &mut Route, body: Vec<u8>) {
     let Route::Shard(req) = route else { return };
-    let ShardRequest::Stream { op, .. } = &mut **req else { return };
+    let op = match &mut **req {
+        ShardRequest::Stream { op, .. } => op,
+        ShardRequest::Subs(r) => return r.op.set_body(body),
+        _ => return,
+    };
     match op {
         StreamOp::Create(c) => c.body = body,
         StreamOp::Append(a) => a.body = body,
         StreamOp::SnapshotPublish(s) => s.body = body,
         _ => {}
     }
+}
+
+/// The control API under `{root}/__ds/` (F105), `rest` after it (decoded):
+/// `jwks.json`, `subscriptions/{id}`, and under it `streams`,
+/// `streams/{path}`, `claim`, `ack`, `release`, `callback`.
+fn sub_route(head: &RequestHead, body: Vec<u8>, root: Root, rest: &str) -> Result<Route, RouteError> {
+    let m = &head.method;
+    let token = || head.header("authorization").and_then(|a| a.strip_prefix("Bearer ")).map(|t| t.trim().to_string());
+    let allow = |ok: bool, allow: &'static str| if ok { Ok(()) } else { Err(RouteError::MethodNotAllowed(allow)) };
+    let (id, op) = if rest == "jwks.json" {
+        allow(matches!(m, Method::Get | Method::Head), "GET, HEAD")?;
+        (String::new(), SubOp::Jwks)
+    } else {
+        let rest = rest.strip_prefix("subscriptions/").ok_or(RouteError::Protocol(Error::NotFound))?;
+        let (id, sub) = rest.split_once('/').unwrap_or((rest, ""));
+        validate_sub_id(id)?;
+        let post = |op: SubOp| allow(*m == Method::Post, "POST").map(|_| op);
+        let op = match sub {
+            "" => match m {
+                Method::Put => SubOp::Put { body: Vec::new() },
+                Method::Get | Method::Head => SubOp::Get,
+                Method::Delete => SubOp::Delete,
+                _ => return Err(RouteError::MethodNotAllowed("PUT, GET, HEAD, DELETE")),
+            },
+            "streams" => post(SubOp::AddStreams { body: Vec::new() })?,
+            "claim" => post(SubOp::Claim { body: Vec::new() })?,
+            "ack" | "callback" => post(SubOp::Ack { body: Vec::new(), token: token() })?,
+            "release" => post(SubOp::Release { body: Vec::new(), token: token() })?,
+            _ => match sub.strip_prefix("streams/") {
+                Some(path) if !path.is_empty() => {
+                    allow(*m == Method::Delete, "DELETE")?;
+                    root.key_of(path)?;
+                    SubOp::RemoveStream { path: path.to_string() }
+                }
+                _ => return Err(RouteError::Protocol(Error::NotFound)),
+            },
+        };
+        (id.to_string(), op)
+    };
+    let mut req = SubRequest { root, id, op, origin: String::new() };
+    req.op.set_body(body);
+    Ok(Route::Shard(Box::new(ShardRequest::Subs(req))))
 }
 
 /// A `/ds/` path after its prefix, as sent: bucket, then stream, then a

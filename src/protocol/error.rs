@@ -64,6 +64,11 @@ pub enum Error {
     /// shard does, on the new leader). (Last: variants encode by position.)
     #[error("the write was discarded before it was replicated (not applied): {0}")]
     Discarded(String),
+    /// The subscription API's refusals, each with the code its JSON body
+    /// names (`WEBHOOK_URL_REJECTED`, `ALREADY_CLAIMED` with the current
+    /// holder, `FENCED`, ...). (Last: variants encode by position.)
+    #[error("{code}: {message}")]
+    Refused { status: u16, code: String, message: String, holder: Option<String> },
 }
 
 /// Which quota of a `[[bucket]]` entry a write would pass.

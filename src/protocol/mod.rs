@@ -15,6 +15,7 @@ pub mod offset;
 pub mod op;
 pub mod persist;
 pub mod rules;
+pub mod subs;
 
 pub use error::{Error, QuotaKind};
 pub use incarnation::Incarnation;

@@ -278,4 +278,11 @@ pub enum Outcome {
         offset: Offset,
         moved: bool,
     },
+    /// An answer of the subscription API (`__ds`): its status and body as
+    /// the shard made them. (Last: variants encode by position.)
+    Control {
+        status: u16,
+        content_type: String,
+        body: Vec<u8>,
+    },
 }

@@ -19,6 +19,8 @@ pub const KIND_STATE: u8 = 6;
 /// A snapshot publish: a [`StateRecord`] (with the new snapshot listed and the
 /// stream trimmed at its offset) followed by the snapshot blob.
 pub const KIND_SNAPSHOT: u8 = 7;
+/// A subscription's whole state, or its delete (`subs::record::SubRecord`).
+pub const KIND_SUBSCRIPTION: u8 = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRecord {

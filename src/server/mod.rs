@@ -12,7 +12,8 @@
 //!   every shard, readiness, stop, grants, moves);
 //! - `shutdown`: one shard's drain and final sync;
 //! - `systemd`: the notify protocol (READY, STOPPING, the watchdog);
-//! - `check`: `--check-config`, the same checks without serving.
+//! - `check`: `--check-config`, the same checks without serving;
+//! - `webhook_key`: the subscriptions' signing key file.
 //!
 //! Shutdown (SIGTERM/SIGINT): stop accepting, drain, final sync, exit 0
 //! within SHUTDOWN_TIMEOUT_MS (see `signals`).
@@ -27,6 +28,7 @@ mod shard_main;
 mod shutdown;
 mod signals;
 mod systemd;
+mod webhook_key;
 
 pub use check::check;
 
@@ -104,6 +106,8 @@ struct Process {
     /// What each shard's replica publishes (`--cell`), read by every
     /// shard's HTTP edge for `/cellz`, `/leaderz` and metrics; None: off.
     cell: Option<Arc<crate::cell::board::Board>>,
+    /// Subscriptions: the webhook signing key and the delivery thread.
+    subs: (crate::protocol::subs::sign::WebhookKey, crate::tier::outbound::Outbound),
 }
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
@@ -122,6 +126,12 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let stop_signals = signals::block_stop_signals()?;
     // Starts the tier thread: after the mask is in place.
     let tier = host::tier_client(&cfg)?;
+    let key = webhook_key::load_or_create(&cfg.data_dir)?;
+    // Deliveries reach public addresses, and loopback from a server on loopback.
+    let loopback = cfg.listen.ip().is_loopback();
+    let allow: crate::tier::outbound::Allow =
+        Arc::new(move |ip| crate::protocol::subs::url::is_public(ip) || (loopback && ip.is_loopback()));
+    let outbound = crate::tier::outbound::Outbound::start(allow).map_err(anyhow::Error::msg)?;
     let n = cfg.shards;
     let process = Arc::new(Process {
         state: AtomicU8::new(BOOTING),
@@ -133,6 +143,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         auth,
         tier,
         cell: cfg.cell.as_ref().map(|c| Arc::new(crate::cell::board::Board::new(c.node_id, n))),
+        subs: (key, outbound),
     });
     signals::start_signal_thread(stop_signals, process.clone());
     let (reservation, addr) = host::reserve(cfg.listen)?;

@@ -15,6 +15,7 @@ use crate::metrics::EdgeMetrics;
 use crate::protocol::rules::ProducerPolicy;
 use crate::shard::mesh::{Link, Mesh};
 use crate::shard::message::Control;
+use crate::shard::subs::SubsEnv;
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::io::SegmentStore;
@@ -96,6 +97,14 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     drop(records);
     let elapsed = started.elapsed();
     shard.set_live(Rc::new(|d| Box::pin(glommio::timer::sleep(d))), Duration::from_millis(b.cfg.long_poll_timeout_ms));
+    shard.set_subs(Rc::new(SubsEnv {
+        key: b.process.subs.0.clone(),
+        loopback: b.addr.ip().is_loopback(),
+        outbound: b.process.subs.1.clone(),
+        spawn: Rc::new(|f| {
+            glommio::spawn_local(f).detach();
+        }),
+    }));
     let l = log.clone();
     glommio::spawn_local(async move { l.run_writer().await }).detach();
     glommio::spawn_local(async move { log.run_preparer().await }).detach();
@@ -121,6 +130,7 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
         None => start_background(&shard),
         Some(_) => start_expiry(&shard),
     }
+    glommio::spawn_local(shard.clone().run_subscriptions()).detach();
     if let Some(t) = &b.cfg.tier {
         let (s, budget) = (shard.clone(), t.hot_bytes / b.cfg.shards as u64);
         glommio::spawn_local(async move { s.run_tiering(budget).await }).detach();
@@ -162,6 +172,7 @@ async fn replicate(b: &ShardBoot, shard: &Shard<DiskStore>) -> Result<(), String
             shard.ask(peer, replicate).await.map_err(|e| format!("shard {id}: replicating buckets: {e}"))?;
         }
     }
+    shard.publish_owned_subs().await.map_err(|e| format!("shard {id}: publishing subscriptions: {e}"))?;
     for (source, source_uid) in shard.fork_sources() {
         let count = |done| Control::ForkRef { source, source_uid, add: true, done };
         shard.ask_owner(count).await.map_err(|e| format!("shard {id}: counting fork references: {e}"))?;

@@ -1,5 +1,5 @@
 //! Answering other shards: bucket replication and counts, listing parts,
-//! fork snapshots and reference counts. Each answer goes back on the
+//! fork snapshots and reference counts, subscriptions' registries and tails. Each answer goes back on the
 //! channel inside the request (a dropped channel means the asker gave up).
 
 use super::message::Control;
@@ -31,6 +31,14 @@ impl<S: SegmentStore> Shard<S> {
             }
             Control::ForkRef { source, source_uid, add, done } => {
                 self.fork_ref(&source, source_uid, add).await;
+                let _ = done.send(());
+            }
+            Control::SubRegistry { id, matcher, done } => {
+                self.registry.borrow_mut().set(id, matcher);
+                let _ = done.send(());
+            }
+            Control::SubTail { id, path, tail, done } => {
+                self.sub_tail(&id, &path, tail);
                 let _ = done.send(());
             }
         }

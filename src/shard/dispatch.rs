@@ -20,6 +20,7 @@ impl ShardRequest {
             ShardRequest::Bucket { bucket, .. } | ShardRequest::ListBucket { bucket, .. } => {
                 shard_for_bucket(bucket, shards)
             }
+            ShardRequest::Subs(r) => shard_for(&r.root.owner_key(&r.id), shards),
         }
     }
 }
@@ -30,6 +31,7 @@ impl Control {
     pub fn owner(&self, shards: usize) -> Option<usize> {
         match self {
             Control::ForkSnapshot { source, .. } | Control::ForkRef { source, .. } => Some(shard_for(source, shards)),
+            Control::SubTail { id, .. } => Some(shard_for(&id.0.owner_key(&id.1), shards)),
             _ => None,
         }
     }

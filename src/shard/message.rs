@@ -8,7 +8,9 @@
 //!
 //! Everything here is `Send`: it crosses cores over the mesh.
 
+use super::subs::{Matcher, SubId};
 use crate::protocol::headers::Lifetime;
+use crate::protocol::subs::SubRequest;
 use crate::protocol::{
     BucketOp, Error, Incarnation, ListReq, ListedStream, Offset, Outcome, StreamKey, StreamOp, Surface,
 };
@@ -37,6 +39,9 @@ pub enum ShardRequest {
         bucket: String,
         list: ListReq,
     },
+    /// The subscription API (`{root}/__ds/...`): runs on the shard that
+    /// owns the subscription (`Root::owner_key`).
+    Subs(SubRequest),
 }
 
 pub type Reply = Result<Outcome, Error>;
@@ -89,6 +94,11 @@ pub enum Control {
     },
     /// To a fork source's owner: one fork fewer (at boot: one more).
     ForkRef { source: StreamKey, source_uid: u64, add: bool, done: oneshot::Sender<()> },
+    /// From a subscription's owner to every shard: what it selects now
+    /// (None: it is gone).
+    SubRegistry { id: SubId, matcher: Option<Matcher>, done: oneshot::Sender<()> },
+    /// To a subscription's owner: a stream it selects has data up to `tail`.
+    SubTail { id: SubId, path: String, tail: Offset, done: oneshot::Sender<()> },
 }
 
 /// One shard's part of a listing: its first `limit` matching streams after

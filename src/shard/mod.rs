@@ -27,6 +27,7 @@ mod recover;
 pub mod router;
 mod state;
 mod stream;
+pub mod subs;
 pub mod tiering;
 
 use crate::metrics::{Family, Histo, Samples};
@@ -66,6 +67,10 @@ pub struct ShardStats {
     /// follower sent here.
     pub requests_forwarded: u64,
     pub requests_forwarded_in: u64,
+    /// Webhook POSTs made for the subscriptions this shard owns, and those
+    /// that failed (no answer, or not 2xx: retried).
+    pub webhook_deliveries: u64,
+    pub webhook_failures: u64,
 }
 
 pub struct Shard<S: SegmentStore> {
@@ -102,6 +107,14 @@ pub struct Shard<S: SegmentStore> {
     writable: RefCell<Option<Rc<Cell<bool>>>>,
     /// In a cell: the way to the group's leader (`forward`).
     forwarder: RefCell<Option<Rc<dyn forward::Forwarder>>>,
+    /// Subscriptions: what every shard shares (None: the API answers 503).
+    subs_env: RefCell<Option<Rc<subs::SubsEnv>>>,
+    /// What every subscription selects (every shard holds all of them).
+    registry: RefCell<subs::Registry>,
+    /// Set when a subscription this shard owns may have work to hand out.
+    subs_due: crate::notify::Notify,
+    /// Webhook deliveries of the subscriptions this shard owns.
+    deliveries: RefCell<HashMap<subs::SubId, subs::Attempt>>,
 }
 
 /// An executor's timer: resolves after the duration.
@@ -122,6 +135,7 @@ fn writes(req: &ShardRequest) -> bool {
         ),
         ShardRequest::Bucket { op, .. } => matches!(op, BucketOp::Create | BucketOp::Delete),
         ShardRequest::ListBucket { .. } => false,
+        ShardRequest::Subs(r) => r.op.writes(),
     }
 }
 
@@ -142,6 +156,12 @@ impl<S: SegmentStore> Shard<S> {
             storage::Error::CutBack => Error::Discarded(at()),
             _ => Error::Unavailable(at()),
         }
+    }
+
+    /// Turns the subscription API on (the server loads the signing key and
+    /// starts the delivery thread).
+    pub fn set_subs(&self, env: Rc<subs::SubsEnv>) {
+        *self.subs_env.borrow_mut() = Some(env);
     }
 
     pub fn set_peers(&self, peers: Rc<dyn Peers>) {
@@ -209,6 +229,7 @@ impl<S: SegmentStore> Shard<S> {
             }
             ShardRequest::Bucket { bucket, op } => self.bucket_op(bucket, op).await,
             ShardRequest::ListBucket { bucket, list } => self.list_bucket(bucket, list).await,
+            ShardRequest::Subs(r) => self.subs_op(r).await,
         }
     }
 
@@ -244,6 +265,15 @@ impl<S: SegmentStore> Shard<S> {
         out.sample(Family::LogPoisoned, id, "", u64::from(self.log.is_poisoned()));
         out.sample(Family::QuotaRefusals, id, "quota=\"max_streams\"", s.quota_refused_streams);
         out.sample(Family::QuotaRefusals, id, "quota=\"max_bytes\"", s.quota_refused_bytes);
+        out.sample(Family::WebhookDeliveries, id, "outcome=\"ok\"", s.webhook_deliveries - s.webhook_failures);
+        out.sample(Family::WebhookDeliveries, id, "outcome=\"failed\"", s.webhook_failures);
+        let (subs, pending) = {
+            let st = self.state.borrow();
+            let pending = st.subs.values().flat_map(|e| e.sub.streams.values()).filter(|c| c.pending()).count();
+            (st.subs.len() as u64, pending as u64)
+        };
+        out.sample(Family::Subscriptions, id, "", subs);
+        out.sample(Family::SubscriptionPendingStreams, id, "", pending);
         if self.log.tiering().is_some() {
             self.tier_metrics(&mut out, &l.tier);
         }
@@ -292,7 +322,9 @@ impl<S: SegmentStore> Shard<S> {
         // yields, so a passed check still holds when it writes.
         let creates = matches!(op, StreamOp::Create(_));
         rules::check_incarnation(if_incarnation, self.state.borrow().incarnation(&key), creates)?;
-        match op {
+        // Subscriptions hear of new data once it is acknowledged.
+        let watched = (!self.registry.borrow().is_empty()).then(|| key.clone());
+        let reply = match op {
             StreamOp::Create(c) => self.create(key, c).await,
             StreamOp::Append(a) => {
                 let r = self.append(key, a).await;
@@ -318,6 +350,24 @@ impl<S: SegmentStore> Shard<S> {
             StreamOp::SnapshotDelete { offset } => self.snapshot_delete(key, offset).await,
             StreamOp::Bootstrap => self.with_cold(|| self.bootstrap(&key)).await,
             StreamOp::Retain { offset } => self.retain(key, offset).await,
+        };
+        if let (Some(key), Ok(o)) = (watched, &reply) {
+            if let Some(tail) = new_data_tail(o) {
+                self.notify_subs(&key, tail).await;
+            }
         }
+        reply
+    }
+}
+
+/// The tail after an answer that added data (an append that wrote, a new
+/// stream created with data), which subscriptions hear of.
+fn new_data_tail(o: &Outcome) -> Option<crate::protocol::Offset> {
+    match o {
+        Outcome::Appended { info, duplicate: false, close_only: false, .. } => Some(info.next_offset),
+        Outcome::Created { info, new: true } if info.next_offset > crate::protocol::Offset::ZERO => {
+            Some(info.next_offset)
+        }
+        _ => None,
     }
 }

@@ -7,6 +7,7 @@ use super::{wall_clock_ms, Shard};
 use crate::metrics::Histo;
 use crate::protocol::persist::{self, AppendRecord, CreateRecord, StateDecodeError, StateRecord};
 use crate::protocol::rules::ProducerPolicy;
+use crate::protocol::subs::record::SubRecord;
 use crate::protocol::StreamKey;
 use crate::storage::{io::SegmentStore, Log, Recovered};
 use std::cell::{Cell, RefCell};
@@ -57,6 +58,10 @@ impl<S: SegmentStore> Shard<S> {
             hot_budget: Cell::new(0),
             writable: RefCell::new(None),
             forwarder: RefCell::new(None),
+            subs_env: RefCell::new(None),
+            registry: RefCell::default(),
+            subs_due: Default::default(),
+            deliveries: RefCell::default(),
         };
         let mut replay = Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
         let mut body = Vec::new();
@@ -104,7 +109,10 @@ impl<S: SegmentStore> Shard<S> {
                 .map_err(|e| format!("shard {}: reading a committed record: {e}", self.id))?;
             self.state.borrow_mut().uid_used(r.header.stream_id);
             self.replay_record(&mut replay, r, &body)?;
-            if !matches!(r.header.kind, persist::KIND_BUCKET_CREATE | persist::KIND_BUCKET_DELETE) {
+            if !matches!(
+                r.header.kind,
+                persist::KIND_BUCKET_CREATE | persist::KIND_BUCKET_DELETE | persist::KIND_SUBSCRIPTION
+            ) {
                 touched.push(r.header.stream_id);
             }
         }
@@ -185,6 +193,12 @@ impl<S: SegmentStore> Shard<S> {
                 if created {
                     state.buckets_known.insert(b);
                 }
+                Ok(())
+            }
+            persist::KIND_SUBSCRIPTION => {
+                let rec = SubRecord::decode(body).map_err(|_| bad("subscription"))?;
+                let id = (rec.root, rec.id);
+                self.state.borrow_mut().apply_sub(id, rec.sub, r.loc.segment, 0);
                 Ok(())
             }
             k => Err(format!("shard {}: unknown record kind {k}", self.id)),

@@ -5,6 +5,8 @@
 //! it, and its invariants are unit-tested without a log or an executor.
 
 use super::stream::Stream;
+use super::subs::{SubEntry, SubId};
+use crate::protocol::subs::{Root, Subscription};
 use crate::protocol::{Incarnation, StreamKey};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -24,6 +26,9 @@ pub(super) struct SegIndex {
     pub(super) deleted_uids: Vec<u64>,
     pub(super) bucket_creates: HashSet<String>,
     pub(super) bucket_deletes: Vec<String>,
+    /// Subscriptions with a record here, and those deleted here.
+    pub(super) sub_records: HashSet<SubId>,
+    pub(super) sub_deletes: Vec<SubId>,
 }
 
 /// The tables. Streams are reached by key; `by_uid` (what records name)
@@ -44,6 +49,8 @@ pub(super) struct State {
     seg_index: BTreeMap<u64, SegIndex>,
     /// Segment of each owned bucket's latest create record.
     bucket_segs: HashMap<String, u64>,
+    /// The subscriptions this shard owns (`shard/subs`).
+    pub(super) subs: BTreeMap<SubId, SubEntry>,
 }
 
 impl Default for State {
@@ -57,6 +64,7 @@ impl Default for State {
             buckets_known: BTreeSet::new(),
             seg_index: BTreeMap::new(),
             bucket_segs: HashMap::new(),
+            subs: BTreeMap::new(),
         }
     }
 }
@@ -189,6 +197,27 @@ impl State {
         let older = || on_disk.range(..seg).filter_map(|o| self.seg_index.get(o));
         here.deleted_uids.iter().any(|uid| older().any(|i| i.state_uids.contains(uid)))
             || here.bucket_deletes.iter().any(|b| older().any(|i| i.bucket_creates.contains(b)))
+            || here.sub_deletes.iter().any(|id| older().any(|i| i.sub_records.contains(id)))
+    }
+
+    /// A subscription's record was written in `segment` at `lsn`: its
+    /// state (which replaces what was there) or, with none, its delete.
+    pub(super) fn apply_sub(&mut self, id: SubId, sub: Option<Subscription>, segment: u64, lsn: u64) {
+        match sub {
+            Some(sub) => {
+                self.index(segment).sub_records.insert(id.clone());
+                self.subs.insert(id, SubEntry { sub, seg: segment, last_lsn: lsn });
+            }
+            None => {
+                self.index(segment).sub_deletes.push(id.clone());
+                self.subs.remove(&id);
+            }
+        }
+    }
+
+    /// Subscriptions under `root`.
+    pub(super) fn subs_in(&self, root: &Root) -> usize {
+        self.subs.keys().filter(|(r, _)| r == root).count()
     }
 }
 

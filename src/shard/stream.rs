@@ -102,6 +102,8 @@ pub(super) struct Snap {
 pub(super) enum MetaPin {
     Stream(StreamKey),
     Bucket(String),
+    /// A subscription's latest record.
+    Sub(super::subs::SubId),
 }
 
 /// What a reader may see of a stream: its durable prefix.

@@ -12,6 +12,8 @@
 //! jobs over `object_store`'s in-memory store, with a switch that makes
 //! every job fail as an unreachable store would.
 
+pub mod outbound;
+
 use crate::limits::{TIER_CONNECT_TIMEOUT_MS, TIER_REQUEST_TIMEOUT_MS, TIER_UPLOAD_TIMEOUT_MS};
 use futures_channel::oneshot;
 use futures_util::StreamExt;

@@ -158,8 +158,13 @@ async fn shard_answer<C: ConnContext + ?Sized>(
     head: &RequestHead,
     surface: Surface,
     live: Live,
-    req: ShardRequest,
+    mut req: ShardRequest,
 ) -> (Response, Option<usize>) {
+    if let ShardRequest::Subs(r) = &mut req {
+        // The URLs its answers and deliveries carry: as the client addressed us.
+        let o = super::super::forwarded::origin(head, cx.trust_proxy());
+        r.origin = format!("{}://{}", o.scheme, o.host);
+    }
     let owner = owner(cx, &req);
     let _held = (live == Live::LongPoll).then(|| Held::new(&cx.edge().long_polls));
     let resp = match cx.shard().run(owner, req).await {

@@ -108,6 +108,10 @@ impl<S: SegmentStore> Shard<S> {
                 }
                 MetaPin::Stream(_) => continue,
                 MetaPin::Bucket(b) => self.log_bucket_create(b),
+                MetaPin::Sub(id) => match self.relog_sub(id) {
+                    Some(r) => r,
+                    None => continue,
+                },
             };
             let Ok(lsn) = lsn else {
                 self.reclaim_due.set(true);
@@ -175,6 +179,11 @@ pub(in crate::shard) fn segment_needs(state: &State, sealed: &[u64]) -> (HashSet
             pins.entry(seg).or_default().push(MetaPin::Bucket(b.clone()));
         }
     }
+    for (id, e) in &state.subs {
+        if in_range(e.seg) {
+            pins.entry(e.seg).or_default().push(MetaPin::Sub(id.clone()));
+        }
+    }
     (data, pins)
 }
 
@@ -191,6 +200,7 @@ mod tests {
                     .map(|p| match p {
                         MetaPin::Stream(k) => k.stream.clone(),
                         MetaPin::Bucket(b) => format!("bucket {b}"),
+                        MetaPin::Sub((_, id)) => format!("subscription {id}"),
                     })
                     .collect()
             })
