@@ -22,7 +22,8 @@
 //! - the lead handed back to the first voter once it caught up fails no
 //!   write sent meanwhile to the node that hands it over;
 //! - a voter that lost its data directory elects no stale leader, and is
-//!   caught up (and votes again) when it comes back to a running cell.
+//!   caught up (and votes again) when it comes back to a running cell;
+//! - the subscription API is refused (501, with a reason) on every node.
 
 mod common;
 
@@ -559,5 +560,24 @@ fn a_voter_that_lost_its_data_while_the_cell_runs_is_caught_up() {
     cell.append("without node 1", Duration::from_secs(20)).expect("no acknowledgement in 20 s");
     for i in [1, 2] {
         cell.serves_all(i);
+    }
+}
+
+/// A cell does not serve subscriptions yet (its followers would deliver
+/// too, and each node signs with its own key): every node refuses the API
+/// with 501 and a reason, and writes nothing for it.
+#[test]
+fn a_cell_refuses_subscriptions_with_a_reason() {
+    let (cell, _) = Cell::with_appends(1);
+    let body = br#"{"type":"webhook","pattern":"events/*","webhook":{"url":"http://127.0.0.1:9/hook"}}"#;
+    for i in 0..3 {
+        let r = cell.nodes[i].conn().request(
+            "PUT",
+            "/v1/stream/__ds/subscriptions/s1",
+            &[("content-type", "application/json")],
+            body,
+        );
+        assert_eq!(r.status, 501, "node {}: {}", i + 1, r.summary());
+        assert!(r.text().contains("SUBSCRIPTIONS_UNAVAILABLE") && r.text().contains("cell"), "{}", r.text());
     }
 }

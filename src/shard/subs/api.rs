@@ -37,7 +37,12 @@ pub(super) fn new_token() -> Result<String, Error> {
 
 impl<S: SegmentStore> Shard<S> {
     pub(in crate::shard) async fn subs_op(&self, r: SubRequest) -> Reply {
-        let env = self.subs_env.borrow().clone().ok_or_else(|| Error::Unavailable("subscriptions are off".into()))?;
+        let env = self.subs_env.borrow().clone().ok_or_else(|| Error::Refused {
+            status: 501,
+            code: "SUBSCRIPTIONS_UNAVAILABLE".into(),
+            message: "this node runs in a replicated cell, which does not serve subscriptions yet".into(),
+            holder: None,
+        })?;
         if let Root::Ds(b) = &r.root {
             if !self.state.borrow().buckets_known.contains(b) {
                 return Err(Error::NotFound);
@@ -52,7 +57,12 @@ impl<S: SegmentStore> Shard<S> {
         let now = (self.now_ms)();
         match r.op {
             SubOp::Jwks => Ok(json(200, "application/jwk-set+json", &env.key.jwks())),
-            SubOp::Put { body } => self.sub_put(id, r.origin, &body, &env).await,
+            SubOp::Put { body } => {
+                let put = self.sub_put(id, r.origin, &body, &env).await;
+                // Its loop may be parked (it owned none): from now it ticks.
+                self.subs_due.notify();
+                put
+            }
             SubOp::Get => Ok(json(200, "application/json", &view::subscription(&self.owned(&id)?, env.key.kid()))),
             SubOp::Delete => {
                 self.owned(&id)?;

@@ -48,7 +48,15 @@ impl<S: SegmentStore + 'static> Shard<S> {
         self.resync_subs().await;
         loop {
             let Some(sleep) = self.sleep.borrow().clone() else { return };
-            futures_lite::future::or(self.subs_due.wait(), sleep(Duration::from_millis(SUBSCRIPTION_TICK_MS))).await;
+            // A shard that owns no subscription sleeps until told (an idle
+            // server does not wake for nothing); one that does also looks
+            // every tick for leases run out and retries come due.
+            if self.state.borrow().subs.is_empty() {
+                self.subs_due.wait().await;
+            } else {
+                futures_lite::future::or(self.subs_due.wait(), sleep(Duration::from_millis(SUBSCRIPTION_TICK_MS)))
+                    .await;
+            }
             if self.stopping.get() {
                 return;
             }
