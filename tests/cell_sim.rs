@@ -282,8 +282,9 @@ impl Sim {
 
     fn inject_faults(&mut self) {
         let n = self.replicas.len();
-        let down = self.replicas.iter().filter(|r| r.group.is_none()).count();
-        if self.rng.chance(400) && down + 1 < n {
+        // Counted before each fault: an earlier one may have taken a replica down.
+        let down = |sim: &Sim| sim.replicas.iter().filter(|r| r.group.is_none()).count();
+        if self.rng.chance(400) && down(self) + 1 < n {
             let i = self.rng.below(n as u64) as usize;
             if self.replicas[i].group.is_some() {
                 self.crash(i, false);
@@ -291,7 +292,7 @@ impl Sim {
         }
         // The whole cell loses power: every replica at once, those
         // writing now and then in the middle of a write.
-        if self.rng.chance(100) && down == 0 {
+        if self.rng.chance(100) && down(self) == 0 {
             for i in 0..n {
                 let writing = self.replicas[i].group.as_ref().is_some_and(|r| r.log.tail_lsn() > r.log.durable_lsn());
                 let torn = writing && self.rng.below(2) == 0;
@@ -300,7 +301,7 @@ impl Sim {
             self.whole_cuts += 1;
         }
         // A power cut while a replica's log is writing.
-        if self.rng.chance(400) && down + 1 < n {
+        if self.rng.chance(400) && down(self) + 1 < n {
             let writing = (0..n).filter(|&i| {
                 self.replicas[i].group.as_ref().is_some_and(|run| run.log.tail_lsn() > run.log.durable_lsn())
             });
