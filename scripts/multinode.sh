@@ -109,7 +109,6 @@ for i in 1 2 3; do start_node "$i"; done
 say "nodes on ports ${node_port[1]}, ${node_port[2]}, ${node_port[3]}"
 
 # --- the proxy -------------------------------------------------------------------
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 cfg="${MULTINODE_HAPROXY_CFG:-$root/docs/deploy/haproxy.cfg}"
 export RINGSTREAM_PROXY_RUN="$work/run" RINGSTREAM_PROXY_MAXCONN=2000
 export RINGSTREAM_NODE1="127.0.0.1:${node_port[1]}" RINGSTREAM_NODE2="127.0.0.1:${node_port[2]}" RINGSTREAM_NODE3="127.0.0.1:${node_port[3]}"
