@@ -322,11 +322,21 @@ pub const CELL_FORWARD_TIMEOUT_MS: u64 = 8_000;
 /// (an election under way, the leader just died) holds a request that must
 /// go to the leader, looking again every tick, before it answers 503.
 pub const CELL_LEADER_WAIT_MS: u64 = 2_000;
+/// Replicated cells: how many times a write of one record (a create, an
+/// append, a delete, a retention) runs when it comes back discarded before
+/// it was proposed (the lead changed hands meanwhile: nothing of it was
+/// written anywhere), a tick apart, before the client gets the 503.
+pub const CELL_DISCARDED_RUNS_MAX: usize = 4;
 /// Replicated cells: requests a leader holds while it confirms that it still
 /// leads before answering them (a freshness claim: HEAD, a 404, a read at
 /// the tail); past it a request is answered 503 at once. Room for every
 /// follower's forwards and as many of its own.
 pub const CELL_CONFIRMS_MAX: usize = CELL_VOTERS_MAX * CELL_FORWARDS_MAX;
+/// Replicated cells: live reads (long-poll, SSE) a follower holds while it
+/// catches up with what its leader had committed when they arrived (one
+/// read index round, then the apply: `cell::catch_up`); past it a live read
+/// there answers 503 at once. A waiting read costs a few dozen bytes.
+pub const CELL_CATCH_UPS_MAX: usize = 16_384;
 /// Replicated cells: ticks a leader waits for a majority to confirm that it
 /// still leads (one read index round) before those waiting get 503: two
 /// election timeouts, by when check-quorum has stepped a leader cut off

@@ -84,6 +84,7 @@ pub enum Family {
     CellTerm,
     CellLeaderChanges,
     CellReadIndexRounds,
+    CellCatchUpRounds,
     CellLeading,
     CellCommitIndex,
     CellCommitSeconds,
@@ -120,7 +121,7 @@ struct Def {
 
 /// Every family's name, type and help text, in [`Family::ALL`] order (a
 /// unit test checks the order, so `DEFS[f as usize]` is `f`'s row).
-const DEFS: [Def; 65] = [
+const DEFS: [Def; 66] = [
     Def {
         family: Family::HttpRequests,
         name: "ringstream_http_requests_total",
@@ -429,6 +430,13 @@ const DEFS: [Def; 65] = [
                claims freshness, by outcome (started, confirmed, failed: no majority by the deadline or the lead ended).",
     },
     Def {
+        family: Family::CellCatchUpRounds,
+        name: "ringstream_cell_catch_up_rounds_total",
+        kind: Kind::Counter,
+        help: "In a cell: rounds this shard's replica ran, as a follower, to catch up with its leader's commit before \
+               serving live reads, by outcome (started, caught_up, failed: no answer or not applied by the deadline).",
+    },
+    Def {
         family: Family::CellLeading,
         name: "ringstream_cell_leading",
         kind: Kind::Gauge,
@@ -524,7 +532,7 @@ const _: () = {
 };
 
 impl Family {
-    pub const ALL: [Family; 65] = [
+    pub const ALL: [Family; 66] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -576,6 +584,7 @@ impl Family {
         Family::CellTerm,
         Family::CellLeaderChanges,
         Family::CellReadIndexRounds,
+        Family::CellCatchUpRounds,
         Family::CellLeading,
         Family::CellCommitIndex,
         Family::CellCommitSeconds,

@@ -19,6 +19,9 @@
 //!   new leader counts from the writes it applied, and from its takeover);
 //! - a stream's `Stream-Incarnation` is the same on every node, and a write
 //!   naming a deleted creation is refused (412) through any node;
+//! - a client that appends through a follower and reads there at once, by
+//!   long-poll or SSE from the start, gets its append and the tail as the
+//!   leader acknowledged it;
 //! - the lead handed back to the first voter once it caught up fails no
 //!   write sent meanwhile to the node that hands it over;
 //! - a voter that lost its data directory elects no stale leader, and is
@@ -580,4 +583,58 @@ fn a_cell_refuses_subscriptions_with_a_reason() {
         assert_eq!(r.status, 501, "node {}: {}", i + 1, r.summary());
         assert!(r.text().contains("SUBSCRIPTIONS_UNAVAILABLE") && r.text().contains("cell"), "{}", r.text());
     }
+}
+
+/// Appends `body` through node `i`, then at once reads from the start
+/// there, by long-poll and by SSE (both connected before the append, both
+/// sent as soon as it is acknowledged): the append's answer, the
+/// long-poll's, and the SSE catch-up's text up to its first "up to date".
+fn append_then_read_live(cell: &Cell, i: usize, body: &str) -> (common::Response, common::Response, String) {
+    let port = cell.nodes[i].port();
+    let mut long_poll = cell.nodes[i].conn();
+    let mut sse = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    sse.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let appended = send(cell, i, "POST", STREAM, None, body.as_bytes());
+    let sse_head = format!("GET {STREAM}?offset=-1&live=sse HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::io::Write::write_all(&mut sse, sse_head.as_bytes()).expect("send");
+    let poll = common::encode_request(port, "GET", &format!("{STREAM}?offset=-1&live=long-poll"), &[], b"");
+    long_poll.send_raw(&poll).expect("send");
+    let polled = long_poll.read_response(false).expect("the long-poll's answer");
+    let text = common::read_sse_until(&mut sse, |t| t.contains("\"upToDate\":true") || t.contains(" 503 "));
+    (appended, polled, text)
+}
+
+#[test]
+fn a_client_reads_its_own_append_live_through_a_follower() {
+    let (cell, leader) = Cell::with_appends(2);
+    for round in 0..20 {
+        let follower = (leader + 1 + round % 2) % 3;
+        let body = format!("<mine {round}>");
+        let (r, long_poll, sse) = append_then_read_live(&cell, follower, &body);
+        assert!(r.status == 200 || r.status == 204, "round {round}: the append: {}", r.summary());
+        let acked = r.sno();
+        assert_eq!(long_poll.status, 200, "round {round}: {}", long_poll.summary());
+        assert_eq!(
+            (long_poll.sno(), long_poll.header("stream-up-to-date")),
+            (acked.clone(), Some("true")),
+            "round {round}: a long-poll through node {} claims the tail short of its own append",
+            follower + 1
+        );
+        assert!(long_poll.text().ends_with(&body), "round {round}: the long-poll lacks the append");
+        let tail = format!("\"streamNextOffset\":\"{acked}\"");
+        assert!(
+            sse.contains(&body) && sse.contains(&tail) && sse.contains("\"upToDate\":true"),
+            "round {round}: the SSE catch-up through node {} lacks its own append:\n{sse}",
+            follower + 1
+        );
+    }
+    let rounds = |i: usize, outcome: &str| -> f64 {
+        let name = format!("ringstream_cell_catch_up_rounds_total{{shard=\"0\",outcome=\"{outcome}\"}}");
+        cell.nodes[i].metrics().iter().filter(|(k, _)| *k == name).map(|(_, v)| v).sum()
+    };
+    for i in (0..3).filter(|&i| i != leader) {
+        assert!(rounds(i, "caught_up") >= 10.0, "node {}: {} catch-up rounds", i + 1, rounds(i, "caught_up"));
+        assert_eq!(rounds(i, "failed"), 0.0, "node {}: a catch-up failed", i + 1);
+    }
+    assert_eq!(rounds(leader, "started"), 0.0, "the leader caught up with itself");
 }

@@ -13,18 +13,21 @@
 //!   no stale tail, no 404 for the new stream, no refusal and no "already
 //!   there" decided from its state: nothing until it notices, then 503;
 //! - a leader that deleted a stream answers a 404 for it only once the
-//!   delete is committed, though it confirms its lead sooner.
+//!   delete is committed, though it confirms its lead sooner;
+//! - a follower that has not heard of the leader's last commit serves a
+//!   live read (SSE, long-poll) only once it applied it (`cell::catch_up`),
+//!   and one cut off answers no "up to date" at all.
 
 mod common;
 
-use common::requests::{append, create, head, on, read_from_start, BUCKET};
+use common::requests::{append, create, head, on, read_from_start, read_live, BUCKET};
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
 use raft::prelude::{Message, MessageType};
 use ringstream::cell::replica::{Outbox, Replica, Status};
 use ringstream::limits::SEGMENT_BYTES_MIN;
 use ringstream::protocol::rules::ProducerPolicy;
-use ringstream::protocol::{BucketOp, Error, Offset, Outcome, StreamOp};
+use ringstream::protocol::{BucketOp, Error, Live, Offset, Outcome, StreamOp};
 use ringstream::shard::forward::{Forwarder, Unsent};
 use ringstream::shard::{Reply, Shard, ShardRequest};
 use ringstream::storage::sim_file::SimStore;
@@ -47,6 +50,10 @@ impl Forwarder for Confirming {
     fn confirmation(&self) -> Pin<Box<dyn Future<Output = bool>>> {
         let (status, ticket) = (self.0.clone(), self.0.confirms.ticket());
         Box::pin(async move { status.confirms.confirm(ticket).await })
+    }
+    fn caught_up(&self) -> Pin<Box<dyn Future<Output = bool>>> {
+        let status = self.0.clone();
+        Box::pin(async move { status.catch_ups.caught_up().await })
     }
     fn notify(&self, _: Vec<u8>) {}
 }
@@ -97,13 +104,17 @@ struct Cell {
     paused: HashSet<u64>,
     /// Kinds of message the network loses, whoever sends them.
     lost: HashSet<MessageType>,
+    /// Nodes that hear no entries (MsgAppend): heartbeats and read index
+    /// rounds reach them, commits of new entries do not.
+    deaf: HashSet<u64>,
     steps: u64,
 }
 
 impl Cell {
     fn new() -> Cell {
         let nodes = (1..=3).map(boot).collect();
-        Cell { nodes, net: Vec::new(), cut: HashSet::new(), paused: HashSet::new(), lost: HashSet::new(), steps: 0 }
+        let none = HashSet::new;
+        Cell { nodes, net: Vec::new(), cut: none(), paused: none(), lost: HashSet::new(), deaf: none(), steps: 0 }
     }
 
     fn node(&mut self, id: u64) -> &mut Node {
@@ -114,7 +125,8 @@ impl Cell {
     fn step(&mut self) {
         self.steps += 1;
         for m in std::mem::take(&mut self.net) {
-            if !self.cut.contains(&m.from) && !self.cut.contains(&m.to) && !self.lost.contains(&m.msg_type()) {
+            let deaf = self.deaf.contains(&m.to) && m.msg_type() == MessageType::MsgAppend;
+            if !self.cut.contains(&m.from) && !self.cut.contains(&m.to) && !self.lost.contains(&m.msg_type()) && !deaf {
                 self.nodes[(m.to - 1) as usize].replica.step(m);
             }
         }
@@ -285,4 +297,64 @@ fn a_404_for_a_deleted_stream_waits_for_the_delete_to_commit() {
     assert!(cell.until_answered(&[deleted.clone(), missing.clone()], 500), "no answer once healed");
     assert!(matches!(deleted.take(), Some(Ok(Outcome::Deleted { .. }))));
     assert_eq!(missing.take(), Some(Err(Error::NotFound)));
+}
+
+/// The read's answer, or a panic naming what came instead.
+fn read_answer(answer: &Answer) -> ringstream::protocol::ReadOutcome {
+    match answer.take() {
+        Some(Ok(Outcome::Read(r))) => r,
+        other => panic!("not a read's answer: {other:?}"),
+    }
+}
+
+#[test]
+fn a_follower_behind_its_leader_serves_live_reads_once_caught_up() {
+    let (mut cell, leader) = cell_with_data(2);
+    let behind = (1..=3).find(|&id| id != leader).unwrap();
+    cell.deaf.insert(behind);
+    let r = cell.call(leader, on("s", append(b"<unseen>")));
+    assert!(matches!(r, Ok(Outcome::Appended { .. })), "committed without the deaf follower: {r:?}");
+    let fresh = tail(&cell.call(leader, on("s", head())));
+    let live =
+        [cell.send(behind, on("s", read_live(Live::Sse))), cell.send(behind, on("s", read_live(Live::LongPoll)))];
+    // Ten ticks: half the round's deadline.
+    cell.until_answered(&live, 50);
+    for a in &live {
+        let early = a.borrow().clone();
+        assert!(early.is_none(), "answered before it applied the leader's commit: {early:?}");
+    }
+    assert_eq!(cell.node(behind).status.catch_ups.waiting(), 2, "both wait, in one round");
+    assert_eq!(cell.node(behind).status.catch_ups.rounds(), 1);
+    cell.deaf.clear();
+    assert!(cell.until_answered(&live, 50), "not answered once the follower could catch up");
+    for (a, kind) in live.iter().zip(["SSE", "long-poll"]) {
+        let r = read_answer(a);
+        assert!(
+            r.up_to_date && r.next_offset == fresh,
+            "{kind}: up to date {} at {:?}, not {fresh:?}",
+            r.up_to_date,
+            r.next_offset
+        );
+        assert!(common::find(&r.body, b"<unseen>").is_some(), "{kind}: the acknowledged append is missing");
+    }
+}
+
+#[test]
+fn a_follower_cut_off_claims_no_tail_in_a_live_read() {
+    let (mut cell, leader) = cell_with_data(2);
+    let off = (1..=3).find(|&id| id != leader).unwrap();
+    let stale = tail(&cell.call(leader, on("s", head())));
+    for _ in 0..20 {
+        cell.step();
+    }
+    cell.cut.insert(off);
+    let r = cell.call(leader, on("s", append(b"<unseen>")));
+    assert!(matches!(r, Ok(Outcome::Appended { .. })), "committed without the follower: {r:?}");
+    let live = [cell.send(off, on("s", read_live(Live::Sse))), cell.send(off, on("s", read_live(Live::LongPoll)))];
+    assert!(cell.until_answered(&live, 500), "no answer past the round's deadline");
+    let sse = read_answer(&live[0]);
+    assert!(!sse.up_to_date && sse.next_offset == stale, "SSE: what it holds, not the tail: {sse:?}");
+    let long_poll = live[1].take();
+    assert!(matches!(long_poll, Some(Err(Error::Unavailable(_)))), "long-poll: not a 503: {long_poll:?}");
+    assert_eq!(cell.node(off).status.catch_ups.waiting(), 0);
 }

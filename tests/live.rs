@@ -4,7 +4,7 @@
 mod common;
 
 use common::Server;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -96,29 +96,6 @@ fn long_poll_times_out_with_204_and_cursor() {
     assert_eq!(r.sno(), "0000000000000000_0000000000000000");
 }
 
-/// Reads an SSE response until `pred` holds on the text so far.
-fn read_sse_until(s: &mut TcpStream, pred: impl Fn(&str) -> bool) -> String {
-    let mut text = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                text.extend_from_slice(&buf[..n]);
-                if pred(&String::from_utf8_lossy(&text)) {
-                    break;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
-                continue
-            }
-            Err(e) => panic!("reading SSE: {e}"),
-        }
-    }
-    String::from_utf8_lossy(&text).into_owned()
-}
-
 #[test]
 fn sse_readers_on_any_shard_receive_appends_then_closure() {
     let s = Server::start_with(&["--long-poll-timeout-ms", "20000"]);
@@ -137,7 +114,7 @@ fn sse_readers_on_any_shard_receive_appends_then_closure() {
         })
         .collect();
     for (i, t) in readers.iter_mut().enumerate() {
-        let text = read_sse_until(t, |x| x.contains("\"upToDate\":true"));
+        let text = common::read_sse_until(t, |x| x.contains("\"upToDate\":true"));
         assert!(text.starts_with("HTTP/1.1 200"), "reader {i}: {text}");
         assert!(text.contains("content-type: text/event-stream") || text.contains("Content-Type: text/event-stream"));
         assert!(!text.to_ascii_lowercase().contains("content-length"), "SSE has no Content-Length");
@@ -153,7 +130,7 @@ fn sse_readers_on_any_shard_receive_appends_then_closure() {
         assert_eq!(r.status, 204);
     }
     for (i, t) in readers.iter_mut().enumerate() {
-        let text = read_sse_until(t, |x| x.contains("\"streamClosed\":true"));
+        let text = common::read_sse_until(t, |x| x.contains("\"streamClosed\":true"));
         let data_at =
             text.find(&format!("data:last {i}")).unwrap_or_else(|| panic!("reader {i} missed the final data: {text}"));
         let closed_at = text.find("\"streamClosed\":true").expect("closure control event");

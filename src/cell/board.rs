@@ -58,6 +58,9 @@ impl Board {
             for (outcome, n) in ["started", "confirmed", "failed"].iter().zip(&s.read_index_rounds) {
                 out.sample(Family::CellReadIndexRounds, shard, &format!("outcome=\"{outcome}\""), n.load(Relaxed));
             }
+            for (outcome, n) in ["started", "caught_up", "failed"].iter().zip(&s.catch_up_rounds) {
+                out.sample(Family::CellCatchUpRounds, shard, &format!("outcome=\"{outcome}\""), n.load(Relaxed));
+            }
             out.sample(Family::CellLeading, shard, "", u64::from(p.leading));
             out.sample(Family::CellCommitIndex, shard, "", p.view.commit);
             out.shared_histogram(Family::CellCommitSeconds, shard, &s.commit_latency);
@@ -109,6 +112,9 @@ pub struct Slot {
     commit_latency: SharedLatency,
     /// Read index rounds (`cell::confirm`): started, confirmed, failed.
     read_index_rounds: [AtomicU64; 3],
+    /// A follower's catch-up rounds (`cell::catch_up`): started, caught
+    /// up, failed.
+    catch_up_rounds: [AtomicU64; 3],
 }
 
 impl Slot {
@@ -156,6 +162,13 @@ impl Slot {
     /// The replica's confirmation rounds so far.
     pub fn publish_rounds(&self, r: &crate::cell::confirm::Rounds) {
         for (slot, n) in self.read_index_rounds.iter().zip([r.started, r.confirmed, r.failed]) {
+            slot.store(n, Relaxed);
+        }
+    }
+
+    /// The replica's catch-up rounds so far.
+    pub fn publish_catch_ups(&self, r: &crate::cell::confirm::Rounds) {
+        for (slot, n) in self.catch_up_rounds.iter().zip([r.started, r.confirmed, r.failed]) {
             slot.store(n, Relaxed);
         }
     }

@@ -6,6 +6,9 @@
 //! - [`confirm`]: a leader's freshness claims (HEAD, a 404, a read at the
 //!   tail) wait until a read index round confirmed that it still leads:
 //!   the waiters, one round at a time for all of them, its deadline.
+//! - [`catch_up`]: a follower's live reads (long-poll, SSE) wait until it
+//!   applied what its leader had committed when they came (a read index
+//!   round through the leader): the waiters, the round, the deadline.
 //! - [`config`]: the cell's voters, this node's id and the shared secret,
 //!   as `--node-id`, `--cell` and `--cell-secret-file` give them (`cli`
 //!   resolves them).
@@ -43,6 +46,7 @@
 pub mod amnesia;
 pub mod auth;
 pub mod board;
+pub mod catch_up;
 pub mod config;
 pub mod confirm;
 pub mod group;

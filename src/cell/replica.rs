@@ -17,10 +17,15 @@
 //! follower), and settles the round when raft-rs confirms it, the lead ends
 //! or its deadline (in ticks) passes.
 //!
+//! While it follows, it holds the shard's live reads until it applied
+//! what the leader had committed when they came ([`super::catch_up`]): a
+//! read index round asked through the leader, then the apply.
+//!
 //! No glommio here: the owner gives the loop its inbox (a stream of
 //! messages), its outbox and a timer.
 
 use super::board::{Scalars, Slot};
+use super::catch_up::CatchUps;
 use super::confirm::Confirms;
 use super::group::{self, Group, Refused};
 use super::store::{LogStore, StoreError};
@@ -81,6 +86,9 @@ pub trait Applier {
 pub struct Status {
     /// The shard's answers waiting for the replica to confirm it leads.
     pub confirms: Confirms,
+    /// The shard's live reads waiting, while this replica follows, until
+    /// it applied what the leader had committed when they came.
+    pub catch_ups: CatchUps,
     /// It leads, and its term's first entry is committed (so every entry
     /// before it is applied): the shard may write (`Shard::set_writable`).
     pub leading: Rc<Cell<bool>>,
@@ -174,6 +182,7 @@ impl<S: SegmentStore> Replica<S> {
         self.group.tick();
         self.ticks += 1;
         self.status.confirms.expire(self.ticks);
+        self.status.catch_ups.expire(self.ticks);
         if let Some(id) = self.preferred {
             self.group.lead_toward(id);
         }
@@ -216,6 +225,11 @@ impl<S: SegmentStore> Replica<S> {
         if let Some(ctx) = self.status.confirms.start(self.id, self.ticks) {
             self.group.read_index(ctx);
         }
+        if self.status.leading.get() {
+            self.status.catch_ups.leads();
+        } else if let Some(ctx) = self.status.catch_ups.start(self.id, self.ticks) {
+            self.group.read_index(ctx);
+        }
         let mut reads = Vec::new();
         while let Some(w) = self.group.ready() {
             reads.extend(w.reads);
@@ -251,6 +265,7 @@ impl<S: SegmentStore> Replica<S> {
         self.report_durable(out);
         self.apply(self.group.leads_committed())?;
         self.confirmed(&reads);
+        self.caught_up();
         self.publish();
         Ok(())
     }
@@ -262,8 +277,22 @@ impl<S: SegmentStore> Replica<S> {
     /// leading meanwhile refused its waiters already (`stop_writing`).
     fn confirmed(&self, reads: &[group::ReadIndex]) {
         for r in reads {
+            if self.status.catch_ups.answered(&r.ctx, r.index) {
+                continue;
+            }
             let holds = self.status.leading.get() && r.index <= self.log.last_index();
             self.status.confirms.answered(&r.ctx, holds);
+        }
+    }
+
+    /// Settles the follower's catch-up reads the replica has applied far
+    /// enough for (the shard holds every committed entry once `apply` ran);
+    /// once it leads, all of them.
+    fn caught_up(&self) {
+        if self.status.leading.get() {
+            self.status.catch_ups.leads();
+        } else {
+            self.status.catch_ups.applied(self.log.committed_index());
         }
     }
 
@@ -302,6 +331,7 @@ impl<S: SegmentStore> Replica<S> {
             leading: self.status.leading.get(),
         });
         board.publish_rounds(&self.status.confirms.outcomes());
+        board.publish_catch_ups(&self.status.catch_ups.outcomes());
     }
 
     /// The shard stops writing. If it wrote records past the committed ones
@@ -376,6 +406,7 @@ enum Woken {
     Tick,
     Log,
     Confirm,
+    CatchUp,
 }
 
 /// Runs `replica` until its inbox ends, `stop` is set (checked at each
@@ -409,13 +440,18 @@ pub async fn run<S: SegmentStore>(
                 status.confirms.wanted().await;
                 Woken::Confirm
             };
-            let woken = futures_lite::future::or(timer, futures_lite::future::or(logged, confirm));
+            let catch_up = async {
+                status.catch_ups.wanted().await;
+                Woken::CatchUp
+            };
+            let asked = futures_lite::future::or(confirm, catch_up);
+            let woken = futures_lite::future::or(timer, futures_lite::future::or(logged, asked));
             futures_lite::future::or(message, woken).await
         };
         match woken {
             Woken::Message(None) => return,
             Woken::Message(Some(m)) => replica.step(*m),
-            Woken::Tick | Woken::Log | Woken::Confirm => {}
+            Woken::Tick | Woken::Log | Woken::Confirm | Woken::CatchUp => {}
         }
         // Whatever woke it: a steady stream of messages must not hold the
         // clock back (elections, check-quorum, confirmation deadlines).

@@ -128,6 +128,21 @@ impl Forwarder for ToLeader {
         })
     }
 
+    /// The replica's catch-up (`cell::catch_up`): a read index round
+    /// through the leader, then the apply; bounded by the clock too, as
+    /// `confirmation` is.
+    fn caught_up(&self) -> Pin<Box<dyn Future<Output = bool>>> {
+        let status = self.status.clone();
+        let limit = Duration::from_millis(2 * CELL_CONFIRM_TICKS * CELL_TICK_MS);
+        Box::pin(async move {
+            let timed_out = async {
+                glommio::timer::sleep(limit).await;
+                false
+            };
+            futures_lite::future::or(status.catch_ups.caught_up(), timed_out).await
+        })
+    }
+
     /// Fire and forget, to the leader if it is connected now.
     fn notify(&self, request: Vec<u8>) {
         let Some(leader) = self.status.leader.get().filter(|&l| l != self.me && self.links.is_connected(l)) else {

@@ -10,7 +10,11 @@
 //! may just have been created), "not that creation" (a `Stream-Incarnation`
 //! this replica has not applied yet), or a catch-up read that reached this
 //! replica's tail (`Stream-Up-To-Date`). Live reads (long-poll, SSE) are
-//! served here from the committed prefix as it grows.
+//! served here from the committed prefix as it grows, once this replica
+//! caught up with what the leader had committed when they came (a read
+//! index round through the leader, then the apply: `cell::catch_up`), so
+//! that they too claim no less than the leader would: a client that
+//! appended through any node reads its append there.
 //!
 //! The leader runs a forwarded request as its own ([`Shard::run_forwarded`])
 //! and never forwards it again: a replica that lost its lead meanwhile
@@ -30,7 +34,7 @@
 
 use super::message::{Reply, ShardRequest};
 use super::Shard;
-use crate::limits::{CELL_FORWARD_TIMEOUT_MS, CELL_TICK_MS};
+use crate::limits::{CELL_DISCARDED_RUNS_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_TICK_MS};
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::{Error, Live, Outcome, ReadReq, StreamOp};
 use crate::storage::io::SegmentStore;
@@ -49,6 +53,10 @@ pub trait Forwarder {
     /// the state belongs to), awaited after: true once a majority confirmed
     /// that this replica still led, under that lead, after the read.
     fn confirmation(&self) -> Pin<Box<dyn Future<Output = bool>>>;
+    /// On a follower: true once this replica applied every entry its
+    /// leader had committed when this was first polled; false when that
+    /// could not be learnt in time (no leader reachable, say).
+    fn caught_up(&self) -> Pin<Box<dyn Future<Output = bool>>>;
     /// Sends a request whose answer nobody waits for (dropped when no
     /// leader is reachable now).
     fn notify(&self, request: Vec<u8>);
@@ -84,11 +92,6 @@ fn road(req: &ShardRequest) -> Road {
     }
 }
 
-/// How many times `run_owned` runs a write that comes back discarded
-/// unproposed, a tick apart (each run waits for a leader to be known, up
-/// to `CELL_LEADER_WAIT_MS`).
-const DISCARDED_RUNS_MAX: usize = 4;
-
 /// Whether `req`, discarded unproposed, may simply run again: a write of
 /// one record (a create, an append, a delete, a retention), which left
 /// nothing behind. Others (forks, snapshots, bucket changes) may write
@@ -117,12 +120,13 @@ fn liveness(req: &ShardRequest) -> Live {
 /// or what is current (HEAD's tail and ETag, the current snapshot, a
 /// bucket's count, a listing). Data below the committed prefix claims
 /// nothing; nor does a write's success (committed, hence confirmed), nor a
-/// live read (served from the committed prefix as it grows).
+/// long-poll's answer (it waited for data committed after it came, or for
+/// its timeout, which `decided_unwritten` confirms).
 fn claims_freshness(live: Live, reply: &Reply) -> bool {
     match reply {
         // "Not that creation": this replica may not have applied it yet.
         Err(Error::NotFound | Error::IncarnationMismatch) => true,
-        Ok(Outcome::Read(r)) => r.up_to_date && live == Live::No,
+        Ok(Outcome::Read(r)) => r.up_to_date && live != Live::LongPoll,
         Ok(Outcome::Bootstrap(b)) => b.up_to_date,
         Ok(Outcome::Head { .. } | Outcome::SnapshotAt { .. } | Outcome::BucketInfo { .. } | Outcome::Listing(_)) => {
             true
@@ -241,7 +245,7 @@ impl<S: SegmentStore> Shard<S> {
         let Some(to_leader) = forwarder else { return self.handle(req).await };
         let mut runs = 1;
         loop {
-            let again = (runs < DISCARDED_RUNS_MAX && rerunnable(&req)).then(|| req.clone());
+            let again = (runs < CELL_DISCARDED_RUNS_MAX && rerunnable(&req)).then(|| req.clone());
             match (self.run_in_cell(&*to_leader, req).await, again) {
                 (Err(Error::Discarded(why)), Some(r)) => {
                     tracing::debug!("shard {}: a write was discarded unproposed ({why}); running it again", self.id);
@@ -266,6 +270,7 @@ impl<S: SegmentStore> Shard<S> {
         }
         match road(&req) {
             Road::Leader => self.forward(to_leader, &req).await,
+            Road::HereFirst if liveness(&req) != Live::No => self.run_live_here(to_leader, req).await,
             Road::HereFirst => {
                 self.report_access(to_leader, &req);
                 // A read: small, no body.
@@ -280,6 +285,41 @@ impl<S: SegmentStore> Shard<S> {
                 }
                 unconfirmed(self.forward(to_leader, &again).await, reply)
             }
+        }
+    }
+
+    /// A live read on a follower: served from what this replica applied,
+    /// once it caught up with what the leader had committed when the read
+    /// came, so that its answer claims no less than the leader's would. An
+    /// SSE catch-up round that claims nothing (data short of the tail)
+    /// needs no wait. Unable to catch up (no leader reachable), it serves
+    /// the data it read, no longer claiming the tail, or answers 503.
+    async fn run_live_here(&self, to_leader: &dyn Forwarder, req: ShardRequest) -> Reply {
+        self.report_access(to_leader, &req);
+        let live = liveness(&req);
+        let mut here = None;
+        if live == Live::Sse {
+            // A read: small, no body.
+            let reply = self.handle(req.clone()).await;
+            if !claims_freshness(live, &reply) {
+                return reply;
+            }
+            here = Some(reply);
+        }
+        if to_leader.caught_up().await {
+            return self.handle(req).await;
+        }
+        if self.leads() {
+            // It took over meanwhile: its answer needs confirming.
+            return self.run_confirmed(to_leader, req).await;
+        }
+        let failed = Err(Error::Unavailable(format!(
+            "shard {}: this replica could not catch up with its group's leader for a live read (retry)",
+            self.id
+        )));
+        match here {
+            Some(here) => unconfirmed(failed, here),
+            None => failed,
         }
     }
 
@@ -446,8 +486,9 @@ mod tests {
         assert!(claims_freshness(Live::LongPoll, &Err(Error::NotFound)));
         assert!(claims_freshness(Live::No, &read_answer(true)));
         assert!(!claims_freshness(Live::No, &read_answer(false)), "the middle of a stream");
-        assert!(!claims_freshness(Live::LongPoll, &read_answer(true)), "live reads are served here");
-        assert!(!claims_freshness(Live::Sse, &read_answer(true)));
+        assert!(!claims_freshness(Live::LongPoll, &read_answer(true)), "it waited for data, or timed out");
+        assert!(claims_freshness(Live::Sse, &read_answer(true)), "an SSE catch-up that reached the tail");
+        assert!(!claims_freshness(Live::Sse, &read_answer(false)));
         assert!(!claims_freshness(Live::No, &Err(Error::Gone("trimmed".into()))));
         assert!(claims_freshness(Live::No, &Err(Error::IncarnationMismatch)), "the leader may hold that creation");
         assert!(claims_freshness(Live::LongPoll, &Err(Error::IncarnationMismatch)));

@@ -637,3 +637,26 @@ pub fn squash_json(s: &str) -> String {
     }
     out
 }
+
+/// Reads an SSE response until `pred` holds on the text so far.
+pub fn read_sse_until(s: &mut TcpStream, pred: impl Fn(&str) -> bool) -> String {
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                text.extend_from_slice(&buf[..n]);
+                if pred(&String::from_utf8_lossy(&text)) {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+                continue
+            }
+            Err(e) => panic!("reading SSE: {e}"),
+        }
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}

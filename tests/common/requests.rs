@@ -45,3 +45,8 @@ pub fn head() -> StreamOp {
 pub fn read_from_start() -> StreamOp {
     StreamOp::Read(ReadReq { from: ReadFrom::At(Offset::new(0, 0)), live: Live::No, cursor: None, if_none_match: None })
 }
+
+/// A live read (`live`: long-poll or SSE) from the stream's start.
+pub fn read_live(live: Live) -> StreamOp {
+    StreamOp::Read(ReadReq { from: ReadFrom::At(Offset::new(0, 0)), live, cursor: None, if_none_match: None })
+}
