@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # A replicated cell of three release servers on loopback (`--shards 1`, a
-# secret file of mode 600), then the official conformance suite against a
-# follower's address (its writes, HEADs and reads at the tail are forwarded
-# to the leader over the peer link) and against the leader's, and the
-# TypeScript and Python clients through the follower. Every run must pass.
+# secret file of mode 600), then the official conformance suite, its
+# subscription tests included (338), against a follower's address (its
+# writes, HEADs, reads at the tail and the subscription API are forwarded to
+# the leader over the peer link; the leader delivers the webhooks, signed
+# with the key every node derives from the cell secret) and against the
+# leader's, and the TypeScript and Python clients through the follower.
+# Every run must pass.
 #
 # Usage: scripts/cell-conformance.sh [--keep-data]
 # Environment: RINGSTREAM_BIN (a server binary instead of building one).
@@ -20,9 +23,9 @@ echo "cell-conformance: leader $leader, follower $follower"
 
 status=0
 echo "cell-conformance: the suite through the follower"
-scripts/conformance.sh --url "$follower" || status=1
+scripts/conformance.sh --subscriptions --url "$follower" || status=1
 echo "cell-conformance: the suite on the leader"
-scripts/conformance.sh --url "$leader" || status=1
+scripts/conformance.sh --subscriptions --url "$leader" || status=1
 echo "cell-conformance: the TypeScript client through the follower"
 scripts/ts-client-demo.sh --url "$follower" || status=1
 echo "cell-conformance: the Python client through the follower"

@@ -26,7 +26,9 @@
 //!   write sent meanwhile to the node that hands it over;
 //! - a voter that lost its data directory elects no stale leader, and is
 //!   caught up (and votes again) when it comes back to a running cell;
-//! - the subscription API is refused (501, with a reason) on every node.
+//! - a webhook subscription made through a follower is delivered by the
+//!   leader, signed with the key every node publishes, and after the leader
+//!   is killed, by the new leader under the same key id.
 
 mod common;
 
@@ -566,23 +568,66 @@ fn a_voter_that_lost_its_data_while_the_cell_runs_is_caught_up() {
     }
 }
 
-/// A cell does not serve subscriptions yet (its followers would deliver
-/// too, and each node signs with its own key): every node refuses the API
-/// with 501 and a reason, and writes nothing for it.
-#[test]
-fn a_cell_refuses_subscriptions_with_a_reason() {
-    let (cell, _) = Cell::with_appends(1);
-    let body = br#"{"type":"webhook","pattern":"events/*","webhook":{"url":"http://127.0.0.1:9/hook"}}"#;
-    for i in 0..3 {
-        let r = cell.nodes[i].conn().request(
-            "PUT",
-            "/v1/stream/__ds/subscriptions/s1",
-            &[("content-type", "application/json")],
-            body,
-        );
-        assert_eq!(r.status, 501, "node {}: {}", i + 1, r.summary());
-        assert!(r.text().contains("SUBSCRIPTIONS_UNAVAILABLE") && r.text().contains("cell"), "{}", r.text());
+/// The tail a webhook delivery names for the cell's stream, and its key id.
+fn delivered(d: &common::webhook::Delivered) -> (String, String) {
+    let b = d.json();
+    let stream = b["streams"].as_array().unwrap().iter().find(|s| s["path"] == "cell").expect("the stream");
+    let kid = d.header("webhook-signature").unwrap().split(',').nth(1).unwrap().to_string();
+    (stream["tail_offset"].as_str().unwrap().to_string(), kid)
+}
+
+/// The first delivery that names `tail` for the cell's stream, waiting up
+/// to `limit` for it.
+fn delivery_of(receiver: &common::webhook::Receiver, tail: &str, limit: Duration) -> common::webhook::Delivered {
+    let end = Instant::now() + limit;
+    let mut seen = 0;
+    loop {
+        let got = receiver.got.lock().unwrap().clone();
+        if let Some(d) = got[seen..].iter().find(|d| delivered(d).0 == tail) {
+            return d.clone();
+        }
+        seen = got.len();
+        assert!(Instant::now() < end, "no delivery names the tail {tail} in {limit:?} ({seen} deliveries)");
+        std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// The JWK set node `i` publishes.
+fn jwks(cell: &Cell, i: usize) -> serde_json::Value {
+    let r = send(cell, i, "GET", "/v1/stream/__ds/jwks.json", None, b"");
+    assert_eq!(r.status, 200, "node {}: {}", i + 1, r.summary());
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+/// Subscriptions in a cell: one made through a follower (forwarded to the
+/// leader) is delivered by the leader, signed with the key every node
+/// publishes; once the leader is killed, an append through a survivor is
+/// delivered by the new leader, under the same key id (every node derives
+/// the key from the cell secret).
+#[test]
+fn a_webhook_subscription_is_delivered_by_whichever_node_leads() {
+    let (mut cell, leader) = Cell::with_appends(1);
+    let receiver = common::webhook::Receiver::start(r#"{"done":true}"#);
+    let follower = (leader + 1) % 3;
+    let sub =
+        format!(r#"{{"type":"webhook","pattern":"*","webhook":{{"url":"{}"}},"lease_ttl_ms":1000}}"#, receiver.url);
+    let r = send(&cell, follower, "PUT", "/v1/stream/__ds/subscriptions/s1", None, sub.as_bytes());
+    assert_eq!(r.status, 201, "through node {}: {}", follower + 1, r.summary());
+    let r = send(&cell, follower, "POST", STREAM, None, b"<to deliver>");
+    assert!(r.status == 200 || r.status == 204, "{}", r.summary());
+    let acked = r.sno();
+    let first = delivery_of(&receiver, &acked, Duration::from_secs(10));
+    let kid = delivered(&first).1;
+    for i in 0..3 {
+        assert!(common::webhook::verify(&jwks(&cell, i), &first), "node {}'s JWK set does not verify it", i + 1);
+    }
+    cell.nodes[leader].kill9();
+    cell.up[leader] = false;
+    let survivor = cell.append("after the kill", Duration::from_secs(20)).expect("no survivor acknowledged");
+    let acked = cell.acked.last().unwrap().next.clone();
+    let last = delivery_of(&receiver, &acked, Duration::from_secs(20));
+    assert_eq!(delivered(&last).1, kid, "the new leader signs under the same key id");
+    assert!(common::webhook::verify(&jwks(&cell, survivor), &last), "the survivors' JWK set verifies it");
 }
 
 /// Appends `body` through node `i`, then at once reads from the start

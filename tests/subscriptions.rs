@@ -6,14 +6,9 @@
 
 mod common;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
+use common::webhook::{self, Delivered, Receiver};
 use common::{Response, Server};
-use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const JSON: (&str, &str) = ("Content-Type", "application/json");
@@ -56,100 +51,6 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// One request a receiver got: its headers (lower-case names) and body.
-#[derive(Debug, Clone)]
-struct Delivered {
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Delivered {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
-}
-
-/// A webhook receiver on loopback: a thread that answers every POST with
-/// `answer` and keeps what it got.
-struct Receiver {
-    url: String,
-    got: Arc<Mutex<Vec<Delivered>>>,
-}
-
-impl Receiver {
-    fn start(answer: &'static str) -> Receiver {
-        Receiver::start_with(vec![(200, answer)])
-    }
-
-    /// Answers the n-th request with `answers[n]`, and the last one from then on.
-    fn start_with(answers: Vec<(u16, &'static str)>) -> Receiver {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://127.0.0.1:{}/webhook", l.local_addr().unwrap().port());
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let g = got.clone();
-        std::thread::spawn(move || {
-            for (n, conn) in l.incoming().enumerate() {
-                let Ok(mut c) = conn else { return };
-                if let Some(d) = read_request(&mut c) {
-                    g.lock().unwrap().push(d);
-                }
-                let (status, answer) = answers[n.min(answers.len() - 1)];
-                let reply = format!(
-                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                    answer.len()
-                );
-                let _ = c.write_all(reply.as_bytes());
-            }
-        });
-        Receiver { url, got }
-    }
-
-    fn wait(&self) -> Delivered {
-        self.wait_for(1)
-    }
-
-    /// The `n`-th delivery (from 1), once it came.
-    fn wait_for(&self, n: usize) -> Delivered {
-        eventually("a webhook delivery", || self.got.lock().unwrap().len() >= n);
-        self.got.lock().unwrap()[n - 1].clone()
-    }
-}
-
-fn read_request(c: &mut std::net::TcpStream) -> Option<Delivered> {
-    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = c.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let headers: Vec<(String, String)> = head
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let len: usize = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok())?;
-    while buf.len() < head_end + len {
-        let n = c.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Some(Delivered { headers, body: buf[head_end..head_end + len].to_vec() })
-}
-
 fn webhook(url: &str, pattern: &str) -> Value {
     json!({ "type": "webhook", "pattern": pattern, "webhook": { "url": url }, "lease_ttl_ms": 1000 })
 }
@@ -157,22 +58,7 @@ fn webhook(url: &str, pattern: &str) -> Value {
 /// Checks a delivery's `Webhook-Signature` with the key the JWK set
 /// publishes under its kid.
 fn verify(s: &Server, d: &Delivered) -> bool {
-    let jwks = body(&get(s, "/v1/stream/__ds/jwks.json"));
-    let header = d.header("webhook-signature").expect("a signature header");
-    let parts: Vec<&str> = header.split(',').collect();
-    let (t, kid, sig) = (
-        parts[0].strip_prefix("t=").unwrap(),
-        parts[1].strip_prefix("kid=").unwrap(),
-        parts[2].strip_prefix("ed25519=").unwrap(),
-    );
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    assert!(now.abs_diff(t.parse().unwrap()) < 300, "a current timestamp");
-    let key = jwks["keys"].as_array().unwrap().iter().find(|k| k["kid"] == kid).expect("the kid is published");
-    let x: [u8; 32] = URL_SAFE_NO_PAD.decode(key["x"].as_str().unwrap()).unwrap().try_into().unwrap();
-    let sig: [u8; 64] = URL_SAFE_NO_PAD.decode(sig).unwrap().try_into().unwrap();
-    let mut signed = format!("{t}.").into_bytes();
-    signed.extend_from_slice(&d.body);
-    VerifyingKey::from_bytes(&x).unwrap().verify(&signed, &Signature::from_bytes(&sig)).is_ok()
+    webhook::verify(&body(&get(s, "/v1/stream/__ds/jwks.json")), d)
 }
 
 #[test]

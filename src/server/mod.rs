@@ -126,7 +126,10 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let stop_signals = signals::block_stop_signals()?;
     // Starts the tier thread: after the mask is in place.
     let tier = host::tier_client(&cfg)?;
-    let key = webhook_key::load_or_create(&cfg.data_dir)?;
+    let key = match &cfg.cell {
+        Some(cell) => webhook_key::derive_for_cell(cell.secret.as_bytes()),
+        None => webhook_key::load_or_create(&cfg.data_dir)?,
+    };
     // Deliveries reach public addresses, and loopback from a server on loopback.
     let loopback = cfg.listen.ip().is_loopback();
     let allow: crate::tier::outbound::Allow =

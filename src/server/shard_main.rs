@@ -97,18 +97,15 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     drop(records);
     let elapsed = started.elapsed();
     shard.set_live(Rc::new(|d| Box::pin(glommio::timer::sleep(d))), Duration::from_millis(b.cfg.long_poll_timeout_ms));
-    // A cell does not serve subscriptions yet: its followers would deliver
-    // too, and each node signs with its own key (the API answers 501).
-    if b.cfg.cell.is_none() {
-        shard.set_subs(Rc::new(SubsEnv {
-            key: b.process.subs.0.clone(),
-            loopback: b.addr.ip().is_loopback(),
-            outbound: b.process.subs.1.clone(),
-            spawn: Rc::new(|f| {
-                glommio::spawn_local(f).detach();
-            }),
-        }));
-    }
+    // In a cell only the leader delivers, and every node has the same key.
+    shard.set_subs(Rc::new(SubsEnv {
+        key: b.process.subs.0.clone(),
+        loopback: b.addr.ip().is_loopback(),
+        outbound: b.process.subs.1.clone(),
+        spawn: Rc::new(|f| {
+            glommio::spawn_local(f).detach();
+        }),
+    }));
     let l = log.clone();
     glommio::spawn_local(async move { l.run_writer().await }).detach();
     glommio::spawn_local(async move { log.run_preparer().await }).detach();

@@ -5,6 +5,11 @@
 //! directory) with mode 0600, so a crash leaves either no key or the whole
 //! key; every later start loads it, so the key id (`kid`) receivers trust
 //! survives restarts. Replacing the file while stopped rotates the key.
+//!
+//! In a replicated cell the file is not used: every node derives the one
+//! key from the cell's shared secret (HKDF-SHA256, RFC 5869), so whichever
+//! node leads signs with the key every node publishes, and the key id
+//! stays the same across failovers. Rotating the cell secret rotates it.
 
 use crate::protocol::subs::sign::WebhookKey;
 use anyhow::{bail, Context};
@@ -13,6 +18,19 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 pub const FILE_NAME: &str = "webhook-signing.key";
+
+/// HKDF's `info`: what the derived bytes are for (another use of the same
+/// secret derives other bytes).
+const CELL_KEY_INFO: &[u8] = b"ringstream cell webhook signing key, version 1";
+
+/// The cell's webhook signing key, from its shared secret.
+pub(super) fn derive_for_cell(secret: &[u8]) -> WebhookKey {
+    let mut seed = [0u8; 32];
+    hkdf::Hkdf::<sha2::Sha256>::new(None, secret)
+        .expand(CELL_KEY_INFO, &mut seed)
+        .expect("32 bytes is a valid HKDF-SHA256 output length");
+    WebhookKey::from_seed(&seed)
+}
 
 /// Loads the key under `dir`, creating it first if there is none.
 pub(super) fn load_or_create(dir: &Path) -> anyhow::Result<WebhookKey> {
@@ -73,5 +91,14 @@ mod tests {
         std::fs::write(dir.join(FILE_NAME), b"short").unwrap();
         assert!(load_or_create(&dir).is_err(), "a damaged key is refused, never replaced");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_cell_key_is_the_same_for_the_same_secret_and_another_for_another() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let a = derive_for_cell(secret);
+        assert_eq!(derive_for_cell(secret).kid(), a.kid(), "every node of the cell derives one key");
+        assert_ne!(derive_for_cell(b"0123456789abcdef0123456789abcdeF").kid(), a.kid());
+        assert_ne!(a.kid(), WebhookKey::from_seed(&[0; 32]).kid());
     }
 }

@@ -36,6 +36,7 @@ use super::message::{Reply, ShardRequest};
 use super::Shard;
 use crate::limits::{CELL_DISCARDED_RUNS_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_TICK_MS};
 use crate::protocol::offset::ReadFrom;
+use crate::protocol::subs::SubOp;
 use crate::protocol::{Error, Live, Outcome, ReadReq, StreamOp};
 use crate::storage::io::SegmentStore;
 use std::future::Future;
@@ -88,6 +89,8 @@ fn road(req: &ShardRequest) -> Road {
             StreamOp::Read(_) | StreamOp::Bootstrap | StreamOp::SnapshotRead { .. } => Road::HereFirst,
             _ => Road::Leader,
         },
+        // The JWK set is the cell's one key, which every node holds.
+        ShardRequest::Subs(r) if r.op == SubOp::Jwks => Road::HereFirst,
         ShardRequest::Bucket { .. } | ShardRequest::ListBucket { .. } | ShardRequest::Subs(_) => Road::Leader,
     }
 }
@@ -329,10 +332,13 @@ impl<S: SegmentStore> Shard<S> {
         // Taken before the state is read; only awaited if needed.
         let confirmation = cell.confirmation();
         let live = liveness(&req);
+        // The subscription API, little used, is confirmed whole rather
+        // than told apart (a GET, a re-confirmed PUT, a claim refused).
+        let control = matches!(req, ShardRequest::Subs(_));
         let reply = self.handle(req).await;
         // Everything the state may have held when it was read.
         let seen = self.log.tail_lsn();
-        if !decided_unwritten(live, &reply) {
+        if !control && !decided_unwritten(live, &reply) {
             return reply;
         }
         if !confirmation.await {
@@ -478,6 +484,12 @@ mod tests {
         assert_eq!(road(&ShardRequest::Bucket { bucket: "b".into(), op: BucketOp::Get }), Road::Leader);
         assert_eq!(road(&read(Live::No)), Road::HereFirst);
         assert_eq!(road(&stream(StreamOp::Bootstrap)), Road::HereFirst);
+        let subs = |op: SubOp| {
+            let root = crate::protocol::subs::Root::V1;
+            ShardRequest::Subs(crate::protocol::subs::SubRequest { root, id: String::new(), op, origin: String::new() })
+        };
+        assert_eq!(road(&subs(SubOp::Jwks)), Road::HereFirst, "every node holds the cell's key");
+        assert_eq!(road(&subs(SubOp::Get)), Road::Leader);
     }
 
     #[test]

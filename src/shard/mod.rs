@@ -115,6 +115,10 @@ pub struct Shard<S: SegmentStore> {
     subs_due: crate::notify::Notify,
     /// Webhook deliveries of the subscriptions this shard owns.
     deliveries: RefCell<HashMap<subs::SubId, subs::Attempt>>,
+    /// In a cell: this replica began to lead, and its subscriptions have
+    /// not yet heard the tails of the streams they select (a follower notes
+    /// none): the delivery loop tells them before it hands out work.
+    subs_resync: Cell<bool>,
 }
 
 /// An executor's timer: resolves after the duration.

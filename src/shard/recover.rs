@@ -3,6 +3,7 @@
 
 use super::records;
 use super::stream::{Snap, Stream};
+use super::subs::Matcher;
 use super::{wall_clock_ms, Shard};
 use crate::metrics::Histo;
 use crate::protocol::persist::{self, AppendRecord, CreateRecord, StateDecodeError, StateRecord};
@@ -23,6 +24,10 @@ struct Replay {
     orphans: HashMap<u64, Stream>,
     /// Snapshot blobs seen, by (uid, offset).
     blobs: HashMap<(u64, u64), Snap>,
+    /// Committed records applied in a cell (not the boot's replay, after
+    /// which `publish_owned_subs` tells every shard what subscriptions
+    /// select): each subscription's change goes to the registries at once.
+    applying: bool,
 }
 
 impl<S: SegmentStore> Shard<S> {
@@ -62,8 +67,10 @@ impl<S: SegmentStore> Shard<S> {
             registry: RefCell::default(),
             subs_due: Default::default(),
             deliveries: RefCell::default(),
+            subs_resync: Cell::new(false),
         };
-        let mut replay = Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
+        let mut replay =
+            Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new(), applying: false };
         let mut body = Vec::new();
         for r in records {
             body.clear();
@@ -99,7 +106,8 @@ impl<S: SegmentStore> Shard<S> {
     /// changed, as a leader's append wakes its own once durable: without
     /// this a follower's live readers heard of nothing until their timeout.
     pub fn apply_committed(&self, records: &[Recovered]) -> Result<(), String> {
-        let mut replay = Replay { boot_ms: (self.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new() };
+        let mut replay =
+            Replay { boot_ms: (self.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new(), applying: true };
         let mut body = Vec::new();
         let mut touched = Vec::new();
         for r in records {
@@ -198,6 +206,9 @@ impl<S: SegmentStore> Shard<S> {
             persist::KIND_SUBSCRIPTION => {
                 let rec = SubRecord::decode(body).map_err(|_| bad("subscription"))?;
                 let id = (rec.root, rec.id);
+                if replay.applying {
+                    self.publish_applied_matcher(&id, rec.sub.as_ref().map(Matcher::of));
+                }
                 self.state.borrow_mut().apply_sub(id, rec.sub, r.loc.segment, 0);
                 Ok(())
             }

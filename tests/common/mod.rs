@@ -13,6 +13,7 @@ pub mod cell;
 pub mod requests;
 pub mod rng;
 pub mod sim;
+pub mod webhook;
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};

@@ -66,6 +66,7 @@ impl<S: SegmentStore> Shard<S> {
         for (_, s) in self.state.borrow_mut().iter_mut() {
             s.last_access_ms = s.last_access_ms.max(now);
         }
+        self.subs_lead_begins();
     }
 
     /// Logs a delete record for the stream at `key` and applies it: soft

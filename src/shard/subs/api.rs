@@ -40,7 +40,7 @@ impl<S: SegmentStore> Shard<S> {
         let env = self.subs_env.borrow().clone().ok_or_else(|| Error::Refused {
             status: 501,
             code: "SUBSCRIPTIONS_UNAVAILABLE".into(),
-            message: "this node runs in a replicated cell, which does not serve subscriptions yet".into(),
+            message: "this node does not serve subscriptions (started without them)".into(),
             holder: None,
         })?;
         if let Root::Ds(b) = &r.root {
@@ -193,6 +193,23 @@ impl<S: SegmentStore> Shard<S> {
             self.ask(target, |done| Control::SubRegistry { id, matcher: m, done }).await?;
         }
         Ok(())
+    }
+
+    /// In a cell, a follower applied a record of subscription `id` (None:
+    /// its delete): every shard of this node learns what it selects now,
+    /// without waiting (the apply must not), as `publish_matcher` does on
+    /// the leader.
+    pub(in crate::shard) fn publish_applied_matcher(&self, id: &SubId, m: Option<Matcher>) {
+        self.registry.borrow_mut().set(id.clone(), m.clone());
+        let Some(peers) = self.peers.borrow().clone() else { return };
+        for target in (0..self.shards).filter(|&t| t != self.id) {
+            // Nobody waits for the answer.
+            let (done, _) = futures_channel::oneshot::channel();
+            let (id, matcher) = (id.clone(), m.clone());
+            if !peers.control(target, Control::SubRegistry { id, matcher, done }) {
+                tracing::warn!("shard {}: shard {target} did not take a subscription's new selection", self.id);
+            }
+        }
     }
 
     /// Boot: tells every shard what this shard's subscriptions select.

@@ -62,6 +62,9 @@ impl<S: SegmentStore + 'static> Shard<S> {
             }
             // In a cell only the leader hands out work.
             if self.leads() {
+                if self.subs_resync.take() {
+                    self.resync_subs().await;
+                }
                 self.subs_pass().await;
             }
         }

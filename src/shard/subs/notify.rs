@@ -4,7 +4,8 @@
 //! owner to have noted it (in memory: a claim made after the append's
 //! answer sees it). At boot every shard tells the owners the tails of its
 //! streams again, which brings back whatever was noted and not yet in a
-//! subscription's record when the process stopped.
+//! subscription's record when the process stopped; in a cell, so does a
+//! replica that begins to lead (its follower noted nothing).
 
 use super::SubId;
 use crate::protocol::{Offset, StreamKey};
@@ -35,6 +36,16 @@ impl<S: SegmentStore> Shard<S> {
         if e.sub.note_tail(path, tail) {
             self.subs_due.notify();
         }
+    }
+
+    /// In a cell, this replica begins to lead: what an earlier lead was
+    /// delivering is not known here (each wake begun again, under a new
+    /// generation: at least once), and the tails its followers' appends
+    /// reached are told to the subscriptions before work is handed out.
+    pub(in crate::shard) fn subs_lead_begins(&self) {
+        self.deliveries.borrow_mut().clear();
+        self.subs_resync.set(true);
+        self.subs_due.notify();
     }
 
     /// Boot, once every registry is whole: the tails of this shard's
