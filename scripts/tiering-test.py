@@ -436,9 +436,79 @@ def cmd_down(state_path, url):
           f"{added} appends acknowledged and read back hot; local disk {over} bytes over budget")
 
 
+RT = [f"/ds/tier-a/rt{i}" for i in range(8)]
+
+
+def remote_consistent(c, endpoint, bucket, node):
+    """The server's remote segments and the store's objects, once they agree."""
+    m = metrics(c)
+    keys = s3_list(endpoint, bucket, f"ringstream/{node}/")
+    return m, len(keys) == total(m, "ringstream_tier_remote_segments"), len(keys)
+
+
+def cmd_retention(state_path, url, endpoint, bucket, data_dir, nbytes):
+    """/ds streams of their own, written round-robin until their first
+    segments went to the store; then each stream's retained start moved to
+    two thirds of it: 410 below it, byte-exact from -1, and the objects that
+    held only data before the starts deleted from the store (no orphan)."""
+    c = Client(url)
+    node = open(os.path.join(data_dir, "ringstream.node-id")).read().strip()
+    offsets = {s: [] for s in RT}
+    for s in RT:
+        st, _, d = c.req("PUT", s, b"", {"Content-Type": "application/octet-stream"})
+        if st not in (200, 201):
+            fail(f"PUT {s}: {st} {d[:200]}")
+    written = 0
+    while written < nbytes:
+        for s in RT:
+            written += append(c, offsets, s)
+    cmd_settle(url, 120)
+    m0 = metrics(c)
+    remote0, deleted0 = total(m0, "ringstream_tier_remote_segments"), total(m0, "ringstream_tier_remote_deleted_total")
+    keep = {}
+    for s in RT:
+        k = len(offsets[s]) * 2 // 3
+        start = offsets[s][k - 1]
+        st, h, d = c.req("PUT", f"{s}/retention/{start}")
+        if st != 204 or h.get("stream-retained-offset") != start:
+            fail(f"PUT {s}/retention/{start}: {st} {h.get('stream-retained-offset')} {d[:200]}")
+        keep[s] = (k, start)
+    deadline = time.time() + 60
+    while True:
+        m, agree, objects = remote_consistent(c, endpoint, bucket, node)
+        deleted = total(m, "ringstream_tier_remote_deleted_total") - deleted0
+        if deleted > 0 and agree:
+            break
+        if time.time() > deadline:
+            fail(f"60 s after retention: {deleted} remote segments deleted, {objects} objects in the store, "
+                 f"the server names {total(m, 'ringstream_tier_remote_segments')}")
+        time.sleep(0.5)
+    save(state_path, {s: [offsets[s], keep[s][0]] for s in RT})
+    cmd_retention_verify(state_path, url)
+    print(f"retention: {written} bytes over {len(RT)} /ds streams, each kept from two thirds on; remote segments "
+          f"{remote0} -> {total(m, 'ringstream_tier_remote_segments')}, {deleted} deleted from the store, "
+          f"{objects} objects left, one per remote segment")
+
+
+def cmd_retention_verify(state_path, url):
+    """What retention kept reads back byte-exact from -1; below it, 410."""
+    c = Client(url)
+    for s, (offsets, k) in load(state_path).items():
+        start = offsets[k - 1]
+        st, h, d = c.req("GET", f"{s}?offset={offsets[0]}")
+        if st != 410 or h.get("stream-retained-offset") != start:
+            fail(f"GET {s} below its retained start: {st} {h.get('stream-retained-offset')} (want 410 at {start})")
+        st, h, got = read_from(c, s, "-1")
+        want = b"".join(blob(s, i) for i in range(k, len(offsets)))
+        if st != 200 or got != want:
+            fail(f"{s} from -1 after retention: {st}, {len(got)} bytes, want {len(want)}")
+    print(f"retention: {len(load(state_path))} streams answer 410 below their retained start and read back "
+          f"byte-exact from it")
+
+
 def cmd_delete(state_path, url, endpoint, bucket, data_dir):
     c = Client(url)
-    for s in STREAMS + IL:
+    for s in STREAMS + IL + RT:
         st, _, _ = c.req("DELETE", s)
         if st not in (200, 204):
             fail(f"DELETE {s}: {st}")
@@ -479,6 +549,10 @@ if __name__ == "__main__":
         cmd_store(*args)
     elif cmd == "down":
         cmd_down(*args)
+    elif cmd == "retention":
+        cmd_retention(*args[:5], int(args[5]))
+    elif cmd == "retention-verify":
+        cmd_retention_verify(*args)
     elif cmd == "delete":
         cmd_delete(*args)
     else:

@@ -19,7 +19,11 @@
 #     up, everything (the appends made meanwhile too) reads back byte-exact;
 #  4. 80 streams appended round-robin with small bodies (1 MiB of one spans
 #     more segments than the block cache holds) read back cold, byte-exact;
-#  5. delete every stream: the remote objects are deleted.
+#  5. 8 /ds streams of their own written until their first segments are
+#     remote, then each one's retained start moved to two thirds of it
+#     (PUT .../retention/{offset}): 410 below, byte-exact from -1, objects
+#     deleted from the store and none orphaned; the same after a restart;
+#  6. delete every stream: the remote objects are deleted.
 #
 # Usage: scripts/tiering.sh [--keep]   (--keep: leave the work dir for a look)
 # Environment: RINGSTREAM_BIN (a server binary instead of building one),
@@ -107,7 +111,13 @@ server_stop "$pid"; pid=""
 start_ringstream
 py interleave-verify "$work/il" "$url"
 
-echo "== 5. deletes reach the object store" >&2
+echo "== 5. retention reaches the object store, and holds across a restart" >&2
+py retention "$work/rt" "$url" "$S3_ENDPOINT" "$S3_BUCKET" "$work/data" $((24 * 1024 * 1024))
+server_stop "$pid"; pid=""
+start_ringstream
+py retention-verify "$work/rt" "$url"
+
+echo "== 6. deletes reach the object store" >&2
 py delete "$work/state" "$url" "$S3_ENDPOINT" "$S3_BUCKET" "$work/data"
 server_stop "$pid"; pid=""
 [ "$SERVER_EXIT" = 0 ] || { echo "tiering: the server did not exit 0 (status $SERVER_EXIT)" >&2; exit 1; }

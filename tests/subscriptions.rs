@@ -277,6 +277,31 @@ fn webhook_deliveries_are_signed_and_a_done_answer_acks_them() {
     });
 }
 
+/// A stream deleted and created again at a path a subscription follows:
+/// its offsets start over, and so does the subscription's cursor (the
+/// new creation's data is delivered though it lies below what was acked).
+#[test]
+fn a_stream_created_again_is_delivered_from_its_start() {
+    let s = Server::start();
+    let rx = Receiver::start(r#"{"done":true}"#);
+    assert_eq!(put(&s, &sub_path("w2"), &webhook(&rx.url, "events/*")).status, 201);
+    let long = s.conn().request("PUT", "/v1/stream/events/again", &[JSON], br#"{"event":"a long first creation"}"#);
+    assert_eq!(long.status, 201);
+    let first = rx.wait();
+    assert_eq!(first.json()["streams"][0]["tail_offset"], long.must("stream-next-offset"));
+    eventually("the first creation acked", || {
+        body(&get(&s, &sub_path("w2")))["streams"][0]["acked_offset"] == long.must("stream-next-offset")
+    });
+    assert_eq!(s.conn().request("DELETE", "/v1/stream/events/again", &[], b"").status, 204);
+    let short = s.conn().request("PUT", "/v1/stream/events/again", &[JSON], br#"{"e":2}"#);
+    assert_eq!(short.status, 201);
+    assert!(short.must("stream-next-offset") < long.must("stream-next-offset"), "offsets start over");
+    let second = rx.wait_for(2);
+    assert!(verify(&s, &second));
+    assert_eq!(second.json()["streams"][0]["path"], "events/again");
+    assert_eq!(second.json()["streams"][0]["tail_offset"], short.must("stream-next-offset"), "the new creation");
+}
+
 #[test]
 fn a_webhook_callback_acks_and_a_replay_is_fenced() {
     let s = Server::start();

@@ -37,8 +37,8 @@ impl<S: SegmentStore> Shard<S> {
                 self.registry.borrow_mut().set(id, matcher);
                 let _ = done.send(());
             }
-            Control::SubTail { id, path, tail, done } => {
-                self.sub_tail(&id, &path, tail);
+            Control::SubTail { id, path, tail, creation, done } => {
+                self.sub_tail(&id, &path, tail, &creation);
                 let _ = done.send(());
             }
         }

@@ -97,8 +97,9 @@ pub enum Control {
     /// From a subscription's owner to every shard: what it selects now
     /// (None: it is gone).
     SubRegistry { id: SubId, matcher: Option<Matcher>, done: oneshot::Sender<()> },
-    /// To a subscription's owner: a stream it selects has data up to `tail`.
-    SubTail { id: SubId, path: String, tail: Offset, done: oneshot::Sender<()> },
+    /// To a subscription's owner: a stream it selects (of creation
+    /// `creation`, its incarnation token) has data up to `tail`.
+    SubTail { id: SubId, path: String, tail: Offset, creation: String, done: oneshot::Sender<()> },
 }
 
 /// One shard's part of a listing: its first `limit` matching streams after

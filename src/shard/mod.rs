@@ -356,8 +356,8 @@ impl<S: SegmentStore> Shard<S> {
             StreamOp::Retain { offset } => self.retain(key, offset).await,
         };
         if let (Some(key), Ok(o)) = (watched, &reply) {
-            if let Some(tail) = new_data_tail(o) {
-                self.notify_subs(&key, tail).await;
+            if let Some((tail, creation)) = new_data_tail(o) {
+                self.notify_subs(&key, tail, &creation.token()).await;
             }
         }
         reply
@@ -365,12 +365,15 @@ impl<S: SegmentStore> Shard<S> {
 }
 
 /// The tail after an answer that added data (an append that wrote, a new
-/// stream created with data), which subscriptions hear of.
-fn new_data_tail(o: &Outcome) -> Option<crate::protocol::Offset> {
+/// stream created with data), which subscriptions hear of, and the
+/// creation it is of.
+fn new_data_tail(o: &Outcome) -> Option<(crate::protocol::Offset, Incarnation)> {
     match o {
-        Outcome::Appended { info, duplicate: false, close_only: false, .. } => Some(info.next_offset),
+        Outcome::Appended { info, duplicate: false, close_only: false, .. } => {
+            Some((info.next_offset, info.incarnation))
+        }
         Outcome::Created { info, new: true } if info.next_offset > crate::protocol::Offset::ZERO => {
-            Some(info.next_offset)
+            Some((info.next_offset, info.incarnation))
         }
         _ => None,
     }

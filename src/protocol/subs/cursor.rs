@@ -7,6 +7,12 @@
 //! token (kept as its SHA-256 only). Every new wake, and every re-claim of
 //! one whose lease ran out, takes a new generation, so an ack from stale
 //! work names an old (wake, generation) pair and is fenced (409 `FENCED`).
+//!
+//! A cursor counts in one creation of its stream (`Stream-Incarnation`):
+//! when the stream at its path is deleted and created again, its offsets
+//! start over, so the cursor starts over too (nothing of the new creation
+//! acknowledged), and acks the consumer sends for the old creation's data
+//! no longer move it.
 
 use super::config::{object, string_field, Delivery, SubConfig};
 use super::{glob, refused, Root};
@@ -43,11 +49,34 @@ pub struct Cursor {
     pub acked: Option<Offset>,
     /// The stream's tail as last heard (None: nothing heard yet).
     pub tail: Option<Offset>,
+    /// The creation of the stream the offsets count in (its incarnation
+    /// token; None: nothing heard yet, or a record from before this field).
+    #[serde(default)]
+    pub creation: Option<String>,
+    /// Acks of an earlier generation than this one do not move the cursor:
+    /// they were sent for data of an earlier creation.
+    #[serde(default)]
+    pub acks_from_generation: u64,
 }
 
 impl Cursor {
     fn new(link: Link) -> Self {
-        Cursor { link, acked: None, tail: None }
+        Cursor { link, acked: None, tail: None, creation: None, acks_from_generation: 0 }
+    }
+
+    /// Heard of the creation `creation` at `tail`: a creation other than
+    /// the one counted in starts the cursor over. Returns whether it did.
+    fn heard(&mut self, creation: &str, tail: Offset, next_generation: u64) -> bool {
+        let again = self.creation.as_deref().is_some_and(|c| c != creation);
+        if again {
+            self.acked = None;
+            self.tail = Some(tail);
+            self.acks_from_generation = next_generation;
+        } else {
+            self.tail = Some(self.tail.map_or(tail, |t| t.max(tail)));
+        }
+        self.creation = Some(creation.to_string());
+        again
     }
 
     pub fn pending(&self) -> bool {
@@ -121,10 +150,12 @@ impl Subscription {
             || self.config.pattern.as_deref().is_some_and(|p| glob::matches(p, path))
     }
 
-    /// The stream at `path` has data up to `tail`. Returns whether the
-    /// subscription has pending work it had not before (a wake is due).
-    /// A stream beyond `SUBSCRIPTION_STREAMS_MAX` is not tracked.
-    pub fn note_tail(&mut self, path: &str, tail: Offset) -> bool {
+    /// The stream at `path`, its creation `creation`, has data up to
+    /// `tail`. Returns whether the subscription has pending work it had not
+    /// before (a wake is due). A stream beyond `SUBSCRIPTION_STREAMS_MAX`
+    /// is not tracked. A new creation at the path starts its cursor over,
+    /// and the wake outstanding no longer hands out the old one's data.
+    pub fn note_tail(&mut self, path: &str, tail: Offset, creation: &str) -> bool {
         let was = self.pending();
         if !self.streams.contains_key(path) {
             if self.streams.len() >= SUBSCRIPTION_STREAMS_MAX || !self.selects(path) {
@@ -132,8 +163,15 @@ impl Subscription {
             }
             self.streams.insert(path.to_string(), Cursor::new(Link::Pattern));
         }
+        let next_generation = self.generation + 1;
         let c = self.streams.get_mut(path).expect("inserted above");
-        c.tail = Some(c.tail.map_or(tail, |t| t.max(tail)));
+        if c.heard(creation, tail, next_generation) {
+            if let Some(w) = &mut self.wake {
+                w.streams.retain(|(p, _)| p != path);
+            }
+            // Pending work it had: due again for the new creation.
+            return self.pending();
+        }
         !was && self.pending()
     }
 
@@ -236,7 +274,7 @@ impl Subscription {
     pub fn ack(&mut self, a: &Ack, token: Option<&str>) -> Result<bool, Error> {
         self.check_fence(&a.wake_id, a.generation, token)?;
         for (path, offset) in &a.acks {
-            if let Some(c) = self.streams.get_mut(path) {
+            if let Some(c) = self.streams.get_mut(path).filter(|c| a.generation >= c.acks_from_generation) {
                 let to = c.tail.map_or(*offset, |t| (*offset).min(t));
                 c.acked = Some(c.acked.map_or(to, |x| x.max(to)));
             }
@@ -346,9 +384,9 @@ mod tests {
     #[test]
     fn a_matching_stream_with_data_is_pending_until_acked() {
         let mut s = sub();
-        assert!(!s.note_tail("other/x", at(5)), "not selected");
-        assert!(s.note_tail("events/a", at(5)), "newly pending: a wake is due");
-        assert!(!s.note_tail("events/a", at(9)), "already pending");
+        assert!(!s.note_tail("other/x", at(5), "c1"), "not selected");
+        assert!(s.note_tail("events/a", at(5), "c1"), "newly pending: a wake is due");
+        assert!(!s.note_tail("events/a", at(9), "c1"), "already pending");
         let w = s.claim("w1".into(), 0, "tok").unwrap().unwrap().clone();
         assert_eq!((w.generation, w.streams.clone()), (1, vec![("events/a".to_string(), at(9))]));
         let busy = s.claim("w2".into(), 10, "tok2").unwrap_err();
@@ -364,7 +402,7 @@ mod tests {
     #[test]
     fn an_expired_lease_is_claimed_again_under_a_new_generation() {
         let mut s = sub();
-        s.note_tail("events/a", at(5));
+        s.note_tail("events/a", at(5), "c1");
         let first = s.claim("w1".into(), 0, "t1").unwrap().unwrap().clone();
         let second = s.claim("w2".into(), 2_000, "t2").unwrap().unwrap().clone();
         assert_eq!(second.generation, first.generation + 1);
@@ -377,7 +415,7 @@ mod tests {
     #[test]
     fn a_lapsed_claim_is_signalled_again_once() {
         let mut s = sub();
-        s.note_tail("events/a", at(5));
+        s.note_tail("events/a", at(5), "c1");
         assert!(s.signal_due(0));
         s.signalled = true;
         assert!(!s.signal_due(0), "one event per wake");
@@ -392,13 +430,41 @@ mod tests {
     #[test]
     fn webhook_done_acks_the_delivered_tails() {
         let mut s = sub();
-        s.note_tail("events/a", at(5));
+        s.note_tail("events/a", at(5), "c1");
         let w = s.begin_wake(0, None, "t").clone();
-        s.note_tail("events/a", at(8));
+        s.note_tail("events/a", at(8), "c1");
         assert!(s.auto_ack(&w.id, w.generation));
         assert_eq!(s.streams["events/a"].acked, Some(at(5)));
         assert!(s.pending(), "what came after the delivery is pending still");
         assert!(!s.auto_ack(&w.id, w.generation), "once");
+    }
+
+    #[test]
+    fn a_stream_created_again_starts_its_cursor_over() {
+        let mut s = sub();
+        s.note_tail("events/a", at(9), "c1");
+        let w = s.claim("w1".into(), 0, "t").unwrap().unwrap().clone();
+        // Deleted and created again: the new creation's data, at lower offsets.
+        assert!(s.note_tail("events/a", at(4), "c2"), "pending for the new creation");
+        assert_eq!((s.streams["events/a"].acked, s.streams["events/a"].tail), (None, Some(at(4))));
+        assert!(s.wake.as_ref().unwrap().streams.is_empty(), "the wake no longer hands out the old creation");
+        let old =
+            Ack { wake_id: w.id.clone(), generation: w.generation, acks: vec![("events/a".into(), at(9))], done: true };
+        assert_eq!(s.ack(&old, Some("t")), Ok(true), "an ack of the old creation's data moves nothing");
+        assert_eq!(s.streams["events/a"].acked, None);
+        let w = s.claim("w1".into(), 1, "t2").unwrap().unwrap().clone();
+        assert_eq!(w.streams, vec![("events/a".to_string(), at(4))]);
+        let new = Ack { wake_id: w.id, generation: w.generation, acks: vec![("events/a".into(), at(4))], done: true };
+        assert_eq!(s.ack(&new, Some("t2")), Ok(false));
+        assert_eq!(s.streams["events/a"].acked, Some(at(4)));
+        assert!(!s.note_tail("events/a", at(4), "c2"), "the same creation: nothing new");
+    }
+
+    #[test]
+    fn a_cursor_recorded_before_creations_were_kept_reads_as_none() {
+        let old = r#"{"link":"Pattern","acked":{"seq":0,"pos":5},"tail":{"seq":0,"pos":9}}"#;
+        let c: Cursor = serde_json::from_str(old).expect("a record of an earlier build");
+        assert_eq!((c.creation, c.acks_from_generation), (None, 0));
     }
 
     #[test]

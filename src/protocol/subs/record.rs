@@ -46,7 +46,7 @@ mod tests {
         let body = r#"{"type":"webhook","pattern":"events/*","webhook":{"url":"http://127.0.0.1:9/h"}}"#;
         let config = parse(body.as_bytes(), &Root::V1, true).unwrap();
         let mut sub = Subscription::new(Root::V1, "s".into(), config, "http://h:1".into());
-        sub.note_tail("events/a", Offset::new(0, 4));
+        sub.note_tail("events/a", Offset::new(0, 4), "c1");
         sub.begin_wake(5, None, "token");
         let rec = SubRecord { root: Root::V1, id: "s".into(), sub: Some(sub) };
         assert_eq!(SubRecord::decode(&rec.encode()).unwrap(), rec);

@@ -15,9 +15,10 @@ use crate::shard::Shard;
 use crate::storage::io::SegmentStore;
 
 impl<S: SegmentStore> Shard<S> {
-    /// The stream at `key` has data up to `tail`: tells the owners of the
-    /// subscriptions that select it. Nothing to do (one check) without any.
-    pub(in crate::shard) async fn notify_subs(&self, key: &StreamKey, tail: Offset) {
+    /// The stream at `key` (of creation `creation`) has data up to `tail`:
+    /// tells the owners of the subscriptions that select it. Nothing to do
+    /// (one check) without any.
+    pub(in crate::shard) async fn notify_subs(&self, key: &StreamKey, tail: Offset, creation: &str) {
         if self.registry.borrow().is_empty() {
             return;
         }
@@ -25,15 +26,16 @@ impl<S: SegmentStore> Shard<S> {
         for (id, path) in hits {
             let target = shard_for(&id.0.owner_key(&id.1), self.shards);
             // An owner that is gone (shutting down) hears of it at the next boot.
-            let _ = self.ask(target, |done| Control::SubTail { id, path, tail, done }).await;
+            let creation = creation.to_string();
+            let _ = self.ask(target, |done| Control::SubTail { id, path, tail, creation, done }).await;
         }
     }
 
     /// On the owner: the stream at `path` has data up to `tail`.
-    pub(in crate::shard) fn sub_tail(&self, id: &SubId, path: &str, tail: Offset) {
+    pub(in crate::shard) fn sub_tail(&self, id: &SubId, path: &str, tail: Offset, creation: &str) {
         let mut st = self.state.borrow_mut();
         let Some(e) = st.subs.get_mut(id) else { return };
-        if e.sub.note_tail(path, tail) {
+        if e.sub.note_tail(path, tail, creation) {
             self.subs_due.notify();
         }
     }
@@ -55,16 +57,16 @@ impl<S: SegmentStore> Shard<S> {
             return;
         }
         let durable = self.log.durable_lsn();
-        let tails: Vec<(StreamKey, Offset)> = {
+        let tails: Vec<(StreamKey, Offset, String)> = {
             let st = self.state.borrow();
             st.iter()
                 .filter(|(_, s)| !s.soft_deleted)
-                .map(|(k, s)| (k.clone(), s.info(&s.visible(durable)).next_offset))
-                .filter(|(_, t)| *t > Offset::ZERO)
+                .map(|(k, s)| (k.clone(), s.info(&s.visible(durable)).next_offset, s.incarnation().token()))
+                .filter(|(_, t, _)| *t > Offset::ZERO)
                 .collect()
         };
-        for (key, tail) in tails {
-            self.notify_subs(&key, tail).await;
+        for (key, tail, creation) in tails {
+            self.notify_subs(&key, tail, &creation).await;
         }
     }
 }
