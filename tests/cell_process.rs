@@ -22,6 +22,9 @@
 //! - a client that appends through a follower and reads there at once, by
 //!   long-poll or SSE from the start, gets its append and the tail as the
 //!   leader acknowledged it;
+//! - a fork's source deleted through a new leader is soft-deleted while
+//!   the fork lives (the new leader counted the fork's reference), and
+//!   collected once the fork goes;
 //! - the lead handed back to the first voter once it caught up fails no
 //!   write sent meanwhile to the node that hands it over;
 //! - a voter that lost its data directory elects no stale leader, and is
@@ -682,4 +685,43 @@ fn a_client_reads_its_own_append_live_through_a_follower() {
         assert_eq!(rounds(i, "failed"), 0.0, "node {}: a catch-up failed", i + 1);
     }
     assert_eq!(rounds(leader, "started"), 0.0, "the leader caught up with itself");
+}
+
+/// A fork's source deleted through a new leader is soft-deleted (F43): the
+/// new leader counted the fork's reference from the records it applied as
+/// a follower (references are not logged). Once the fork goes, the source
+/// goes too.
+#[test]
+fn a_new_leader_knows_which_sources_forks_still_read() {
+    let (mut cell, leader) = Cell::with_appends(2);
+    let fork = "/v1/stream/cell-fork";
+    let headers = [("content-type", "text/plain"), ("stream-forked-from", STREAM)];
+    let r = cell.nodes[leader].conn().request("PUT", fork, &headers, b"");
+    assert_eq!(r.status, 201, "the fork: {}", r.summary());
+    let inherited = cell.nodes[leader].conn().request("GET", &format!("{fork}?offset=-1"), &[], b"").body;
+    // Every node applied the fork's create (a read there serves it).
+    for i in 0..3 {
+        let end = Instant::now() + Duration::from_secs(10);
+        while cell.nodes[i].conn().request("GET", &format!("{fork}?offset=-1"), &[], b"").status != 200 {
+            assert!(Instant::now() < end, "node {} never served the fork", i + 1);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    cell.nodes[leader].kill9();
+    cell.up[leader] = false;
+    let new = cell.wait_leader();
+    let r = send(&cell, new, "DELETE", STREAM, None, b"");
+    assert_eq!(r.status, 204, "the source's delete through node {}: {}", new + 1, r.summary());
+    let r = send(&cell, new, "GET", &format!("{STREAM}?offset=-1"), None, b"");
+    assert_eq!(r.status, 410, "the source with a fork was not soft-deleted: {}", r.summary());
+    let r = send(&cell, new, "PUT", STREAM, None, b"");
+    assert_eq!(r.status, 409, "its path was free while a fork reads it: {}", r.summary());
+    let r = send(&cell, new, "GET", &format!("{fork}?offset=-1"), None, b"");
+    assert_eq!((r.status, r.body), (200, inherited), "the fork reads what it inherited");
+    assert_eq!(send(&cell, new, "DELETE", fork, None, b"").status, 204);
+    let end = Instant::now() + Duration::from_secs(10);
+    while send(&cell, new, "GET", &format!("{STREAM}?offset=-1"), None, b"").status != 404 {
+        assert!(Instant::now() < end, "the source outlived its last fork by 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

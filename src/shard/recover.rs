@@ -28,6 +28,15 @@ struct Replay {
     /// which `publish_owned_subs` tells every shard what subscriptions
     /// select): each subscription's change goes to the registries at once.
     applying: bool,
+    /// A fork was created or removed: sources' references are counted again.
+    forks_changed: bool,
+}
+
+impl Replay {
+    /// A replay of committed records in a cell, now.
+    fn applying() -> Replay {
+        Replay { boot_ms: 0, orphans: HashMap::new(), blobs: HashMap::new(), applying: true, forks_changed: false }
+    }
 }
 
 impl<S: SegmentStore> Shard<S> {
@@ -69,8 +78,7 @@ impl<S: SegmentStore> Shard<S> {
             deliveries: RefCell::default(),
             subs_resync: Cell::new(false),
         };
-        let mut replay =
-            Replay { boot_ms: (shard.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new(), applying: false };
+        let mut replay = Replay { boot_ms: (shard.now_ms)(), applying: false, ..Replay::applying() };
         let mut body = Vec::new();
         for r in records {
             body.clear();
@@ -106,8 +114,7 @@ impl<S: SegmentStore> Shard<S> {
     /// changed, as a leader's append wakes its own once durable: without
     /// this a follower's live readers heard of nothing until their timeout.
     pub fn apply_committed(&self, records: &[Recovered]) -> Result<(), String> {
-        let mut replay =
-            Replay { boot_ms: (self.now_ms)(), orphans: HashMap::new(), blobs: HashMap::new(), applying: true };
+        let mut replay = Replay { boot_ms: (self.now_ms)(), ..Replay::applying() };
         let mut body = Vec::new();
         let mut touched = Vec::new();
         for r in records {
@@ -124,6 +131,9 @@ impl<S: SegmentStore> Shard<S> {
                 touched.push(r.header.stream_id);
             }
         }
+        if replay.forks_changed {
+            self.recount_fork_refs();
+        }
         touched.sort_unstable();
         touched.dedup();
         for uid in touched {
@@ -133,6 +143,25 @@ impl<S: SegmentStore> Shard<S> {
             }
         }
         Ok(())
+    }
+
+    /// In a cell (one shard a node, so every fork's source is here): the
+    /// references each source holds, counted again from the forks the
+    /// state holds, once applied records created or removed forks (the
+    /// references are not logged). A replica that comes to lead must know
+    /// which sources forks still read: a delete of one is soft (F43).
+    fn recount_fork_refs(&self) {
+        debug_assert_eq!(self.shards, 1, "a fork's source may be on another shard");
+        let forks = self.fork_sources();
+        let mut state = self.state.borrow_mut();
+        for (_, s) in state.iter_mut() {
+            s.fork_refs = 0;
+        }
+        for (source, uid) in forks {
+            if let Some(s) = state.get_mut(&source).filter(|s| s.uid == uid) {
+                s.fork_refs += 1;
+            }
+        }
     }
 
     /// In a cell: the shard's state again from the committed records
@@ -159,6 +188,7 @@ impl<S: SegmentStore> Shard<S> {
         match r.header.kind {
             persist::KIND_CREATE => {
                 let c = CreateRecord::decode(body).map_err(|_| bad("create"))?;
+                replay.forks_changed |= c.fork.is_some();
                 let key = StreamKey { bucket: c.bucket.clone(), stream: c.stream.clone() };
                 records::apply_create(&mut self.state.borrow_mut(), key, &r.header, c, r.loc, 0, replay.boot_ms);
                 Ok(())
@@ -298,6 +328,7 @@ impl<S: SegmentStore> Shard<S> {
         let mut state = self.state.borrow_mut();
         match state.key_of(uid).cloned() {
             Some(key) => {
+                replay.forks_changed |= state.get(&key).is_some_and(|s| s.fork.is_some());
                 records::apply_delete(&mut state, &key, soft, seg, 0);
             }
             // Its stream's records were reclaimed: it still deletes any

@@ -67,6 +67,10 @@ impl<S: SegmentStore> Shard<S> {
     pub async fn expire_as_leader(&self) {
         if self.leads() && !self.stopping.get() {
             self.expire_due().await;
+            // Soft-deleted sources whose last fork went: a leader that
+            // failed between that fork's delete and the source's
+            // collection left it to its successor.
+            self.collect_unreferenced().await;
         }
     }
 
