@@ -99,6 +99,14 @@ impl BucketUsage {
         debug_assert!(s >= streams && b >= bytes, "released more than was counted");
     }
 
+    /// Counts these instead of what was counted: in a cell, where one
+    /// shard a node counts every stream of the bucket, what its state holds
+    /// when its replica begins to lead.
+    pub fn reset(&self, streams: u64, bytes: u64) {
+        self.streams.store(streams, Ordering::Release);
+        self.bytes.store(bytes, Ordering::Release);
+    }
+
     pub fn streams(&self) -> u64 {
         self.streams.load(Ordering::Acquire)
     }

@@ -25,6 +25,8 @@
 //! - a fork's source deleted through a new leader is soft-deleted while
 //!   the fork lives (the new leader counted the fork's reference), and
 //!   collected once the fork goes;
+//! - a bucket's stream quota (an auth file) holds through a failover: the
+//!   new leader counts what it applied as a follower;
 //! - the lead handed back to the first voter once it caught up fails no
 //!   write sent meanwhile to the node that hands it over;
 //! - a voter that lost its data directory elects no stale leader, and is
@@ -59,7 +61,12 @@ struct Cell {
 
 impl Cell {
     fn start() -> Cell {
-        let (dir, nodes) = common::cell::start(3);
+        Cell::start_with(&[])
+    }
+
+    /// A cell whose nodes get the flags `extra` too.
+    fn start_with(extra: &[&str]) -> Cell {
+        let (dir, nodes) = common::cell::start_with(3, extra);
         Cell { _dir: dir, nodes, up: vec![true; 3], acked: Vec::new(), attempts: 0, through: [0; 3] }
     }
 
@@ -724,4 +731,54 @@ fn a_new_leader_knows_which_sources_forks_still_read() {
         assert!(Instant::now() < end, "the source outlived its last fork by 10 s");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A bucket's `max_streams` quota holds through a failover: the new leader
+/// counts the streams it applied as a follower (they were created through
+/// the old one), and a delete through it gives room back.
+#[test]
+fn a_bucket_quota_holds_through_a_failover() {
+    use common::auth::{bearer, Grant, Quota};
+    const ADMIN: Grant = Grant { name: "admin", token: "cell-quota-token", buckets: &["*"], rights: &["admin"] };
+    let dir = TempDir::new("cell-quota");
+    let file = dir.path().join("auth.toml");
+    common::auth::write(&file, &[ADMIN], &[Quota { bucket: "cellq", max_streams: Some(3), max_bytes: None }]);
+    let mut cell = Cell::start_with(&["--auth-file", file.to_str().unwrap()]);
+    cell.settle();
+    let auth = bearer(ADMIN.token);
+    let call = |cell: &Cell, i: usize, method: &str, path: &str| {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut h = vec![("authorization", auth.as_str())];
+            if method == "PUT" && path.matches('/').count() > 2 {
+                h.push(("content-type", "text/plain"));
+            }
+            let r = cell.nodes[i].conn().request(method, path, &h, b"");
+            if r.status != 503 || Instant::now() > end {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert_eq!(call(&cell, 0, "PUT", "/ds/cellq").status, 201);
+    for i in 0..3 {
+        assert_eq!(call(&cell, 0, "PUT", &format!("/ds/cellq/s{i}")).status, 201, "stream {i}");
+    }
+    assert_eq!(call(&cell, 0, "PUT", "/ds/cellq/s3").status, 429, "the fourth stream through the first leader");
+    // Every node applied the three creates.
+    for i in 1..3 {
+        let end = Instant::now() + Duration::from_secs(10);
+        while call(&cell, i, "GET", "/ds/cellq/s2?offset=-1").status != 204 {
+            assert!(Instant::now() < end, "node {} never served stream s2", i + 1);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    cell.nodes[0].kill9();
+    cell.up[0] = false;
+    let new = cell.wait_leader();
+    let r = call(&cell, new, "PUT", "/ds/cellq/s3");
+    assert_eq!(r.status, 429, "the fourth stream through the new leader, node {}: {}", new + 1, r.summary());
+    assert_eq!(call(&cell, new, "DELETE", "/ds/cellq/s0").status, 204);
+    assert_eq!(call(&cell, new, "PUT", "/ds/cellq/s3").status, 201, "the room a delete gave back");
+    assert_eq!(call(&cell, new, "PUT", "/ds/cellq/s4").status, 429, "and no more");
 }

@@ -16,6 +16,11 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 
 /// Starts nodes 1..=n of a cell; the directory holds the secret file.
 pub fn start(n: usize) -> (TempDir, Vec<Server>) {
+    start_with(n, &[])
+}
+
+/// Starts nodes 1..=n of a cell, each with the flags `extra` too.
+pub fn start_with(n: usize, extra: &[&str]) -> (TempDir, Vec<Server>) {
     let dir = TempDir::new("cell");
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "a cell secret of some length\n").unwrap();
@@ -23,12 +28,14 @@ pub fn start(n: usize) -> (TempDir, Vec<Server>) {
     let voters: Vec<String> =
         free_ports(n).iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
     let voters = voters.join(",");
-    let nodes = (1..=n).map(|id| start_node(id, &voters, &secret)).collect();
+    let nodes = (1..=n).map(|id| start_node(id, &voters, &secret, extra)).collect();
     (dir, nodes)
 }
 
-fn start_node(id: usize, voters: &str, secret: &Path) -> Server {
+fn start_node(id: usize, voters: &str, secret: &Path, extra: &[&str]) -> Server {
     let id = id.to_string();
     let secret = secret.to_str().unwrap();
-    Server::start_with(&["--shards", "1", "--node-id", &id, "--cell", voters, "--cell-secret-file", secret])
+    let mut flags = vec!["--shards", "1", "--node-id", &id, "--cell", voters, "--cell-secret-file", secret];
+    flags.extend_from_slice(extra);
+    Server::start_with(&flags)
 }

@@ -60,12 +60,14 @@ impl<S: SegmentStore> Shard<S> {
     /// it saw the writes and the reads it served itself, not always those
     /// other nodes served, so a last access it holds may be stale; restarting
     /// the window costs an idle stream at most one window more, deciding on a
-    /// stale time would delete a stream in use.
+    /// stale time would delete a stream in use. Its quota counters are
+    /// counted again, and its subscriptions resynced.
     pub fn lead_begins(&self) {
         let now = (self.now_ms)();
         for (_, s) in self.state.borrow_mut().iter_mut() {
             s.last_access_ms = s.last_access_ms.max(now);
         }
+        self.recount_usage();
         self.subs_lead_begins();
     }
 

@@ -34,6 +34,30 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
+    /// In a cell (one shard a node, so this shard alone counts its buckets'
+    /// streams here): the counters again from the state, as this replica
+    /// begins to lead. As a follower it applied creates, appends and
+    /// deletes without counting them (a leader alone admits writes), and a
+    /// rebuild dropped streams it had counted.
+    pub(in crate::shard) fn recount_usage(&self) {
+        debug_assert_eq!(self.shards, 1, "another shard counts into the same counters");
+        let counted = self.counted.borrow();
+        if counted.is_empty() {
+            return;
+        }
+        let mut totals: HashMap<&str, (u64, u64)> = counted.keys().map(|b| (b.as_str(), (0, 0))).collect();
+        for (key, s) in self.state.borrow_mut().iter_mut() {
+            s.usage = counted.get(&key.bucket).filter(|_| !s.soft_deleted).cloned();
+            if let (Some(_), Some(t)) = (&s.usage, totals.get_mut(key.bucket.as_str())) {
+                t.0 += 1;
+                t.1 += s.stored_bytes();
+            }
+        }
+        for (bucket, (streams, bytes)) in totals {
+            counted[bucket].reset(streams, bytes);
+        }
+    }
+
     /// The counter this shard counts `bucket`'s streams into, if any.
     pub(in crate::shard) fn usage_of(&self, bucket: &str) -> Option<Arc<BucketUsage>> {
         let counted = self.counted.borrow();
