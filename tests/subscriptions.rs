@@ -302,6 +302,29 @@ fn a_stream_created_again_is_delivered_from_its_start() {
     assert_eq!(second.json()["streams"][0]["tail_offset"], short.must("stream-next-offset"), "the new creation");
 }
 
+/// A root holds at most 1024 subscriptions, whichever shard owns each
+/// (their ids hash over both shards unevenly): the 1025th answers 429
+/// `SUBSCRIPTION_LIMIT`, and a delete makes room for one.
+#[test]
+fn a_root_holds_at_most_its_bound_of_subscriptions_over_every_shard() {
+    let s = Server::start();
+    assert_eq!(s.conn().request("PUT", "/ds/many", &[], b"").status, 201);
+    let path = |i: usize| format!("/ds/many/__ds/subscriptions/s{i}");
+    let mut c = s.conn();
+    let v = webhook("http://127.0.0.1:9/h", "x*").to_string();
+    for i in 0..1024 {
+        let r = c.request("PUT", &path(i), &[JSON], v.as_bytes());
+        assert_eq!(r.status, 201, "subscription {i} of 1024: {}", r.summary());
+    }
+    let over = c.request("PUT", &path(1024), &[JSON], v.as_bytes());
+    assert_eq!((over.status, code(&over).as_str()), (429, "SUBSCRIPTION_LIMIT"), "{}", over.summary());
+    let again = c.request("PUT", &path(7), &[JSON], v.as_bytes());
+    assert_eq!(again.status, 200, "a re-confirm is not a new subscription");
+    assert_eq!(put(&s, "/v1/stream/__ds/subscriptions/other-root", &webhook("http://127.0.0.1:9/h", "x*")).status, 201);
+    assert_eq!(c.request("DELETE", &path(3), &[], b"").status, 204);
+    assert_eq!(c.request("PUT", &path(1024), &[JSON], v.as_bytes()).status, 201, "room after a delete");
+}
+
 #[test]
 fn a_webhook_callback_acks_and_a_replay_is_fenced() {
     let s = Server::start();

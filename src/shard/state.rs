@@ -6,7 +6,7 @@
 
 use super::stream::Stream;
 use super::subs::{SubEntry, SubId};
-use crate::protocol::subs::{Root, Subscription};
+use crate::protocol::subs::Subscription;
 use crate::protocol::{Incarnation, StreamKey};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -213,11 +213,6 @@ impl State {
                 self.subs.remove(&id);
             }
         }
-    }
-
-    /// Subscriptions under `root`.
-    pub(super) fn subs_in(&self, root: &Root) -> usize {
-        self.subs.keys().filter(|(r, _)| r == root).count()
     }
 }
 

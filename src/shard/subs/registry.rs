@@ -6,9 +6,7 @@
 //! `SUBSCRIPTIONS_PER_ROOT_MAX` per root.
 
 use super::SubId;
-#[cfg(test)]
-use crate::protocol::subs::Root;
-use crate::protocol::subs::{glob, Delivery, Subscription};
+use crate::protocol::subs::{glob, Delivery, Root, Subscription};
 use crate::protocol::StreamKey;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,6 +58,11 @@ impl Registry {
         self.subs.is_empty()
     }
 
+    /// Subscriptions under `root`, whichever shard owns them.
+    pub fn count_in(&self, root: &Root) -> usize {
+        self.subs.range((root.clone(), String::new())..).take_while(|((r, _), _)| r == root).count()
+    }
+
     /// The subscriptions that select the stream at `key`, with its path
     /// under each one's root. O(subscriptions): a glob each.
     pub fn matching(&self, key: &StreamKey) -> Vec<(SubId, String)> {
@@ -91,5 +94,9 @@ mod tests {
         let own = Matcher { pattern: Some("**".into()), explicit: BTreeSet::new(), wake_stream: Some("x1".into()) };
         r.set((Root::Ds("events".into()), "b".into()), Some(own));
         assert!(r.matching(&key).is_empty(), "never its own wake stream");
+        r.set((Root::Ds("events".into()), "c".into()), Some(m("y")));
+        r.set((Root::Ds("eventz".into()), "a".into()), Some(m("y")));
+        assert_eq!(r.count_in(&Root::Ds("events".into())), 2);
+        assert_eq!((r.count_in(&Root::V1), r.count_in(&Root::Ds("none".into()))), (0, 0));
     }
 }
