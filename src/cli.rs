@@ -49,6 +49,12 @@ use std::path::{Path, PathBuf};
 /// only the leader can vouch for) to the leader and serves reads from its
 /// committed records. For now a cell serves one shard per node (--shards
 /// 1) and does not tier. Without them the server is a single node.
+///
+/// Subscriptions (`{root}/__ds/`): webhooks are signed with the Ed25519 key
+/// in `webhook-signing.key` in the data directory (made at the first start;
+/// in a cell derived from the cell secret). SIGHUP loads it again, with a
+/// rotation's `webhook-signing.next.key` and `.previous.key`, published
+/// beside it. See docs/operations.md, Subscriptions.
 #[derive(Debug, Parser)]
 #[command(version = crate::build_info::LONG_VERSION, about, long_about)]
 pub struct Cli {

@@ -325,6 +325,54 @@ fn a_root_holds_at_most_its_bound_of_subscriptions_over_every_shard() {
     assert_eq!(c.request("PUT", &path(1024), &[JSON], v.as_bytes()).status, 201, "room after a delete");
 }
 
+/// The key id a delivery was signed under.
+fn signed_kid(d: &Delivered) -> String {
+    let header = d.header("webhook-signature").expect("a signature header");
+    header.split(',').nth(1).unwrap().strip_prefix("kid=").unwrap().to_string()
+}
+
+fn published_kids(s: &Server) -> Vec<String> {
+    let jwks = body(&get(s, "/v1/stream/__ds/jwks.json"));
+    jwks["keys"].as_array().unwrap().iter().map(|k| k["kid"].as_str().unwrap().to_string()).collect()
+}
+
+/// A key rotation without a gap, each step a file operation and a SIGHUP:
+/// a next key is published beside the signing key; promoted, it signs and
+/// the old one is still published; retired, only the new one is.
+#[test]
+fn the_webhook_key_rotates_in_three_steps_on_sighup() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Server::start();
+    let rx = Receiver::start(r#"{"done":true}"#);
+    let dir = s.data_dir();
+    let old = published_kids(&s);
+    assert_eq!(old.len(), 1);
+    let next = dir.join("webhook-signing.next.key");
+    std::fs::write(&next, [42u8; 32]).unwrap();
+    std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o600)).unwrap();
+    common::auth::hang_up(s.pid());
+    eventually("the next key published", || published_kids(&s).len() == 2);
+    let staged = published_kids(&s);
+    assert_eq!(staged[0], old[0], "the signing key comes first");
+    assert_eq!(put(&s, &sub_path("rot"), &webhook(&rx.url, "events/*")).status, 201);
+    assert_eq!(s.conn().request("PUT", "/v1/stream/events/rot", &[JSON], br#"{"n":1}"#).status, 201);
+    let first = rx.wait();
+    assert_eq!(signed_kid(&first), old[0], "the next key does not sign yet");
+    assert!(verify(&s, &first));
+    std::fs::rename(dir.join("webhook-signing.key"), dir.join("webhook-signing.previous.key")).unwrap();
+    std::fs::rename(&next, dir.join("webhook-signing.key")).unwrap();
+    common::auth::hang_up(s.pid());
+    eventually("the next key promoted", || published_kids(&s) == vec![staged[1].clone(), old[0].clone()]);
+    assert_eq!(s.conn().request("POST", "/v1/stream/events/rot", &[JSON], br#"{"n":2}"#).status, 204);
+    let second = rx.wait_for(2);
+    assert_eq!(signed_kid(&second), staged[1], "the promoted key signs");
+    assert!(verify(&s, &second) && verify(&s, &first), "both verify while both are published");
+    std::fs::remove_file(dir.join("webhook-signing.previous.key")).unwrap();
+    common::auth::hang_up(s.pid());
+    eventually("the previous key retired", || published_kids(&s) == vec![staged[1].clone()]);
+    assert_eq!(body(&get(&s, &sub_path("rot")))["webhook"]["signing"]["kid"], staged[1].as_str());
+}
+
 #[test]
 fn a_webhook_callback_acks_and_a_replay_is_fenced() {
     let s = Server::start();

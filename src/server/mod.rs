@@ -35,6 +35,7 @@ pub use check::check;
 use crate::config::Config;
 use crate::latch::Latch;
 use crate::limits::SHARDS_MAX;
+use crate::protocol::subs::sign::KeySet;
 use anyhow::bail;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -107,7 +108,10 @@ struct Process {
     /// shard's HTTP edge for `/cellz`, `/leaderz` and metrics; None: off.
     cell: Option<Arc<crate::cell::board::Board>>,
     /// Subscriptions: the webhook signing key and the delivery thread.
-    subs: (crate::protocol::subs::sign::WebhookKey, crate::tier::outbound::Outbound),
+    subs: (Arc<arc_swap::ArcSwap<crate::protocol::subs::sign::KeySet>>, crate::tier::outbound::Outbound),
+    /// Single node: the data directory, whose webhook key files a SIGHUP
+    /// loads again (in a cell the key comes from the cell secret).
+    webhook_keys_dir: Option<std::path::PathBuf>,
 }
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
@@ -126,10 +130,11 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     let stop_signals = signals::block_stop_signals()?;
     // Starts the tier thread: after the mask is in place.
     let tier = host::tier_client(&cfg)?;
-    let key = match &cfg.cell {
-        Some(cell) => webhook_key::derive_for_cell(cell.secret.as_bytes()),
-        None => webhook_key::load_or_create(&cfg.data_dir)?,
+    let keys = match &cfg.cell {
+        Some(cell) => KeySet::of(webhook_key::derive_for_cell(cell.secret.as_bytes())),
+        None => webhook_key::load_set(&cfg.data_dir)?,
     };
+    let keys = Arc::new(arc_swap::ArcSwap::from_pointee(keys));
     // Deliveries reach public addresses, and loopback from a server on loopback.
     let loopback = cfg.listen.ip().is_loopback();
     let allow: crate::tier::outbound::Allow =
@@ -146,7 +151,8 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         auth,
         tier,
         cell: cfg.cell.as_ref().map(|c| Arc::new(crate::cell::board::Board::new(c.node_id, n))),
-        subs: (key, outbound),
+        subs: (keys, outbound),
+        webhook_keys_dir: cfg.cell.is_none().then(|| cfg.data_dir.clone()),
     });
     signals::start_signal_thread(stop_signals, process.clone());
     let (reservation, addr) = host::reserve(cfg.listen)?;

@@ -93,13 +93,20 @@ pub(super) fn start_signal_thread(set: libc::sigset_t, process: Arc<Process>) {
         .expect("starting the signal thread");
 }
 
-/// SIGHUP: re-read the auth file while serving (not during boot, when the
-/// shards cannot answer yet, nor during a shutdown).
+/// SIGHUP: re-read the auth file and the webhook key files while serving
+/// (not during boot, when the shards cannot answer yet, nor during a
+/// shutdown).
 fn hang_up(process: &Process) {
-    match (&process.auth, process.state.load(Ordering::Acquire)) {
-        (None, _) => tracing::info!("SIGHUP: no --auth-file to re-read"),
-        (Some(auth), SERVING) => auth.reload(),
-        (Some(_), BOOTING) => tracing::warn!("SIGHUP during boot: ignored; send it again once the server listens"),
-        (Some(_), _) => tracing::info!("SIGHUP during shutdown: ignored"),
+    match process.state.load(Ordering::Acquire) {
+        SERVING => {}
+        BOOTING => return tracing::warn!("SIGHUP during boot: ignored; send it again once the server listens"),
+        _ => return tracing::info!("SIGHUP during shutdown: ignored"),
+    }
+    match &process.auth {
+        None => tracing::info!("SIGHUP: no --auth-file to re-read"),
+        Some(auth) => auth.reload(),
+    }
+    if let Some(dir) = &process.webhook_keys_dir {
+        super::webhook_key::reload(dir, &process.subs.0);
     }
 }

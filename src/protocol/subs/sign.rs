@@ -3,6 +3,10 @@
 //! keys), and the `Webhook-Signature` header a delivery carries:
 //! `t=<unix seconds>,kid=<kid>,ed25519=<base64url signature of "<t>.<body>">`.
 //!
+//! A [`KeySet`] is what a server publishes and signs with: the signing key
+//! and, during a rotation, the key that comes next or the one that went
+//! before, published beside it so that receivers know both.
+//!
 //! Pure: the key's seed comes from the caller (`server/webhook_key.rs`
 //! generates it from the OS and keeps it under the data directory).
 
@@ -43,8 +47,13 @@ impl WebhookKey {
 
     /// The public key as a JWK set (`application/jwk-set+json`).
     pub fn jwks(&self) -> Value {
+        json!({ "keys": [self.jwk()] })
+    }
+
+    /// The public key as one JWK (RFC 8037 `OKP`).
+    fn jwk(&self) -> Value {
         let x = URL_SAFE_NO_PAD.encode(self.key.verifying_key().as_bytes());
-        json!({ "keys": [{ "kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig", "kid": self.kid, "x": x }] })
+        json!({ "kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig", "kid": self.kid, "x": x })
     }
 
     /// The `Webhook-Signature` header of `body` sent at `unix_secs`.
@@ -56,10 +65,58 @@ impl WebhookKey {
     }
 }
 
+/// The signing key and the keys published beside it (a rotation's next
+/// or previous key; none outside a rotation).
+#[derive(Debug, Clone)]
+pub struct KeySet {
+    pub signing: WebhookKey,
+    pub also: Vec<WebhookKey>,
+}
+
+impl KeySet {
+    pub fn of(signing: WebhookKey) -> KeySet {
+        KeySet { signing, also: Vec::new() }
+    }
+
+    /// The id of the key deliveries are signed with.
+    pub fn kid(&self) -> &str {
+        self.signing.kid()
+    }
+
+    /// Every key published, the signing key first (a key given twice, once).
+    pub fn jwks(&self) -> Value {
+        let mut keys = vec![self.signing.jwk()];
+        let mut seen = vec![self.signing.kid()];
+        for k in &self.also {
+            if !seen.contains(&k.kid()) {
+                seen.push(k.kid());
+                keys.push(k.jwk());
+            }
+        }
+        json!({ "keys": keys })
+    }
+
+    pub fn signature_header(&self, unix_secs: u64, body: &[u8]) -> String {
+        self.signing.signature_header(unix_secs, body)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+
+    #[test]
+    fn a_key_set_publishes_the_signing_key_first_and_signs_with_it() {
+        let (a, b) = (WebhookKey::from_seed(&[1; 32]), WebhookKey::from_seed(&[2; 32]));
+        let set = KeySet { signing: b.clone(), also: vec![a.clone(), b.clone()] };
+        let kids: Vec<String> =
+            set.jwks()["keys"].as_array().unwrap().iter().map(|k| k["kid"].as_str().unwrap().to_string()).collect();
+        assert_eq!(kids, vec![b.kid().to_string(), a.kid().to_string()], "each once, the signing key first");
+        assert_eq!(set.kid(), b.kid());
+        assert!(set.signature_header(1, b"x").contains(&format!("kid={}", b.kid())));
+        assert_eq!(KeySet::of(a.clone()).jwks(), a.jwks());
+    }
 
     #[test]
     fn a_signature_verifies_with_the_published_key_and_only_for_its_body() {

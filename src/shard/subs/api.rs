@@ -56,14 +56,16 @@ impl<S: SegmentStore> Shard<S> {
         }
         let now = (self.now_ms)();
         match r.op {
-            SubOp::Jwks => Ok(json(200, "application/jwk-set+json", &env.key.jwks())),
+            SubOp::Jwks => Ok(json(200, "application/jwk-set+json", &env.key.load().jwks())),
             SubOp::Put { body } => {
                 let put = self.sub_put(id, r.origin, &body, &env).await;
                 // Its loop may be parked (it owned none): from now it ticks.
                 self.subs_due.notify();
                 put
             }
-            SubOp::Get => Ok(json(200, "application/json", &view::subscription(&self.owned(&id)?, env.key.kid()))),
+            SubOp::Get => {
+                Ok(json(200, "application/json", &view::subscription(&self.owned(&id)?, env.key.load().kid())))
+            }
             SubOp::Delete => {
                 self.owned(&id)?;
                 self.commit_sub(&id, None).await?;
@@ -133,7 +135,7 @@ impl<S: SegmentStore> Shard<S> {
             if sub.config != config {
                 return Err(refused(409, "SUBSCRIPTION_EXISTS", "a subscription with another config has this id"));
             }
-            return Ok(json(200, "application/json", &view::subscription(&sub, env.key.kid())));
+            return Ok(json(200, "application/json", &view::subscription(&sub, env.key.load().kid())));
         }
         // The registry holds every shard's subscriptions. Creates racing on
         // two shards may each pass at the bound's last place: at most one
@@ -148,7 +150,7 @@ impl<S: SegmentStore> Shard<S> {
         let sub = Subscription::new(id.0.clone(), id.1.clone(), config, origin);
         self.commit_sub(&id, Some(sub.clone())).await?;
         self.publish_matcher(&id, Some(Matcher::of(&sub))).await?;
-        Ok(json(201, "application/json", &view::subscription(&sub, env.key.kid())))
+        Ok(json(201, "application/json", &view::subscription(&sub, env.key.load().kid())))
     }
 
     /// Writes a subscription's record (its whole state, or with None its

@@ -173,7 +173,7 @@ impl<S: SegmentStore + 'static> Shard<S> {
         let ok = match self.log.durable(lsn).await {
             Err(_) => false,
             Ok(()) => {
-                let signature = env.key.signature_header(unix_secs(), &body);
+                let signature = env.key.load().signature_header(unix_secs(), &body);
                 let headers = vec![
                     ("content-type".to_string(), "application/json".to_string()),
                     ("webhook-signature".to_string(), signature),

@@ -18,12 +18,14 @@ mod registry;
 pub use deliver::Attempt;
 pub use registry::{Matcher, Registry};
 
-use crate::protocol::subs::sign::WebhookKey;
+use crate::protocol::subs::sign::KeySet;
 use crate::protocol::subs::{Root, Subscription};
 use crate::tier::outbound::Outbound;
+use arc_swap::ArcSwap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// A subscription's identity: its root and its id.
 pub type SubId = (Root, String);
@@ -46,7 +48,9 @@ pub type Spawn = Rc<dyn Fn(Pin<Box<dyn Future<Output = ()>>>)>;
 /// whether the server listens on loopback (then `http://` loopback
 /// receivers are accepted), the delivery thread, and a spawner.
 pub struct SubsEnv {
-    pub key: WebhookKey,
+    /// The keys published and the one that signs, as the server loaded
+    /// them last (a SIGHUP loads them again: a rotation's steps).
+    pub key: Arc<ArcSwap<KeySet>>,
     pub loopback: bool,
     pub outbound: Outbound,
     pub spawn: Spawn,
