@@ -110,15 +110,19 @@ def dir_bytes(d):
     return apparent, allocated
 
 
+def create_streams(c, streams):
+    for s in streams:
+        st, _, d = c.req("PUT", s, b"", {"Content-Type": "application/octet-stream"})
+        if st not in (200, 201):
+            fail(f"PUT {s}: {st} {d[:200]}")
+
+
 def create_all(c):
     for b in ("tier-a", "tier-b"):
         st, _, _ = c.req("PUT", f"/ds/{b}")
         if st not in (200, 201):
             fail(f"PUT /ds/{b}: {st}")
-    for s in STREAMS:
-        st, _, d = c.req("PUT", s, b"", {"Content-Type": "application/octet-stream"})
-        if st not in (200, 201):
-            fail(f"PUT {s}: {st} {d[:200]}")
+    create_streams(c, STREAMS)
 
 
 def append(c, state, s):
@@ -275,10 +279,7 @@ def cmd_interleave(state_path, url, nbytes):
     stream spans about 40 segments of its shard, more than the block cache."""
     c = Client(url)
     counts = {s: 0 for s in IL}
-    for s in IL:
-        st, _, _ = c.req("PUT", s, b"", {"Content-Type": "application/octet-stream"})
-        if st not in (200, 201):
-            fail(f"PUT {s}: {st}")
+    create_streams(c, IL)
     written = 0
     while written < nbytes:
         for s in IL:
@@ -454,10 +455,7 @@ def cmd_retention(state_path, url, endpoint, bucket, data_dir, nbytes):
     c = Client(url)
     node = open(os.path.join(data_dir, "ringstream.node-id")).read().strip()
     offsets = {s: [] for s in RT}
-    for s in RT:
-        st, _, d = c.req("PUT", s, b"", {"Content-Type": "application/octet-stream"})
-        if st not in (200, 201):
-            fail(f"PUT {s}: {st} {d[:200]}")
+    create_streams(c, RT)
     written = 0
     while written < nbytes:
         for s in RT:

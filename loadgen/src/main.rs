@@ -180,6 +180,11 @@ struct Args {
     #[arg(long, value_name = "K", default_value_t = 0)]
     readers: usize,
 
+    /// Base URL the live readers read from [default: --target]: a
+    /// replicated cell's follower, say, while the writers go to its leader.
+    #[arg(long, value_name = "URL")]
+    read_target: Option<String>,
+
     /// How live readers read: `long-poll` (GET ...&live=long-poll in a loop)
     /// or `sse` (GET ...&live=sse, reconnecting from the last control offset).
     #[arg(long, value_enum, default_value = "long-poll")]
@@ -301,6 +306,7 @@ fn config_from(args: &Args) -> anyhow::Result<Config> {
         rate: args.rate,
         timeout: secs("timeout", args.timeout, false)?,
         readers: args.readers,
+        read_target: args.read_target.as_deref().map(Target::parse).transpose()?,
         read_mode: args.read_mode,
         progress: !args.quiet,
     })
@@ -420,6 +426,29 @@ mod tests {
         assert!(c.command.is_none() && c.run.rate == 10.0 && c.run.label == "x");
         assert!(Cli::try_parse_from(["loadgen", "plot"]).is_err(), "plot needs a report");
         assert!(Cli::try_parse_from(["loadgen", "--rate", "10", "plot", "a.json", "--out", "x.svg"]).is_err());
+    }
+
+    #[test]
+    fn readers_read_from_the_read_target_and_writers_write_to_the_target() {
+        let a = Args::try_parse_from(["loadgen", "--target", "http://127.0.0.1:1", "--readers", "2"]).unwrap();
+        let cfg = config_from(&a).unwrap();
+        assert_eq!(cfg.reader_target().host_header(), cfg.target.host_header(), "by default, the target");
+        let a = Args::try_parse_from([
+            "loadgen",
+            "--target",
+            "http://127.0.0.1:1",
+            "--read-target",
+            "http://127.0.0.2:2/base",
+            "--readers",
+            "2",
+        ])
+        .unwrap();
+        let cfg = config_from(&a).unwrap();
+        assert_eq!(cfg.reader_target().host_header(), "127.0.0.2:2");
+        assert_eq!(cfg.read_path(1), "/base/v1/stream/lg-1");
+        assert_eq!(cfg.stream_path(1), "/v1/stream/lg-1", "the writers' path is the target's");
+        let bad = Args::try_parse_from(["loadgen", "--read-target", "https://x"]).unwrap();
+        assert!(config_from(&bad).is_err(), "http only");
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub struct Config {
     pub timeout: Duration,
     /// Live readers (0 = none).
     pub readers: usize,
+    /// Where the live readers read, if not from `target` (a replicated
+    /// cell's follower, say, while the writers go to its leader).
+    pub read_target: Option<Target>,
     pub read_mode: ReadMode,
     /// Print a progress line to stderr every second.
     pub progress: bool,
@@ -129,9 +132,23 @@ pub struct Config {
 impl Config {
     /// Request path of stream `i`.
     pub fn stream_path(&self, i: usize) -> String {
+        self.stream_path_on(&self.target, i)
+    }
+
+    /// Where the live readers read.
+    pub fn reader_target(&self) -> &Target {
+        self.read_target.as_ref().unwrap_or(&self.target)
+    }
+
+    /// Request path of stream `i` for a live reader.
+    pub fn read_path(&self, i: usize) -> String {
+        self.stream_path_on(self.reader_target(), i)
+    }
+
+    fn stream_path_on(&self, target: &Target, i: usize) -> String {
         match self.surface {
-            Surface::V1 => self.target.path(&format!("/v1/stream/{}-{}", self.prefix, i)),
-            Surface::Ds => self.target.path(&format!("/ds/{}/{}-{}", self.bucket, self.prefix, i)),
+            Surface::V1 => target.path(&format!("/v1/stream/{}-{}", self.prefix, i)),
+            Surface::Ds => target.path(&format!("/ds/{}/{}-{}", self.bucket, self.prefix, i)),
         }
     }
 

@@ -450,7 +450,7 @@ pub fn run_readers(
     let mut cx = RCtx {
         cfg,
         addrs,
-        host: cfg.target.host_header(),
+        host: cfg.reader_target().host_header(),
         registry: poll.registry().try_clone()?,
         sink: Sink {
             json: cfg.json,
@@ -468,7 +468,7 @@ pub fn run_readers(
     };
     let mut conns: Vec<RConn> = (0..cfg.readers)
         .map(|i| RConn {
-            path: cfg.stream_path(i % cfg.streams),
+            path: cfg.read_path(i % cfg.streams),
             sock: None,
             connected: false,
             next_offset: "now".to_string(),

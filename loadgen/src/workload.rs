@@ -115,6 +115,10 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
         bail!("rate must be a finite number >= 0");
     }
     let addrs: Vec<SocketAddr> = cfg.target.resolve().with_context(|| format!("resolving {}", cfg.target))?;
+    let read_addrs: Vec<SocketAddr> = match &cfg.read_target {
+        Some(t) => t.resolve().with_context(|| format!("resolving {t}"))?,
+        None => addrs.clone(),
+    };
     let threads = cfg.threads.clamp(1, cfg.connections);
     let progress = Progress::default();
     let shared = Shared::new(cfg, addrs.clone(), &progress);
@@ -130,7 +134,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
             let (start_tx, start_rx) = mpsc::channel::<Timing>();
             starts.push(start_tx);
             let (rready_tx, rready_rx) = mpsc::channel::<()>();
-            let (addrs, progress, stop) = (&addrs, &progress, &stop_readers);
+            let (addrs, progress, stop) = (&read_addrs, &progress, &stop_readers);
             let h = thread::Builder::new()
                 .name("loadgen-readers".into())
                 .spawn_scoped(s, move || reader::run_readers(cfg, addrs, progress, rready_tx, start_rx, stop))
@@ -395,6 +399,7 @@ pub mod tests {
             rate: 0.0,
             timeout: Duration::from_secs(5),
             readers: 0,
+            read_target: None,
             read_mode: ReadMode::LongPoll,
             progress: false,
         }
