@@ -373,6 +373,33 @@ fn the_webhook_key_rotates_in_three_steps_on_sighup() {
     assert_eq!(body(&get(&s, &sub_path("rot")))["webhook"]["signing"]["kid"], staged[1].as_str());
 }
 
+/// Webhooks over real TLS: a receiver with a certificate of a CA the
+/// server trusts (`SSL_CERT_FILE`, as the delivery thread's rustls reads
+/// the platform's roots) gets a signed delivery; a server that does not
+/// trust that CA delivers nothing and fails the delivery.
+#[test]
+fn webhooks_are_delivered_over_tls_to_a_receiver_the_server_trusts() {
+    let dir = common::TempDir::new("tls");
+    let ca = common::webhook::TestCa::make(dir.path());
+    let rx = Receiver::start_tls(r#"{"done":true}"#, &ca);
+    let trusting = Server::start_env(&[], &[("SSL_CERT_FILE", ca.ca.to_str().unwrap())]);
+    let untrusting = Server::start();
+    for s in [&trusting, &untrusting] {
+        assert_eq!(put(s, &sub_path("tls"), &webhook(&rx.url, "events/*")).status, 201, "{}", rx.url);
+    }
+    assert_eq!(untrusting.conn().request("PUT", "/v1/stream/events/tls", &[JSON], br#"{"n":0}"#).status, 201);
+    eventually("the untrusting server's failed delivery", || {
+        let m = untrusting.metrics();
+        m.iter().any(|(k, v)| k.starts_with("ringstream_webhook_deliveries_total") && k.contains("failed") && *v >= 1.0)
+    });
+    assert_eq!(rx.count(), 0, "a receiver whose certificate the server does not trust got a delivery");
+    let created = trusting.conn().request("PUT", "/v1/stream/events/tls", &[JSON], br#"{"n":1}"#);
+    assert_eq!(created.status, 201);
+    let d = rx.wait();
+    assert!(verify(&trusting, &d), "signed");
+    assert_eq!(d.json()["streams"][0]["tail_offset"], created.must("stream-next-offset"));
+}
+
 #[test]
 fn a_webhook_callback_acks_and_a_replay_is_fenced() {
     let s = Server::start();

@@ -72,6 +72,8 @@ pub struct Server {
     args: Vec<String>,
     starts: usize,
     pin: bool,
+    /// Environment variables the process gets besides the test's own.
+    env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -93,11 +95,21 @@ impl Server {
         Server::start_opts(extra, true)
     }
 
+    /// Like [`Server::start_with`], with these environment variables too.
+    pub fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::start_full(extra, false, env)
+    }
+
     fn start_opts(extra: &[&str], pin: bool) -> Server {
+        Server::start_full(extra, pin, &[])
+    }
+
+    fn start_full(extra: &[&str], pin: bool, env: &[(&str, &str)]) -> Server {
         let root = TempDir::new("srv");
         std::fs::create_dir_all(root.path().join("data")).expect("creating data dir");
         let args = extra.iter().map(|s| s.to_string()).collect();
-        let mut s = Server { child: None, port: 0, root, args, starts: 0, pin };
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut s = Server { child: None, port: 0, root, args, starts: 0, pin, env };
         s.spawn();
         s
     }
@@ -186,6 +198,7 @@ impl Server {
             .args(if self.pin { None } else { Some("--no-pin") })
             .args(&self.args)
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
