@@ -24,10 +24,12 @@ if [ -z "${LOADGEN:-}" ]; then
   LOADGEN=target/release/loadgen
 fi
 exec python3 - "$SERVER_BIN" "$LOADGEN" "$PAIRS" <<'PY'
-import json, os, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import json, os, subprocess, sys, tempfile, time
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/lib
 sys.path.insert(0, "scripts/lib")
 import server  # scripts/lib/server.py
+import cell  # scripts/lib/cell.py
+import pairs as pairs_lib  # scripts/lib/pairs.py
 binary, loadgen, pairs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 tick = os.sysconf("SC_CLK_TCK")
 warmup, duration = 1.0, 10.0
@@ -44,42 +46,11 @@ def cpu_s(pids):
         total += (int(f[11]) + int(f[12])) / tick
     return total
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-def leads(url):
-    """Node 1 takes writes (a probe stream is created there)."""
-    req = urllib.request.Request(url + "/v1/stream/bench-probe", method="PUT", data=b"",
-                                 headers={"content-type": "application/octet-stream"})
-    try:
-        with urllib.request.urlopen(req, timeout=2) as r:
-            return r.status in (200, 201)
-    except Exception:
-        return False
-
 def start(kind, work):
     if kind == "single":
         s = server.start(binary, work, "--shards", "1", "--no-pin")
         return [s], s.url
-    secret = os.path.join(work, "secret")
-    with open(secret, "w") as f:
-        f.write("a benchmark cell secret, 32 bytes\n")
-    os.chmod(secret, 0o600)
-    ports = free_ports(3)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
-    nodes = [server.start(binary, os.path.join(work, f"n{i + 1}"), "--shards", "1", "--no-pin", "--node-id", str(i + 1),
-                          "--cell", voters, "--cell-secret-file", secret) for i in range(3)]
-    deadline = time.monotonic() + 30
-    while not leads(nodes[0].url):
-        if time.monotonic() > deadline:
-            sys.exit("node 1 did not come to lead within 30 s")
-        time.sleep(0.1)
+    nodes = cell.start(binary, work, "--shards", "1", "--no-pin")
     return nodes, nodes[0].url
 
 def run(kind, flags):
@@ -105,21 +76,16 @@ def run(kind, flags):
     return {"rate": rate, "p50": r["latency_us"]["p50"], "p99": r["latency_us"]["p99"],
             "cpu_us": (c1 - c0) * 1e6 / (rate * (duration - 0.6)), "errors": r.get("errors", 0)}
 
-med = statistics.median
 for name, flags in workloads.items():
-    runs = {"single": [], "cell": []}
-    for i in range(pairs):
-        for kind in (("single", "cell") if i % 2 == 0 else ("cell", "single")):
-            r = run(kind, flags)
-            runs[kind].append(r)
-            print(f"{name} pair {i + 1} {kind}: {r['rate']:.0f}/s, p50 {r['p50']} us, p99 {r['p99']} us, "
-                  f"CPU {r['cpu_us']:.1f} us/append, {r['errors']} failed appends", flush=True)
+    def show(i, kind, r):
+        print(f"{name} pair {i} {kind}: {r['rate']:.0f}/s, p50 {r['p50']} us, p99 {r['p99']} us, "
+              f"CPU {r['cpu_us']:.1f} us/append, {r['errors']} failed appends", flush=True)
+
+    runs = pairs_lib.alternate(pairs, "single", "cell", lambda kind: run(kind, flags), show)
     for kind in ("single", "cell"):
-        rs = runs[kind]
-        print(f"{name} {kind}: median {med([r['rate'] for r in rs]):.0f}/s, p99 {med([r['p99'] for r in rs]):.0f} us, "
-              f"CPU {med([r['cpu_us'] for r in rs]):.1f} us/append")
+        m = lambda k: pairs_lib.median(runs, kind, k)
+        print(f"{name} {kind}: median {m('rate'):.0f}/s, p99 {m('p99'):.0f} us, CPU {m('cpu_us'):.1f} us/append")
     for k, label in (("rate", "throughput"), ("p99", "p99"), ("cpu_us", "CPU per append")):
-        ratios = [c[k] / s[k] for s, c in zip(runs["single"], runs["cell"])]
-        print(f"{name} cell/single {label}: median {med(ratios):.2f} (pairs {min(ratios):.2f}-{max(ratios):.2f})",
-              flush=True)
+        mid, lo, hi = pairs_lib.ratio(runs, "single", "cell", k)
+        print(f"{name} cell/single {label}: median {mid:.2f} (pairs {lo:.2f}-{hi:.2f})", flush=True)
 PY

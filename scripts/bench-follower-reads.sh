@@ -32,48 +32,18 @@ if [ -z "${LOADGEN:-}" ]; then
   LOADGEN=target/release/loadgen
 fi
 exec python3 - "$SERVER_BIN" "$LOADGEN" "$PAIRS" "$MODE" <<'PY'
-import json, os, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import json, os, subprocess, sys, tempfile
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/lib
 sys.path.insert(0, "scripts/lib")
-import server  # scripts/lib/server.py
+import cell  # scripts/lib/cell.py
+import pairs as pairs_lib  # scripts/lib/pairs.py
 binary, loadgen, pairs, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 warmup, duration = 1.0, 10.0
 flags = ["--connections", "16", "--rate", "2000", "--streams", "64", "--readers", "64", "--read-mode", mode]
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-def leads(url):
-    try:
-        with urllib.request.urlopen(url + "/leaderz", timeout=2) as r:
-            return r.status == 200
-    except Exception:
-        return False
-
-def start_cell(work):
-    secret = os.path.join(work, "secret")
-    with open(secret, "w") as f:
-        f.write("a benchmark cell secret, 32 bytes\n")
-    os.chmod(secret, 0o600)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(free_ports(3)))
-    nodes = [server.start(binary, os.path.join(work, f"n{i + 1}"), "--shards", "1", "--no-pin", "--node-id", str(i + 1),
-                          "--cell", voters, "--cell-secret-file", secret) for i in range(3)]
-    deadline = time.monotonic() + 30
-    while not leads(nodes[0].url):
-        if time.monotonic() > deadline:
-            sys.exit("node 1 did not come to lead within 30 s")
-        time.sleep(0.1)
-    return nodes
-
 def run(where):
     work = tempfile.mkdtemp(prefix="ringstream-followerbench.")
-    nodes = start_cell(work)
+    nodes = cell.start(binary, work, "--shards", "1", "--no-pin")
     out = f"{work}/report.json"
     reader = nodes[0].url if where == "leader" else nodes[1].url
     done = subprocess.run([loadgen, "--target", nodes[0].url, "--read-target", reader, "--quiet", "--out", out,
@@ -88,20 +58,16 @@ def run(where):
     d = r["delivery_latency_us"]
     return {"d50": d["p50"], "d99": d["p99"], "a99": r["latency_us"]["p99"], "deliveries": r.get("deliveries", 0)}
 
-med = statistics.median
-runs = {"leader": [], "follower": []}
-for i in range(pairs):
-    for where in (("leader", "follower") if i % 2 == 0 else ("follower", "leader")):
-        r = run(where)
-        runs[where].append(r)
-        print(f"{mode} pair {i + 1} readers on the {where}: delivery p50 {r['d50']} us, p99 {r['d99']} us; "
-              f"append p99 {r['a99']} us", flush=True)
+def show(i, where, r):
+    print(f"{mode} pair {i} readers on the {where}: delivery p50 {r['d50']} us, p99 {r['d99']} us; "
+          f"append p99 {r['a99']} us", flush=True)
+
+runs = pairs_lib.alternate(pairs, "leader", "follower", run, show)
 for where in ("leader", "follower"):
-    rs = runs[where]
-    print(f"{mode} readers on the {where}: median delivery p50 {med([r['d50'] for r in rs]):.0f} us, "
-          f"p99 {med([r['d99'] for r in rs]):.0f} us; append p99 {med([r['a99'] for r in rs]):.0f} us")
+    m = lambda k: pairs_lib.median(runs, where, k)
+    print(f"{mode} readers on the {where}: median delivery p50 {m('d50'):.0f} us, p99 {m('d99'):.0f} us; "
+          f"append p99 {m('a99'):.0f} us")
 for k, label in (("d50", "delivery p50"), ("d99", "delivery p99"), ("a99", "append p99")):
-    ratios = [f[k] / l[k] for l, f in zip(runs["leader"], runs["follower"])]
-    print(f"{mode} follower/leader {label}: median {med(ratios):.2f} (pairs {min(ratios):.2f}-{max(ratios):.2f})",
-          flush=True)
+    mid, lo, hi = pairs_lib.ratio(runs, "leader", "follower", k)
+    print(f"{mode} follower/leader {label}: median {mid:.2f} (pairs {lo:.2f}-{hi:.2f})", flush=True)
 PY
