@@ -26,7 +26,7 @@
 //!   before it was asked.
 //!
 //! `CELL_SIM_SEED=N` replays seed N alone (the failing seed is printed);
-//! `CELL_SIM_SEEDS=K` runs seeds 0..K (default 24). The planted bug, a
+//! `CELL_SIM_SEEDS=K` runs seeds 0..K (default 100). The planted bug, a
 //! leader that acknowledges once its own write is durable rather than a
 //! majority's, must be caught (`the_checker_catches_acks_before_a_majority`),
 //! and so must reads served from a replica's own log without a read index
@@ -757,7 +757,7 @@ fn seeds() -> Vec<u64> {
     if let Ok(s) = std::env::var("CELL_SIM_SEED") {
         return vec![s.parse().expect("CELL_SIM_SEED is a number")];
     }
-    let k = std::env::var("CELL_SIM_SEEDS").map_or(24, |s| s.parse().expect("CELL_SIM_SEEDS is a number"));
+    let k = std::env::var("CELL_SIM_SEEDS").map_or(100, |s| s.parse().expect("CELL_SIM_SEEDS is a number"));
     (0..k).collect()
 }
 

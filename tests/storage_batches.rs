@@ -316,6 +316,41 @@ fn a_waiter_for_a_discarded_record_fails() {
     assert_eq!(log.last_mark(), kept);
 }
 
+/// A leader's refused proposals leave voids after its last entry (their
+/// records cut back, their lsns never reused); a later cut-back below that
+/// entry must still fail its waiters, however many lsns the voids took.
+#[test]
+fn a_waiter_fails_when_a_cut_back_passes_earlier_voids() {
+    let mut rng = Rng::from_seed(7);
+    let (log, _) = open(SimStore::new()).unwrap();
+    lead_one(&log, &mut rng, 1, 1);
+    settle(&log);
+    let kept = log.last_mark();
+    let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
+    let (_, lsn) = log.append(h, b"gone").unwrap();
+    log.close_batch(1, 2, log.tail_position()).unwrap();
+    let mut pool = LocalPool::new();
+    let result = Rc::new(RefCell::new(None));
+    let (l, r) = (log.clone(), result.clone());
+    pool.spawner().spawn_local(async move { *r.borrow_mut() = Some(l.durable(lsn).await) }).unwrap();
+    pool.run_until_stalled();
+    for _ in 0..3 {
+        log.append(h, &[7; 500]).unwrap();
+        let (l, to) = (log.clone(), log.last_mark());
+        pool.spawner().spawn_local(async move { l.cut_back(to).await.unwrap() }).unwrap();
+        pool.run_until_stalled();
+    }
+    let l = log.clone();
+    pool.spawner().spawn_local(async move { l.cut_back(kept).await.unwrap() }).unwrap();
+    pool.run_until_stalled();
+    // Another entry 2 takes the discarded one's place, and is committed.
+    lead_one(&log, &mut rng, 2, 2);
+    log.commit_to(2);
+    settle(&log);
+    pool.run_until_stalled();
+    assert!(matches!(*result.borrow(), Some(Err(Error::CutBack))), "got {:?}", result.borrow());
+}
+
 #[test]
 fn a_record_is_acknowledged_once_durable_and_committed_and_never_cut_back() {
     let mut rng = Rng::from_seed(11);

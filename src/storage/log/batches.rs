@@ -322,7 +322,7 @@ impl<S: SegmentStore> LocalLog<S> {
                 break;
             }
             st.lsn_committed = st.lsn_committed.max(lsn);
-            st.uncommitted.pop_front();
+            st.last_committed_close = st.uncommitted.pop_front();
         }
         let visible = self.visible_lsn(&st);
         writer::release_waiters(&mut st, visible);
@@ -536,12 +536,10 @@ impl<S: SegmentStore> LocalLog<S> {
         let end = to.map_or(LOG_START, |m| m.end);
         let keep = to.map_or(0, |m| m.close.index);
         let newer: Vec<u64> = self.st.borrow().segments.range(end.segment + 1..).map(|(&no, _)| no).rev().collect();
-        let mut removed = 0u64;
         for &no in &newer {
-            removed += self.remove_newer(no).await?;
+            self.remove_newer(no).await?;
         }
-        let (resumed, dropped) = self.cut_segment(end).await?;
-        removed += dropped;
+        let resumed = self.cut_segment(end).await?;
         let mut st = self.st.borrow_mut();
         for no in newer {
             st.segments.remove(&no);
@@ -554,8 +552,11 @@ impl<S: SegmentStore> LocalLog<S> {
         st.marks.cut_after(to);
         st.older = None;
         // The discarded records' lsns become a void; the lsns go on from
-        // where they were, never reused.
-        let cut = st.lsn_tail.saturating_sub(removed);
+        // where they were, never reused. The void begins where the kept
+        // entry's close ended, not `removed` bytes before the tail: the
+        // lsns after it hold earlier voids too (records a leader could not
+        // propose, cut back), which took no bytes.
+        let cut = closed_lsn_of(&st, keep);
         let tail = st.lsn_tail;
         if cut < tail {
             remember_void(&mut st.voids, cut, tail);
@@ -578,55 +579,69 @@ impl<S: SegmentStore> LocalLog<S> {
     }
 
     /// Deletes the file of a segment after the cut (it stays in the map
-    /// until the switch); returns the bytes of it the log held.
-    async fn remove_newer(&self, no: u64) -> Result<u64> {
-        let (held, has_file) = match self.st.borrow().segments.get(&no) {
-            Some(SegData::Mirror { buf, file, .. }) => (buf.len() as u64, file.is_some()),
-            Some(SegData::Mapped(m)) => (data_end(no, m.bytes(), 0)? as u64, true),
-            None => (0, false),
+    /// until the switch).
+    async fn remove_newer(&self, no: u64) -> Result<()> {
+        let has_file = match self.st.borrow().segments.get(&no) {
+            Some(SegData::Mirror { file, .. }) => file.is_some(),
+            Some(SegData::Mapped(_)) => true,
+            None => false,
         };
         if has_file {
             self.store.remove(no).await.map_err(Error::io_at("remove", no))?;
         }
-        Ok(held)
+        Ok(())
     }
 
     /// Zeroes on disk what follows the cut in its segment and gets that
     /// segment ready to be written on: its bytes up to the cut, its file
     /// (reopened if it was sealed) and how much of it is on disk. Returns
-    /// that (None: the segment has no file yet) and the bytes dropped.
-    async fn cut_segment(&self, end: BatchEnd) -> Result<(Option<Resumed<S::File>>, u64)> {
+    /// that (None: the segment has no file yet).
+    async fn cut_segment(&self, end: BatchEnd) -> Result<Option<Resumed<S::File>>> {
         let no = end.segment;
         let pos = end.pos as usize;
         let corrupt = Error::Corrupt { segment: no, position: end.pos };
         // What is needed of the segment, copied out before any wait.
-        let (prefix, file, on_disk, held) = match self.st.borrow().segments.get(&no) {
+        let (prefix, file, on_disk) = match self.st.borrow().segments.get(&no) {
             Some(SegData::Mirror { buf, file, cut_len, .. }) => {
                 let mut prefix = new_mirror(&self.cfg);
                 prefix.extend_from_slice(buf.get(..pos).ok_or(corrupt.clone())?);
-                (prefix, file.clone(), *cut_len, buf.len())
+                (prefix, file.clone(), *cut_len)
             }
             Some(SegData::Mapped(m)) => {
                 let bytes = m.bytes();
                 let mut prefix = new_mirror(&self.cfg);
                 prefix.extend_from_slice(bytes.get(..pos).ok_or(corrupt.clone())?);
-                (prefix, None, last_nonzero(bytes, pos), data_end(no, bytes, 0)?)
+                (prefix, None, last_nonzero(bytes, pos))
             }
-            None => return Ok((None, 0)),
+            None => return Ok(None),
         };
-        let dropped = held.saturating_sub(pos) as u64;
         let records = count_records(no, &prefix)?;
         let file = match file {
             Some(f) => f,
             None if on_disk > 0 => Rc::new(self.store.reopen(no).await.map_err(Error::io_at("reopen", no))?),
             // A segment whose file is still being made: nothing of it is
             // on disk, its kept bytes go out once the file exists.
-            None if pos > 0 => return Ok((Some(Resumed { bytes: prefix, records, file: None, cut_len: 0 }), dropped)),
-            None => return Ok((None, dropped)),
+            None if pos > 0 => return Ok(Some(Resumed { bytes: prefix, records, file: None, cut_len: 0 })),
+            None => return Ok(None),
         };
         zero_after(&*file, &prefix, on_disk).await.map_err(Error::io_at("zero", no))?;
         let cut_len = on_disk.min(prefix.len());
-        Ok((Some(Resumed { bytes: prefix, records, file: Some(file), cut_len }), dropped))
+        Ok(Some(Resumed { bytes: prefix, records, file: Some(file), cut_len }))
+    }
+}
+
+/// The lsn at which entry `keep`'s close ends (0 for the empty log and for
+/// an entry recovered when the log opened: every lsn since is later). The
+/// caller's `keep` is at least the committed index, so an entry closed
+/// since the log opened is either still uncommitted or the last one
+/// committed.
+fn closed_lsn_of<F>(st: &State<F>, keep: u64) -> u64 {
+    if let Some(&(_, lsn)) = st.uncommitted.iter().rev().find(|&&(i, _)| i == keep) {
+        return lsn;
+    }
+    match st.last_committed_close {
+        Some((i, lsn)) if i == keep => lsn,
+        _ => 0,
     }
 }
 

@@ -142,6 +142,9 @@ struct State<F> {
     /// for a follower catching up entry by entry (see `LocalLog::mark`).
     older: Option<(u64, Vec<BatchMark>)>,
     uncommitted: VecDeque<(u64, u64)>,
+    /// The last entry closed since the log opened that left `uncommitted`
+    /// by being committed: (index, lsn its close ends at).
+    last_committed_close: Option<(u64, u64)>,
     /// A cut-back is under way: the writer cuts no flush.
     cutting_back: bool,
     poisoned: Option<Error>,

@@ -154,6 +154,7 @@ impl<S: SegmentStore> LocalLog<S> {
                 committed: 0,
                 older: None,
                 uncommitted: VecDeque::new(),
+                last_committed_close: None,
                 cutting_back: false,
                 poisoned: None,
                 stats: LogStats::default(),
