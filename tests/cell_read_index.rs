@@ -16,7 +16,9 @@
 //!   delete is committed, though it confirms its lead sooner;
 //! - a follower that has not heard of the leader's last commit serves a
 //!   live read (SSE, long-poll) only once it applied it (`cell::catch_up`),
-//!   and one cut off answers no "up to date" at all.
+//!   and one cut off answers no "up to date" at all;
+//! - a leader that loses its place between a fork's delete and its source's
+//!   collection leaves the source to the next leader's sweep.
 
 mod common;
 
@@ -357,4 +359,51 @@ fn a_follower_cut_off_claims_no_tail_in_a_live_read() {
     let long_poll = live[1].take();
     assert!(matches!(long_poll, Some(Err(Error::Unavailable(_)))), "long-poll: not a 503: {long_poll:?}");
     assert_eq!(cell.node(off).status.catch_ups.waiting(), 0);
+}
+
+/// A fork of "s" in the test bucket.
+fn fork_of_s() -> StreamOp {
+    let mut op = create();
+    if let StreamOp::Create(c) = &mut op {
+        let source = ringstream::protocol::StreamKey { bucket: BUCKET.into(), stream: "s".into() };
+        c.fork = Some(ringstream::protocol::ForkReq { source, offset: None, sub_offset: 0 });
+    }
+    op
+}
+
+/// A leader deletes a source's last fork, then loses its place before the
+/// source's own collection commits: the soft-deleted source, which no fork
+/// reads any more, is collected by the next leader's sweep (the reclaim
+/// pass's `expire_as_leader`), so its path is free again.
+#[test]
+fn a_new_leader_collects_a_source_its_predecessor_left() {
+    let (mut cell, old) = cell_with_data(2);
+    let r = cell.call(old, on("f", fork_of_s()));
+    assert!(matches!(r, Ok(Outcome::Created { .. })), "the fork: {r:?}");
+    let r = cell.call(old, on("s", StreamOp::Delete));
+    assert!(matches!(r, Ok(Outcome::Deleted { .. })), "the source's delete: {r:?}");
+    let r = cell.call(old, on("s", head()));
+    assert!(matches!(r, Err(Error::Gone(_))), "the source is soft-deleted: {r:?}");
+    // The fork's delete commits; the source's collection that follows it
+    // on the leader (before the delete is answered) never leaves it.
+    let local = cell.node(old).shard.log().local().clone();
+    let fork_delete = local.last_index() + 1;
+    let _unanswered = cell.send(old, on("f", StreamOp::Delete));
+    while local.committed_index() < fork_delete {
+        cell.step();
+    }
+    cell.cut.insert(old);
+    let new = cell.elect();
+    let gone = |cell: &mut Cell| cell.call(new, on("s", head()));
+    let r = gone(&mut cell);
+    assert!(matches!(r, Err(Error::Gone(_))), "the source is soft-deleted on the new leader: {r:?}");
+    let shard = cell.node(new).shard.clone();
+    let sweep = cell.node(new).pool.spawner();
+    sweep.spawn_local(async move { shard.expire_as_leader().await }).unwrap();
+    for _ in 0..50 {
+        cell.step();
+    }
+    assert_eq!(gone(&mut cell), Err(Error::NotFound), "the new leader's sweep left the source");
+    let r = cell.call(new, on("s", create()));
+    assert!(matches!(r, Ok(Outcome::Created { .. })), "its path is free again: {r:?}");
 }

@@ -225,10 +225,11 @@ impl<S: SegmentStore> Replica<S> {
         if let Some(ctx) = self.status.confirms.start(self.id, self.ticks) {
             self.group.read_index(ctx);
         }
-        if self.status.leading.get() {
-            self.status.catch_ups.leads();
-        } else if let Some(ctx) = self.status.catch_ups.start(self.id, self.ticks) {
-            self.group.read_index(ctx);
+        // A leader's catch-ups need no round: `caught_up` below answers them.
+        if !self.status.leading.get() {
+            if let Some(ctx) = self.status.catch_ups.start(self.id, self.ticks) {
+                self.group.read_index(ctx);
+            }
         }
         let mut reads = Vec::new();
         while let Some(w) = self.group.ready() {

@@ -33,9 +33,10 @@ struct Replay {
 }
 
 impl Replay {
-    /// A replay of committed records in a cell, now.
-    fn applying() -> Replay {
-        Replay { boot_ms: 0, orphans: HashMap::new(), blobs: HashMap::new(), applying: true, forks_changed: false }
+    /// A replay at `boot_ms`: the boot's (`applying` false) or, in a cell,
+    /// of committed records as they come.
+    fn new(boot_ms: i64, applying: bool) -> Replay {
+        Replay { boot_ms, orphans: HashMap::new(), blobs: HashMap::new(), applying, forks_changed: false }
     }
 }
 
@@ -78,7 +79,7 @@ impl<S: SegmentStore> Shard<S> {
             deliveries: RefCell::default(),
             subs_resync: Cell::new(false),
         };
-        let mut replay = Replay { boot_ms: (shard.now_ms)(), applying: false, ..Replay::applying() };
+        let mut replay = Replay::new((shard.now_ms)(), false);
         let mut body = Vec::new();
         for r in records {
             body.clear();
@@ -114,7 +115,7 @@ impl<S: SegmentStore> Shard<S> {
     /// changed, as a leader's append wakes its own once durable: without
     /// this a follower's live readers heard of nothing until their timeout.
     pub fn apply_committed(&self, records: &[Recovered]) -> Result<(), String> {
-        let mut replay = Replay { boot_ms: (self.now_ms)(), ..Replay::applying() };
+        let mut replay = Replay::new((self.now_ms)(), true);
         let mut body = Vec::new();
         let mut touched = Vec::new();
         for r in records {
