@@ -29,6 +29,10 @@
 #
 # Usage: scripts/bench-compare.sh [--duration SECS] [--pairs N] [--shards N]
 #                                 [--servers a,b,c] [--workloads w1,w2] [--charts DIR]
+# Servers: ringstream, electric, reference, floor, and ringstream-cell (a
+# replicated cell of three ringstream nodes, one shard each, on this
+# machine: the load goes to the leader, an append is acknowledged once
+# durable on two nodes, the CPU counted is the three processes').
 # Environment: ELECTRIC_VERSION (0.1.5), REF_VERSION (0.3.7), PEER_CACHE
 # (~/.cache/ringstream-peers), RINGSTREAM (the server binary to measure;
 # default target/release/ringstream).

@@ -26,7 +26,9 @@
 //!   before it was asked.
 //!
 //! `CELL_SIM_SEED=N` replays seed N alone (the failing seed is printed);
-//! `CELL_SIM_SEEDS=K` runs seeds 0..K (default 100). The planted bug, a
+//! `CELL_SIM_SEEDS=K` runs seeds 0..K (default 100; `CELL_SIM_FIRST_SEED=F`
+//! runs F..F+K), each with 30 s of faults (`CELL_SIM_FAULT_MS` for a longer
+//! soak: `scripts/cell-sim-soak.sh`). The planted bug, a
 //! leader that acknowledges once its own write is durable rather than a
 //! majority's, must be caught (`the_checker_catches_acks_before_a_majority`),
 //! and so must reads served from a replica's own log without a read index
@@ -758,7 +760,14 @@ fn seeds() -> Vec<u64> {
         return vec![s.parse().expect("CELL_SIM_SEED is a number")];
     }
     let k = std::env::var("CELL_SIM_SEEDS").map_or(100, |s| s.parse().expect("CELL_SIM_SEEDS is a number"));
-    (0..k).collect()
+    let from = std::env::var("CELL_SIM_FIRST_SEED").map_or(0, |s| s.parse().expect("CELL_SIM_FIRST_SEED is a number"));
+    (from..from + k).collect()
+}
+
+/// How long the faults last in each run: `CELL_SIM_FAULT_MS` (default 30 s
+/// of virtual time; a soak runs longer ones).
+fn fault_ms() -> u64 {
+    std::env::var("CELL_SIM_FAULT_MS").map_or(30_000, |s| s.parse().expect("CELL_SIM_FAULT_MS is a number"))
 }
 
 #[test]
@@ -766,13 +775,14 @@ fn every_acknowledged_proposal_survives_the_faults() {
     let (mut cut_back, mut whole_cut) = (false, false);
     for seed in seeds() {
         let n = if seed % 4 == 3 { 5 } else { 3 };
-        let (violations, summary, acked) = run(seed, n, Plant::None, 30_000);
+        let (violations, summary, acked) = run(seed, n, Plant::None, fault_ms());
         cut_back |= !summary.ends_with(" 0 logs cut back");
         whole_cut |= !summary.contains(" 0 of the whole cell");
         eprintln!("{summary}");
         assert!(
             violations.is_empty(),
-            "{summary}: {violations:#?}\nreplay: CELL_SIM_SEED={seed} cargo test --test cell_sim"
+            "{summary}: {violations:#?}\nreplay: CELL_SIM_SEED={seed} CELL_SIM_FAULT_MS={} cargo test --test cell_sim",
+            fault_ms()
         );
         assert!(acked > 100, "{summary}: too little was acknowledged to tell");
     }

@@ -280,8 +280,7 @@ fn recovery_cuts_records_never_closed_and_they_never_come_back() {
     assert_eq!(back.batch_start(), marks[0].end, "writing resumes right after the last close");
     // A short batch after it, then a crash: the old records were zeroed,
     // so nothing of them is read back behind the new batch.
-    let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
-    back.append(h, b"x").unwrap();
+    back.append(header(), b"x").unwrap();
     back.close_batch(1, 2, back.tail_position()).unwrap();
     settle(&back);
     let image = back.store().crash_image(None);
@@ -292,26 +291,43 @@ fn recovery_cuts_records_never_closed_and_they_never_come_back() {
     let _ = first;
 }
 
-#[test]
-fn a_waiter_for_a_discarded_record_fails() {
-    let mut rng = Rng::from_seed(3);
+type Waited = Rc<RefCell<Option<Result<(), Error>>>>;
+
+/// A log holding entry 1, durable, and entry 2 (one record) closed but not
+/// written, and a task waiting for that record (no writer runs: it is still
+/// waiting when a cut comes): the log, entry 1's mark, the pool running the
+/// task and where its result lands.
+fn waiting_on_entry_2(rng: &mut Rng) -> (Log, Option<BatchMark>, LocalPool, Waited) {
     let (log, _) = open(SimStore::new()).unwrap();
-    lead_one(&log, &mut rng, 1, 1);
+    lead_one(&log, rng, 1, 1);
     settle(&log);
     let kept = log.last_mark();
-    let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
-    let (_, lsn) = log.append(h, b"gone").unwrap();
+    let (_, lsn) = log.append(header(), b"gone").unwrap();
     log.close_batch(1, 2, log.tail_position()).unwrap();
-    // No writer runs: the waiter is still waiting when the cut comes.
-    let mut pool = LocalPool::new();
-    let result = Rc::new(RefCell::new(None));
+    let pool = LocalPool::new();
+    let result: Waited = Rc::default();
     let (l, r) = (log.clone(), result.clone());
     pool.spawner().spawn_local(async move { *r.borrow_mut() = Some(l.durable(lsn).await) }).unwrap();
+    (log, kept, pool, result)
+}
+
+fn header() -> RecordHeader {
+    RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 }
+}
+
+/// Cuts `log` back to `to` on `pool`, to the end.
+fn cut(pool: &mut LocalPool, log: &Log, to: Option<BatchMark>) {
+    let l = log.clone();
+    pool.spawner().spawn_local(async move { l.cut_back(to).await.unwrap() }).unwrap();
+    pool.run_until_stalled();
+}
+
+#[test]
+fn a_waiter_for_a_discarded_record_fails() {
+    let (log, kept, mut pool, result) = waiting_on_entry_2(&mut Rng::from_seed(3));
     pool.run_until_stalled();
     assert!(result.borrow().is_none());
-    let l = log.clone();
-    pool.spawner().spawn_local(async move { l.cut_back(kept).await.unwrap() }).unwrap();
-    pool.run_until_stalled();
+    cut(&mut pool, &log, kept);
     assert!(matches!(*result.borrow(), Some(Err(Error::CutBack))), "got {:?}", result.borrow());
     assert_eq!(log.last_mark(), kept);
 }
@@ -322,27 +338,13 @@ fn a_waiter_for_a_discarded_record_fails() {
 #[test]
 fn a_waiter_fails_when_a_cut_back_passes_earlier_voids() {
     let mut rng = Rng::from_seed(7);
-    let (log, _) = open(SimStore::new()).unwrap();
-    lead_one(&log, &mut rng, 1, 1);
-    settle(&log);
-    let kept = log.last_mark();
-    let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
-    let (_, lsn) = log.append(h, b"gone").unwrap();
-    log.close_batch(1, 2, log.tail_position()).unwrap();
-    let mut pool = LocalPool::new();
-    let result = Rc::new(RefCell::new(None));
-    let (l, r) = (log.clone(), result.clone());
-    pool.spawner().spawn_local(async move { *r.borrow_mut() = Some(l.durable(lsn).await) }).unwrap();
+    let (log, kept, mut pool, result) = waiting_on_entry_2(&mut rng);
     pool.run_until_stalled();
     for _ in 0..3 {
-        log.append(h, &[7; 500]).unwrap();
-        let (l, to) = (log.clone(), log.last_mark());
-        pool.spawner().spawn_local(async move { l.cut_back(to).await.unwrap() }).unwrap();
-        pool.run_until_stalled();
+        log.append(header(), &[7; 500]).unwrap();
+        cut(&mut pool, &log, log.last_mark());
     }
-    let l = log.clone();
-    pool.spawner().spawn_local(async move { l.cut_back(kept).await.unwrap() }).unwrap();
-    pool.run_until_stalled();
+    cut(&mut pool, &log, kept);
     // Another entry 2 takes the discarded one's place, and is committed.
     lead_one(&log, &mut rng, 2, 2);
     log.commit_to(2);
@@ -356,8 +358,7 @@ fn a_record_is_acknowledged_once_durable_and_committed_and_never_cut_back() {
     let mut rng = Rng::from_seed(11);
     let (log, _) = open(SimStore::new()).unwrap();
     lead_one(&log, &mut rng, 1, 1);
-    let h = RecordHeader { kind: 1, stream_id: 1, incarnation: 0, stream_offset: 0, body_len: 0 };
-    let (_, lsn) = log.append(h, b"waits").unwrap();
+    let (_, lsn) = log.append(header(), b"waits").unwrap();
     log.close_batch(1, 2, log.tail_position()).unwrap();
     settle(&log);
     let mut pool = LocalPool::new();

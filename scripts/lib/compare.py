@@ -22,6 +22,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/lib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cell  # noqa: E402 (scripts/lib/cell.py)
 import server  # noqa: E402 (scripts/lib/server.py, beside this file)
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -48,7 +49,10 @@ def free_port():
 
 
 def cpu_seconds(pid):
-    """CPU time of a process and all its threads (and reaped children)."""
+    """CPU time of a process and all its threads (and reaped children);
+    of several processes together for a list of pids (a cell)."""
+    if isinstance(pid, list):
+        return sum(cpu_seconds(p) for p in pid)
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / TICK
 
@@ -64,10 +68,35 @@ def command(name, port, data, a):
     sys.exit(f"unknown server {name}")
 
 
+class Cell:
+    """A replicated cell of three ringstream nodes (scripts/lib/cell.py),
+    one shard each, as one server: the load goes to node 1, which leads;
+    its CPU is the three processes' together; it stops as a whole."""
+
+    def __init__(self, binary, work):
+        self.nodes = cell.start(binary, work, "--shards", "1")
+        self.pid = [n.pid for n in self.nodes]
+
+    def poll(self):
+        return None
+
+    def terminate(self):
+        for n in self.nodes:
+            n.stop()
+
+    def wait(self, timeout=None):
+        return 0
+
+    kill = terminate
+
+
 def start(name, a, work):
     if name == "ringstream":  # pinned shards, default settings (scripts/lib/server.py)
         s = server.start(a.ringstream, work, *(["--shards", str(a.shards)] if a.shards else []))
         return s.proc, s.url
+    if name == "ringstream-cell":  # three nodes, an ack once durable on two of them
+        c = Cell(a.ringstream, work)
+        return c, c.nodes[0].url
     port = free_port()
     data = os.path.join(work, "data")
     os.makedirs(data)
