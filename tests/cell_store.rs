@@ -12,6 +12,7 @@ use raft::{GetEntriesContext, Storage};
 use ringstream::cell::group::GroupStore;
 use ringstream::cell::store::LogStore;
 use ringstream::limits::SEGMENT_BYTES_MIN;
+use ringstream::storage::io::SegmentStore;
 use ringstream::storage::log::{Batch, LocalLog};
 use ringstream::storage::sim_file::SimStore;
 use ringstream::storage::{LogConfig, RecordHeader};
@@ -181,4 +182,38 @@ fn an_entry_that_does_not_fit_stops_the_store() {
     store.append(&[Entry { term: 1, index: 2, ..Entry::default() }]);
     assert!(store.failed().is_some());
     assert!(block_on(store.persist()).is_err());
+}
+
+/// A replica whose oldest segments are gone (given its leader's newer ones,
+/// or, later, reclaimed): its Raft log starts after the first batch it holds
+/// whole, the entry before that known by its term, every later entry
+/// readable; the saved commit index is at least that entry (it was
+/// committed, or it would not be gone), so raft-rs starts over it.
+#[test]
+fn a_log_missing_its_oldest_segments_is_a_raft_log_from_its_first_whole_entry() {
+    let disk = SimStore::new();
+    let (mut store, log) = open(&disk);
+    let entries: Vec<Entry> = (1..=40).map(|i| lead(&log, 1 + i / 20, i, &[i as u8; 5000])).collect();
+    store.append(&entries);
+    persist(&mut store, &log);
+    let image = disk.crash_image(None);
+    let segments = block_on(image.list()).unwrap();
+    assert!(segments.len() >= 3, "{segments:?}");
+    block_on(image.remove(segments[0].0)).unwrap();
+    let (store, log) = open(&image);
+    let first = store.first_index().unwrap();
+    assert!(first > 1 && first <= 40, "first index {first}");
+    assert_eq!(store.term(first - 1).unwrap(), entries[first as usize - 2].term);
+    assert!(store.term(first - 2).is_err(), "an entry before the first whole one has no term");
+    let got = store.entries(first, 41, None, GetEntriesContext::empty(false)).unwrap();
+    assert_eq!(
+        got.iter().map(|e| (e.index, e.term)).collect::<Vec<_>>(),
+        entries[first as usize - 1..].iter().map(|e| (e.index, e.term)).collect::<Vec<_>>()
+    );
+    assert_eq!(store.initial_state().unwrap().hard_state.commit, first - 1, "raised to the first entry's");
+    let cfg = ringstream::cell::group::config(1, 0);
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let group = ringstream::cell::group::Group::new(&cfg, store, &logger).expect("raft-rs starts over it");
+    assert_eq!(group.last_index(), 40);
+    drop(log);
 }

@@ -410,3 +410,46 @@ fn a_batch_that_does_not_fit_is_refused_and_changes_nothing() {
     assert_eq!(follow(&f, &entries[1..]), 2, "the right batches still go in");
     assert_same_bytes(&lead, &f, 5);
 }
+
+/// What segment shipping and reclamation need of recovery: a replica whose
+/// oldest segments are gone (deleted, or never shipped to it) opens from
+/// the segments it has, its log starting after the first batch it holds
+/// whole, and goes on copying its leader's batches to the same bytes.
+#[test]
+fn a_log_missing_its_oldest_segments_opens_and_follows() {
+    let mut rng = Rng::from_seed(21);
+    let (lead, entries) = leader(&mut rng, &[], 60, 1);
+    let image = lead.store().crash_image(None);
+    let segments = block_on(image.list()).unwrap();
+    assert!(segments.len() >= 4, "too few segments to drop some: {segments:?}");
+    for &(no, _) in &segments[..2] {
+        block_on(image.remove(no)).unwrap();
+    }
+    let (shipped, marks) = open(image).expect("a log missing its oldest segments opens");
+    let held = block_on(shipped.store().list()).unwrap()[0].0;
+    let oldest = marks[0];
+    // The first batch it holds whole: the first closed in its oldest
+    // segment, or the next one when that began in a segment it lacks.
+    let whole = if oldest.close.start.0 < held { oldest.close.index + 1 } else { oldest.close.index };
+    assert_eq!(shipped.first_index(), Some(whole));
+    // Every entry from there reads back as the leader's does (a batch read
+    // back holds the seal its close added, which the proposal did not).
+    for e in &entries[whole as usize - 1..] {
+        let mark = shipped.mark(e.index).unwrap().expect("a mark for every entry held");
+        assert_eq!(Some(mark), lead.mark(e.index).unwrap());
+        let theirs = lead.batch_of(&mark).unwrap();
+        assert!(shipped.batch_of(&mark).unwrap() == theirs, "entry {} reads back otherwise", e.index);
+    }
+    // It goes on from its leader's next entries, to the same bytes.
+    let mut all = entries.clone();
+    for _ in 0..10 {
+        let index = all.len() as u64 + 1;
+        all.push(lead_one(&lead, &mut rng, 1, index));
+    }
+    settle(&lead);
+    assert_eq!(follow(&shipped, &all[entries.len()..]), 10);
+    for no in held..=lead.batch_start().segment {
+        let (a, b) = (lead.store().map(no).unwrap(), shipped.store().map(no).unwrap());
+        assert!(a.bytes() == b.bytes(), "segment {no} differs");
+    }
+}

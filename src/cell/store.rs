@@ -62,7 +62,12 @@ impl<S: SegmentStore> LogStore<S> {
             .await
             .map_err(crate::storage::Error::io_at("open the Raft state", 0))?;
         let mut hard = saved.map(|b| decode_hard_state(&b)).transpose()?.unwrap_or_default();
-        hard.commit = hard.commit.min(log.last_index());
+        // Never past the log; never before its first whole entry either: a
+        // log whose oldest segments are gone (shipped from a leader, or
+        // reclaimed) lost only committed entries, and raft-rs requires the
+        // commit index at or past the entry before its first.
+        let before_first = log.first_index().map_or(0, |f| f - 1);
+        hard.commit = hard.commit.min(log.last_index()).max(before_first);
         let state = RaftState { hard_state: hard, conf_state: ConfState { voters, ..ConfState::default() } };
         Ok(LogStore { log, slots, state, dirty: false, staged: None, failed: None, cut_backs: 0 })
     }

@@ -152,9 +152,16 @@ impl<S: SegmentStore> LocalLog<S> {
         self.st.borrow().marks.last()
     }
 
-    /// The index of the first entry the log holds (None: it holds none).
+    /// The index of the first entry the log holds whole (None: it holds
+    /// none). A log whose oldest segments are gone (a replica given its
+    /// leader's newer segments) holds the first batch closed in its oldest
+    /// segment whole only if that batch began there: else its entry is the
+    /// one before the log's first, known by its close (term and index) only.
     pub fn first_index(&self) -> Option<u64> {
-        self.st.borrow().marks.first_index()
+        let st = self.st.borrow();
+        let head = st.marks.head()?;
+        let began_here = st.segments.contains_key(&head.close.start.0);
+        Some(head.close.index + u64::from(!began_here))
     }
 
     /// The index of the last entry the log holds (0: none).

@@ -14,6 +14,9 @@ pub(super) struct Marks {
     recent: VecDeque<BatchMark>,
     /// Segment → the index of the first batch closed in it.
     firsts: BTreeMap<u64, u64>,
+    /// The log's first mark (its batch may have begun in a segment the log
+    /// no longer holds, or never held: see `LocalLog::first_index`).
+    head: Option<BatchMark>,
 }
 
 impl Marks {
@@ -33,6 +36,12 @@ impl Marks {
         }
         self.recent.push_back(mark);
         self.firsts.entry(mark.end.segment).or_insert(mark.close.index);
+        self.head.get_or_insert(mark);
+    }
+
+    /// The log's first mark.
+    pub(super) fn head(&self) -> Option<BatchMark> {
+        self.head
     }
 
     /// The recent marks, oldest first.
@@ -42,11 +51,6 @@ impl Marks {
 
     pub(super) fn last(&self) -> Option<BatchMark> {
         self.recent.back().copied()
-    }
-
-    /// The index of the first entry the log holds.
-    pub(super) fn first_index(&self) -> Option<u64> {
-        self.firsts.values().next().copied()
     }
 
     /// The mark of entry `index` if it is among the recent ones.
@@ -98,7 +102,7 @@ mod tests {
     fn finds_recent_marks_and_the_segment_of_any() {
         let all: Vec<_> = (1..=10).map(|i| mark(i, i / 4)).collect();
         let m = Marks::of(&all);
-        assert_eq!(m.first_index(), Some(1));
+        assert_eq!(m.head().map(|h| h.close.index), Some(1));
         assert_eq!(m.recent(7), Some(all[6]));
         assert_eq!(m.recent(11), None);
         assert_eq!(m.recent(0), None);
@@ -116,7 +120,7 @@ mod tests {
         assert_eq!(m.recent(10), None, "forgotten");
         assert_eq!(m.recent(11), Some(mark(11, 0)));
         assert_eq!(m.segment_of(10), Some(0), "still found by segment");
-        assert_eq!(m.first_index(), Some(1));
+        assert_eq!(m.head().map(|h| h.close.index), Some(1));
     }
 
     #[test]
@@ -130,6 +134,6 @@ mod tests {
         m.push(mark(6, 3));
         assert_eq!(m.segment_of(6), Some(3));
         m.cut_after(None);
-        assert_eq!((m.last(), m.first_index()), (None, None));
+        assert_eq!((m.last(), m.head()), (None, None));
     }
 }
