@@ -453,3 +453,43 @@ fn a_log_missing_its_oldest_segments_opens_and_follows() {
         assert!(a.bytes() == b.bytes(), "segment {no} differs");
     }
 }
+
+/// Reclamation's part of the log: the oldest sealed segments removed while
+/// it runs leave the log a reopen would find (the same first entry, the
+/// same entries after it); segments holding an entry not yet committed, or
+/// not sealed, are refused with nothing removed.
+#[test]
+fn the_oldest_segments_go_only_once_committed_and_sealed() {
+    let mut rng = Rng::from_seed(23);
+    let (log, entries) = leader(&mut rng, &[], 60, 1);
+    let files = |l: &Log| block_on(l.store().list()).unwrap().iter().map(|f| f.0).collect::<Vec<_>>();
+    let before = files(&log);
+    assert!(before.len() >= 5, "{before:?}");
+    let remove = |through: u64| {
+        let l = log.clone();
+        drive(&[&log], async move { l.remove_through(through).await })
+    };
+    log.commit_to(5);
+    assert!(matches!(remove(before[1]), Err(Error::Batch(_))), "entries in them are not committed");
+    assert_eq!(files(&log), before, "nothing removed");
+    log.commit_to(60);
+    let active = log.batch_start().segment;
+    assert!(matches!(remove(active), Err(Error::Batch(_))), "the active segment");
+    assert_eq!(files(&log), before);
+    remove(before[1]).expect("the two oldest go");
+    assert_eq!(files(&log), before[2..].to_vec());
+    let (reopened, _) = open(log.store().crash_image(None)).unwrap();
+    let first = log.first_index().unwrap();
+    assert_eq!(reopened.first_index(), Some(first), "as a reopen finds it");
+    assert!(log.mark(first - 1).unwrap().is_some(), "the entry before the first is known by its close");
+    assert_eq!(log.mark(first - 2).unwrap(), None, "older entries are gone");
+    for e in &entries[first as usize - 1..] {
+        let mark = log.mark(e.index).unwrap().expect("every entry from the first");
+        assert_eq!(reopened.mark(e.index).unwrap(), Some(mark));
+        assert!(log.batch_of(&mark).unwrap() == reopened.batch_of(&mark).unwrap());
+    }
+    // Going on after it: one more entry, read back.
+    lead_one(&log, &mut rng, 1, 61);
+    settle(&log);
+    assert!(log.mark(61).unwrap().is_some());
+}

@@ -164,6 +164,58 @@ impl<S: SegmentStore> LocalLog<S> {
         Some(head.close.index + u64::from(!began_here))
     }
 
+    /// Deletes the sealed segments up to `through`, oldest first (a crash
+    /// part way leaves a log missing fewer of its oldest segments, which
+    /// opens: see [`LocalLog::first_index`]). Refused, with nothing
+    /// removed, unless each of them is sealed and every entry closed in
+    /// them committed, and an entry is closed after them (the log's first
+    /// from then on, or the one after it).
+    pub async fn remove_through(&self, through: u64) -> Result<()> {
+        let doomed = {
+            let st = self.st.borrow();
+            let refuse = |why: String| Err(Error::Batch(format!("remove segments through {through}: {why}")));
+            let Some((_, first)) = st.marks.first_after(through) else {
+                return refuse("no entry is closed after them".into());
+            };
+            if first - 1 > st.committed {
+                return refuse(format!("entry {} is not committed", first - 1));
+            }
+            let doomed: Vec<u64> = st.segments.range(..=through).map(|(&no, _)| no).collect();
+            if let Some(no) = doomed.iter().find(|no| !matches!(st.segments.get(no), Some(SegData::Mapped(_)))) {
+                return refuse(format!("segment {no} is not sealed"));
+            }
+            doomed
+        };
+        for no in doomed {
+            if let Err(e) = self.remove_segment(no).await {
+                self.forget_removed()?;
+                return Err(e);
+            }
+        }
+        self.forget_removed()
+    }
+
+    /// Forgets the marks of the segments before the oldest one held (after
+    /// [`LocalLog::remove_through`]); the log's first mark becomes the first
+    /// closed in the segments held.
+    fn forget_removed(&self) -> Result<()> {
+        let mut st = self.st.borrow_mut();
+        let Some(&oldest) = st.segments.keys().next() else { return Ok(()) };
+        let Some(through) = oldest.checked_sub(1) else { return Ok(()) };
+        let Some((next, _)) = st.marks.first_after(through) else { return Ok(()) };
+        let bytes = match st.segments.get(&next) {
+            Some(SegData::Mirror { buf, .. }) => &buf[..],
+            Some(SegData::Mapped(m)) => m.bytes(),
+            None => return Err(Error::Corrupt { segment: next, position: 0 }),
+        };
+        let head = closes_in(next, bytes)?.first().copied().ok_or(Error::Corrupt { segment: next, position: 0 })?;
+        st.marks.forget_through(through, head);
+        if st.older.as_ref().is_some_and(|(no, _)| *no <= through) {
+            st.older = None;
+        }
+        Ok(())
+    }
+
     /// The index of the last entry the log holds (0: none).
     pub fn last_index(&self) -> u64 {
         self.st.borrow().marks.last().map_or(0, |m| m.close.index)

@@ -44,6 +44,22 @@ impl Marks {
         self.head
     }
 
+    /// The first segment after `through` that holds a close, and the index
+    /// of the first entry closed in it.
+    pub(super) fn first_after(&self, through: u64) -> Option<(u64, u64)> {
+        self.firsts.range(through + 1..).next().map(|(&no, &first)| (no, first))
+    }
+
+    /// Forgets the marks of the segments up to `through` (their files are
+    /// gone); `head` is the first mark closed after them.
+    pub(super) fn forget_through(&mut self, through: u64, head: BatchMark) {
+        self.firsts.retain(|&no, _| no > through);
+        while self.recent.front().is_some_and(|m| m.end.segment <= through) {
+            self.recent.pop_front();
+        }
+        self.head = Some(head);
+    }
+
     /// The recent marks, oldest first.
     pub(super) fn recent_all(&self) -> Vec<BatchMark> {
         self.recent.iter().copied().collect()
