@@ -32,7 +32,8 @@
 # Servers: ringstream, electric, reference, floor, and ringstream-cell (a
 # replicated cell of three ringstream nodes, one shard each, on this
 # machine: the load goes to the leader, an append is acknowledged once
-# durable on two nodes, the CPU counted is the three processes').
+# durable on two nodes, the CPU counted is the three processes'; its
+# nodes run --no-pin, as three pinned servers would share the first CPU).
 # Environment: ELECTRIC_VERSION (0.1.5), REF_VERSION (0.3.7), PEER_CACHE
 # (~/.cache/ringstream-peers), RINGSTREAM (the server binary to measure;
 # default target/release/ringstream).

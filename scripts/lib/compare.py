@@ -71,10 +71,11 @@ def command(name, port, data, a):
 class Cell:
     """A replicated cell of three ringstream nodes (scripts/lib/cell.py),
     one shard each, as one server: the load goes to node 1, which leads;
-    its CPU is the three processes' together; it stops as a whole."""
+    its CPU is the three processes' together; it stops as a whole. Its
+    nodes run --no-pin: pinned, all three would share the first CPU."""
 
     def __init__(self, binary, work):
-        self.nodes = cell.start(binary, work, "--shards", "1")
+        self.nodes = cell.start(binary, work, "--shards", "1", "--no-pin")
         self.pid = [n.pid for n in self.nodes]
 
     def poll(self):
