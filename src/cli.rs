@@ -248,7 +248,9 @@ pub struct Cli {
     /// hold it (an HMAC-SHA256 challenge both ways) before any message
     /// crosses. A regular file that users other than its owner and group
     /// can neither read nor write (chmod 600). Only its length is printed.
-    /// Default: none.
+    /// To rotate it without cutting a node off, PATH.next (then
+    /// PATH.previous) holds one more secret peers may prove themselves with,
+    /// read at start like PATH (docs/operations.md). Default: none.
     #[arg(long, env = "RINGSTREAM_CELL_SECRET_FILE", value_name = "PATH")]
     pub cell_secret_file: Option<PathBuf>,
 }
@@ -676,7 +678,8 @@ fn cell_error_origin(e: &CellConfigError, origins: &[(&str, Option<String>); 3])
         CellConfigError::SecretIo { .. }
         | CellConfigError::SecretNotAFile { .. }
         | CellConfigError::SecretMode { .. }
-        | CellConfigError::SecretSize { .. } => secret,
+        | CellConfigError::SecretSize { .. }
+        | CellConfigError::SecretRotation { .. } => secret,
         _ => cell,
     };
     format!("set by {}", from.as_deref().unwrap_or_default())

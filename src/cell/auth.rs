@@ -235,8 +235,8 @@ struct Transcript {
 }
 
 impl Transcript {
-    fn mac(&self, secret: &Secret, label: &[u8]) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes a key of any length");
+    fn mac(&self, key: &[u8], label: &[u8]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
         mac.update(label);
         mac.update(&self.dialer.to_le_bytes());
         mac.update(&self.acceptor.to_le_bytes());
@@ -245,14 +245,16 @@ impl Transcript {
         mac
     }
 
+    /// With this node's own key.
     fn prove(&self, secret: &Secret, label: &[u8]) -> Bytes32 {
-        self.mac(secret, label).finalize().into_bytes().into()
+        self.mac(secret.as_bytes(), label).finalize().into_bytes().into()
     }
 
-    /// In constant time: the comparison tells nothing of how close a
-    /// forged proof came.
+    /// With any key `secret` accepts (its own, and during a rotation one
+    /// more); each in constant time: the comparison tells nothing of how
+    /// close a forged proof came.
     fn verify(&self, secret: &Secret, label: &[u8], proof: &Bytes32) -> bool {
-        self.mac(secret, label).verify_slice(proof).is_ok()
+        secret.accepted().any(|key| self.mac(key, label).verify_slice(proof).is_ok())
     }
 }
 
@@ -426,6 +428,35 @@ mod tests {
         let forged = Proof { proof_d: t.prove(&bad, DIALER_LABEL) };
         let err = acceptor.on_proof(&forged, &good).unwrap_err();
         assert!(matches!(err, AuthError::BadProof { peer: 1 }), "{err}");
+    }
+
+    /// Whether node 1, holding `dialer`, and node 2, holding `acceptor`,
+    /// authenticate each other.
+    fn agree(dialer: &Secret, acceptor: &Secret) -> bool {
+        let (d, a, challenge) = up_to_challenge(acceptor);
+        d.on_challenge(&challenge, dialer).and_then(|proof| a.on_proof(&proof, acceptor)).is_ok()
+    }
+
+    /// A rotation from `old` to `new` in three steps, each node restarted
+    /// in turn (`cell::config::read_secret`): accept `new` too; prove with
+    /// `new`, accept `old` too; `new` alone. Any two nodes one step apart
+    /// authenticate each other, in both directions; two steps apart do not.
+    #[test]
+    fn a_rotation_keeps_every_pair_one_step_apart_together() {
+        let (old, new) = (secret(1), secret(2));
+        let steps = [
+            old.clone(),
+            old.clone().also_accepting(new.clone()),
+            new.clone().also_accepting(old.clone()),
+            new.clone(),
+        ];
+        for (i, a) in steps.iter().enumerate() {
+            for (j, b) in steps.iter().enumerate() {
+                let expected = i.abs_diff(j) <= 1;
+                assert_eq!(agree(a, b), expected, "step {i} dialling step {j}");
+            }
+        }
+        assert!(!agree(&old, &new) && !agree(&new, &old), "old and new alone do not agree");
     }
 
     #[test]

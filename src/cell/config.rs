@@ -31,27 +31,53 @@ impl Voter {
 }
 
 /// The key every node of a cell holds, with which peers authenticate each
-/// other (`cell::auth`). Its `Debug` shows only its length.
+/// other (`cell::auth`), and while a rotation is under way one more key a
+/// peer may prove itself with. Its `Debug` shows only lengths.
 #[derive(Clone)]
-pub struct Secret(Vec<u8>);
+pub struct Secret {
+    key: Vec<u8>,
+    also: Option<Vec<u8>>,
+}
 
 impl Secret {
     /// A secret of CELL_SECRET_BYTES_MIN to CELL_SECRET_BYTES_MAX bytes;
     /// `None` for a shorter or longer one.
     pub fn new(bytes: Vec<u8>) -> Option<Secret> {
-        (CELL_SECRET_BYTES_MIN..=CELL_SECRET_BYTES_MAX).contains(&bytes.len()).then_some(Secret(bytes))
+        (CELL_SECRET_BYTES_MIN..=CELL_SECRET_BYTES_MAX)
+            .contains(&bytes.len())
+            .then_some(Secret { key: bytes, also: None })
     }
 
-    /// The key's bytes, for the HMAC.
+    /// This secret, also accepting `other`'s key from peers (it proves
+    /// itself with its own).
+    pub fn also_accepting(self, other: Secret) -> Secret {
+        Secret { also: Some(other.key), ..self }
+    }
+
+    /// The key's bytes: what this node proves itself with.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        &self.key
+    }
+
+    /// The keys a peer may prove itself with: this one, and during a
+    /// rotation one more.
+    pub fn accepted(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(&self.key[..]).chain(self.also.as_deref())
+    }
+
+    /// Whether a second key is accepted (a rotation under way).
+    pub fn rotating(&self) -> bool {
+        self.also.is_some()
     }
 }
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the bytes: configurations get logged.
-        write!(f, "Secret({} bytes)", self.0.len())
+        match &self.also {
+            None => write!(f, "Secret({} bytes)", self.key.len()),
+            Some(also) => write!(f, "Secret({} bytes, also accepting {} bytes)", self.key.len(), also.len()),
+        }
     }
 }
 
@@ -150,6 +176,20 @@ pub enum CellConfigError {
         /// The secret's length (at least what was read).
         len: usize,
     },
+    /// Both a rotation's next and previous secret at once.
+    #[error(
+        "{} and {} both exist: a cell secret rotation goes one step at a time (remove {} once every node \
+         proves itself with the new secret, then go on)",
+        next.display(),
+        previous.display(),
+        previous.display()
+    )]
+    SecretRotation {
+        /// The next secret's file.
+        next: PathBuf,
+        /// The previous secret's file.
+        previous: PathBuf,
+    },
     /// One of the three cell settings without the others.
     #[error("{given} needs {missing} ({what})")]
     Missing {
@@ -219,10 +259,26 @@ fn check_count(count: usize) -> Result<(), CellConfigError> {
     Err(CellConfigError::VoterCount { count, why })
 }
 
-/// The secret in `path`: a regular file that others can neither read nor
+/// The secret in `path` ([`read_key`]), also accepting the key in
+/// `path.next` or `path.previous` when one of them exists: a rotation under
+/// way (docs/operations.md). Both at once are refused: a rotation has one
+/// step at a time.
+pub fn read_secret(path: &Path) -> Result<Secret, CellConfigError> {
+    let key = read_key(path)?;
+    let sibling = |ext: &str| PathBuf::from(format!("{}.{ext}", path.display()));
+    let (next, previous) = (sibling("next"), sibling("previous"));
+    match (next.exists(), previous.exists()) {
+        (true, true) => Err(CellConfigError::SecretRotation { next, previous }),
+        (true, false) => Ok(key.also_accepting(read_key(&next)?)),
+        (false, true) => Ok(key.also_accepting(read_key(&previous)?)),
+        (false, false) => Ok(key),
+    }
+}
+
+/// The key in `path`: a regular file that others can neither read nor
 /// write (mode `& 0o006 == 0`), one trailing `\n` or `\r\n` stripped,
 /// CELL_SECRET_BYTES_MIN to CELL_SECRET_BYTES_MAX bytes.
-pub fn read_secret(path: &Path) -> Result<Secret, CellConfigError> {
+fn read_key(path: &Path) -> Result<Secret, CellConfigError> {
     let io = |source| CellConfigError::SecretIo { path: path.to_path_buf(), source };
     let file = std::fs::File::open(path).map_err(io)?;
     // The checks and the read go through one open file: no swap between them.
@@ -375,6 +431,31 @@ mod tests {
             read_secret(&temp_file("longest", &longest, 0o600)).unwrap().as_bytes().len(),
             CELL_SECRET_BYTES_MAX
         );
+    }
+
+    #[test]
+    fn a_rotations_next_or_previous_secret_is_accepted_too_but_not_both() {
+        let (key, other) = (b"0123456789abcdef0123", b"another secret of 24 byte");
+        for step in ["next", "previous"] {
+            let path = temp_file(&format!("rotating-{step}"), key, 0o600);
+            temp_file(&format!("rotating-{step}.{step}"), other, 0o600);
+            let s = read_secret(&path).unwrap();
+            assert_eq!(s.as_bytes(), key, "{step}: proves itself with its own");
+            assert_eq!(s.accepted().collect::<Vec<_>>(), vec![&key[..], &other[..]], "{step}");
+            assert!(s.rotating());
+            assert_eq!(format!("{s:?}"), "Secret(20 bytes, also accepting 25 bytes)");
+        }
+        let path = temp_file("both", key, 0o600);
+        temp_file("both.next", other, 0o600);
+        temp_file("both.previous", other, 0o600);
+        let err = read_secret(&path).unwrap_err();
+        assert!(matches!(err, CellConfigError::SecretRotation { .. }), "{err}");
+        assert!(err.to_string().contains("one step at a time"), "{err}");
+        // The second file is held to the same rules.
+        let path = temp_file("loose", key, 0o600);
+        temp_file("loose.next", other, 0o644);
+        assert!(matches!(read_secret(&path).unwrap_err(), CellConfigError::SecretMode { .. }));
+        assert!(!read_secret(&temp_file("alone", key, 0o600)).unwrap().rotating());
     }
 
     #[test]

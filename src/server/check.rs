@@ -80,7 +80,9 @@ fn cell(cfg: &Config, out: &mut String) {
         let _ = writeln!(out, "voter {:<10} {}, groups 0-{} on ports {ports}{me}", v.id, v.addr, cfg.shards - 1);
     }
     let file = cfg.cell_secret_file.as_deref().map_or(String::new(), |p| p.display().to_string());
-    let _ = writeln!(out, "cell secret      {file}: read, {} bytes", cell.secret.as_bytes().len());
+    let rotating =
+        if cell.secret.rotating() { "; a rotation is under way (its .next or .previous accepted too)" } else { "" };
+    let _ = writeln!(out, "cell secret      {file}: read, {} bytes{rotating}", cell.secret.as_bytes().len());
     let _ = match super::cell_refusal(cfg) {
         Some(why) => writeln!(out, "cell             WARNING: a start exits 78: {why}"),
         None => writeln!(

@@ -35,7 +35,6 @@ pub use check::check;
 use crate::config::Config;
 use crate::latch::Latch;
 use crate::limits::SHARDS_MAX;
-use crate::protocol::subs::sign::KeySet;
 use anyhow::bail;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -131,7 +130,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     // Starts the tier thread: after the mask is in place.
     let tier = host::tier_client(&cfg)?;
     let keys = match &cfg.cell {
-        Some(cell) => KeySet::of(webhook_key::derive_for_cell(cell.secret.as_bytes())),
+        Some(cell) => webhook_key::set_for_cell(&cell.secret),
         None => webhook_key::load_set(&cfg.data_dir)?,
     };
     let keys = Arc::new(arc_swap::ArcSwap::from_pointee(keys));

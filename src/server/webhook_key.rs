@@ -48,6 +48,17 @@ pub(super) fn derive_for_cell(secret: &[u8]) -> WebhookKey {
     WebhookKey::from_seed(&seed)
 }
 
+/// A cell's webhook keys: signing with the key derived from the secret
+/// this node proves itself with, and during a cell secret rotation also
+/// publishing the one derived from the other secret it accepts, so that a
+/// receiver verifies deliveries from nodes on either side of the rotation.
+pub(super) fn set_for_cell(secret: &crate::cell::config::Secret) -> KeySet {
+    KeySet {
+        signing: derive_for_cell(secret.as_bytes()),
+        also: secret.accepted().skip(1).map(derive_for_cell).collect(),
+    }
+}
+
 /// The keys under `dir`: the signing key (created first if there is none
 /// and no rotation is under way) and a rotation's next and previous keys.
 pub(super) fn load_set(dir: &Path) -> anyhow::Result<KeySet> {
@@ -181,5 +192,25 @@ mod tests {
         assert_eq!(derive_for_cell(secret).kid(), a.kid(), "every node of the cell derives one key");
         assert_ne!(derive_for_cell(b"0123456789abcdef0123456789abcdeF").kid(), a.kid());
         assert_ne!(a.kid(), WebhookKey::from_seed(&[0; 32]).kid());
+    }
+
+    #[test]
+    fn during_a_cell_secret_rotation_both_keys_are_published_and_the_own_one_signs() {
+        use crate::cell::config::Secret;
+        let (old, new) = (Secret::new(vec![1; 32]).unwrap(), Secret::new(vec![2; 32]).unwrap());
+        let kid = |s: &Secret| derive_for_cell(s.as_bytes()).kid().to_string();
+        let alone = set_for_cell(&old);
+        assert_eq!((alone.kid(), alone.also.len()), (kid(&old).as_str(), 0));
+        // Step 1 signs with the old key, step 2 with the new; both publish both.
+        for (step, signs) in
+            [(old.clone().also_accepting(new.clone()), &old), (new.clone().also_accepting(old.clone()), &new)]
+        {
+            let set = set_for_cell(&step);
+            assert_eq!(set.kid(), kid(signs));
+            let published: Vec<String> =
+                set.jwks()["keys"].as_array().unwrap().iter().map(|k| k["kid"].as_str().unwrap().to_string()).collect();
+            assert_eq!(published.len(), 2);
+            assert!(published.contains(&kid(&old)) && published.contains(&kid(&new)), "{published:?}");
+        }
     }
 }
