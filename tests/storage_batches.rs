@@ -472,6 +472,13 @@ fn the_oldest_segments_go_only_once_committed_and_sealed() {
     log.commit_to(5);
     assert!(matches!(remove(before[1]), Err(Error::Batch(_))), "entries in them are not committed");
     assert_eq!(files(&log), before, "nothing removed");
+    // The first entry closed after them (it may have begun in them) must
+    // be committed too.
+    let first_after =
+        entries.iter().find(|e| log.mark(e.index).unwrap().unwrap().end.segment > before[1]).unwrap().index;
+    log.commit_to(first_after - 1);
+    assert!(matches!(remove(before[1]), Err(Error::Batch(_))), "entry {first_after} is not committed");
+    assert_eq!(files(&log), before);
     log.commit_to(60);
     let active = log.batch_start().segment;
     assert!(matches!(remove(active), Err(Error::Batch(_))), "the active segment");

@@ -167,9 +167,9 @@ impl<S: SegmentStore> LocalLog<S> {
     /// Deletes the sealed segments up to `through`, oldest first (a crash
     /// part way leaves a log missing fewer of its oldest segments, which
     /// opens: see [`LocalLog::first_index`]). Refused, with nothing
-    /// removed, unless each of them is sealed and every entry closed in
-    /// them committed, and an entry is closed after them (the log's first
-    /// from then on, or the one after it).
+    /// removed, unless each of them is sealed, an entry is closed after
+    /// them, and every entry up to that one is committed (it may have
+    /// begun in them: then the log's first whole entry is the one after).
     pub async fn remove_through(&self, through: u64) -> Result<()> {
         let doomed = {
             let st = self.st.borrow();
@@ -177,8 +177,8 @@ impl<S: SegmentStore> LocalLog<S> {
             let Some((_, first)) = st.marks.first_after(through) else {
                 return refuse("no entry is closed after them".into());
             };
-            if first - 1 > st.committed {
-                return refuse(format!("entry {} is not committed", first - 1));
+            if first > st.committed {
+                return refuse(format!("entry {first}, the first closed after them, is not committed"));
             }
             let doomed: Vec<u64> = st.segments.range(..=through).map(|(&no, _)| no).collect();
             if let Some(no) = doomed.iter().find(|no| !matches!(st.segments.get(no), Some(SegData::Mapped(_)))) {
