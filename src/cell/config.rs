@@ -259,7 +259,7 @@ fn check_count(count: usize) -> Result<(), CellConfigError> {
     Err(CellConfigError::VoterCount { count, why })
 }
 
-/// The secret in `path` ([`read_key`]), also accepting the key in
+/// The secret in `path` (read as `read_key` says), also accepting the key in
 /// `path.next` or `path.previous` when one of them exists: a rotation under
 /// way (docs/operations.md). Both at once are refused: a rotation has one
 /// step at a time.
