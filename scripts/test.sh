@@ -20,18 +20,36 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/build.sh
-cargo test --workspace
+
+# step LIMIT COMMAND...: one step of the suite, stopped (with its whole
+# process group: servers, weed, Chromium) if it runs past LIMIT seconds, so
+# that a hang fails its own step with a name instead of the whole CI run.
+# Each step prints what it took; the limits are about four times what a
+# step takes on the 2-core CI machine (docs/testing.md).
+step() {
+  local limit=$1 t0=$SECONDS rc=0
+  shift
+  timeout -k 30 "$limit" "$@" || rc=$?
+  case "$rc" in
+    124 | 137) echo "test.sh: FAIL: '$*' ran past its limit of $limit s and was stopped" >&2 ;;
+  esac
+  echo "test.sh: '$*' took $((SECONDS - t0)) s (exit $rc)" >&2
+  return "$rc"
+}
+
+step 2700 cargo test --workspace
 build_release ringstream loadgen
 # Each criterion benchmark once, as a test (they must build and run).
-cargo test --workspace --benches
-scripts/fuzz-smoke.sh
-scripts/conformance.sh --restart --subscriptions
-scripts/ts-client-demo.sh
-scripts/python-client.sh
-scripts/loadgen-smoke.sh
-scripts/check-deploy.sh
-scripts/multinode.sh
-scripts/cell-conformance.sh
-scripts/cell-partition.sh
-scripts/cell-h2.sh
-scripts/tiering.sh
+step 1200 cargo test --workspace --benches
+step 1200 scripts/fuzz-smoke.sh
+step 600 scripts/conformance.sh --restart --subscriptions
+step 300 scripts/ts-client-demo.sh
+step 300 scripts/python-client.sh
+step 300 scripts/loadgen-smoke.sh
+step 300 scripts/check-deploy.sh
+step 600 scripts/multinode.sh
+step 600 scripts/cell-conformance.sh
+step 600 scripts/cell-partition.sh
+step 300 scripts/cell-h2.sh
+step 900 scripts/tiering.sh
+echo "test.sh: every step passed in $SECONDS s" >&2

@@ -156,7 +156,7 @@ def cmd_write(state_path, url, nbytes, data_dir, budget, rate=0):
     written = [0]
     groups = [STREAMS[k::4] for k in range(4)]
 
-    cut = [None]
+    cut, refused = [None], [False]
 
     def writer(group):
         cl = Client(url)
@@ -170,6 +170,10 @@ def cmd_write(state_path, url, nbytes, data_dir, budget, rate=0):
                 except (OSError, http.client.HTTPException) as e:
                     # The server was killed: what was acknowledged is kept.
                     cut[0] = e
+                    return
+                except SystemExit:
+                    # fail() in a thread ends only the thread: end them all, then the run.
+                    refused[0] = cut[0] = True
                     return
                 with lock:
                     written[0] += n
@@ -185,6 +189,8 @@ def cmd_write(state_path, url, nbytes, data_dir, budget, rate=0):
     stop.set()
     sampler.join()
     save(state_path, state)
+    if refused[0]:
+        sys.exit(1)
     secs = time.time() - t0
     if cut[0]:
         print(f"the server went away after {written[0]} bytes ({cut[0]!r}); the acknowledged appends are kept")

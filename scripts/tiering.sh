@@ -51,7 +51,15 @@ work=$WORK
 KEEP_WORK=$KEEP
 pid=""
 stop_all() { [ -z "$pid" ] || server_stop "$pid" KILL; seaweedfs_stop; }
+# On a failure (or the test.sh limit's SIGTERM): what the store and the server last said.
+last_words() {
+  [ "$EXIT_STATUS" != 0 ] || return 0
+  echo "tiering: failed (status $EXIT_STATUS); the last lines of weed's log and the server's stderr:" >&2
+  tail -15 "$work/s3.log" >&2 2>/dev/null || true
+  tail -15 "$work/err" >&2 2>/dev/null || true
+}
 at_exit stop_all
+at_exit last_words
 py() { "${PYTHON:-python3}" scripts/tiering-test.py "$@"; }
 
 port=0
@@ -63,7 +71,9 @@ start_ringstream() {
 
 echo "== 1. write 6 x --hot-bytes, check the budget, the store, every byte" >&2
 seaweedfs_start "$work/s3"
+echo "tiering: SeaweedFS answers at $S3_ENDPOINT (${SECONDS} s)" >&2
 start_ringstream
+echo "tiering: ringstream ready at $url (${SECONDS} s)" >&2
 # Paced below what the uploads sustain here (2 vCPUs shared with weed and
 # the writer): the budget holds while writes do not outrun the uploads.
 py write "$work/state" "$url" $((6 * HOT)) "$work/data" "$HOT" "$SLACK" $((16 * 1024 * 1024))
@@ -72,8 +82,8 @@ py store "$work/state" "$url" "$work/data" "$S3_ENDPOINT" "$S3_BUCKET"
 py verify "$work/state" "$url"
 
 echo "== 2. kill -9 while uploads run, restart, read everything" >&2
-uploads() { curl -s "$url/metrics" | awk '/^ringstream_tier_uploads_total.*ok/ {n += $2} END {print n + 0}'; }
-over() { curl -s "$url/metrics" | awk '/^ringstream_tier_local_bytes/ {l += $2} /^ringstream_tier_hot_budget_bytes/ {b += $2} END {print (l > b)}'; }
+uploads() { curl -s -m 10 "$url/metrics" | awk '/^ringstream_tier_uploads_total.*ok/ {n += $2} END {print n + 0}'; }
+over() { curl -s -m 10 "$url/metrics" | awk '/^ringstream_tier_local_bytes/ {l += $2} /^ringstream_tier_hot_budget_bytes/ {b += $2} END {print (l > b)}'; }
 before="$(uploads)"
 # An unpaced burst outruns the uploads; kill once some went through and more wait.
 py write "$work/state" "$url" $((12 * HOT)) "$work/data" "$HOT" &

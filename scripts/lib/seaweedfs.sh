@@ -11,7 +11,8 @@
 #   AWS_SECRET_ACCESS_KEY. Logs go to DIR.log.
 # seaweedfs_stop: SIGTERM, then waits (SIGKILL after 10 s; the data stays in DIR).
 # seaweedfs_restart: starts it again on the same DIR and ports.
-# s3_curl ARGS...: curl with the identity's SigV4 signature.
+# s3_curl ARGS...: curl with the identity's SigV4 signature, given up after
+#   60 s (weed can take a connection and not answer while it starts).
 #
 # Environment: RINGSTREAM_SEAWEEDFS_CACHE (default ~/.cache/ringstream-seaweedfs),
 # PYTHON (default python3).
@@ -46,7 +47,7 @@ PY
 
 s3_curl() {
   # curl signs the payload's hash only when told to send the header.
-  curl -sS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+  curl -sS --connect-timeout 5 -m 60 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
     -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
 }
 
@@ -65,7 +66,7 @@ JSON
   _seaweedfs_run
   # Unsigned requests must be refused: the identity is in force.
   local anon
-  anon="$(curl -s -o /dev/null -w '%{http_code}' "$S3_ENDPOINT/")"
+  anon="$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$S3_ENDPOINT/")"
   [ "$anon" = 403 ] || { echo "seaweedfs: an anonymous request got $anon, not 403" >&2; return 1; }
   s3_curl -f -X PUT "$S3_ENDPOINT/$S3_BUCKET" -o /dev/null
   _seaweedfs_writable
@@ -79,13 +80,14 @@ _seaweedfs_run() {
     >>"$SEAWEEDFS_DIR.log" 2>&1 &
   S3_PID=$!
   # Ready when S3 answers a signed request.
-  _seaweedfs_wait "s3_curl -f -o /dev/null $S3_ENDPOINT/"
+  _seaweedfs_wait "s3_curl -f -m 2 -o /dev/null $S3_ENDPOINT/"
 }
 
-# Waits (up to 60 s) until the command succeeds, failing if weed exits.
+# Waits (60 s, each try bounded by its own curl -m) until the command
+# succeeds, failing if weed exits.
 _seaweedfs_wait() {
-  local _
-  for _ in $(seq 1 240); do
+  local deadline=$((SECONDS + 60))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     kill -0 "$S3_PID" 2>/dev/null || { echo "seaweedfs: weed exited:" >&2; tail -20 "$SEAWEEDFS_DIR.log" >&2; return 1; }
     if eval "$1" 2>/dev/null; then return 0; fi
     sleep 0.25
@@ -97,7 +99,7 @@ _seaweedfs_wait() {
 
 # Ready to store objects: a signed write goes through (the volume server joined).
 _seaweedfs_writable() {
-  _seaweedfs_wait "s3_curl -f -X PUT --data-binary probe -o /dev/null $S3_ENDPOINT/$S3_BUCKET/.probe"
+  _seaweedfs_wait "s3_curl -f -m 5 -X PUT --data-binary probe -o /dev/null $S3_ENDPOINT/$S3_BUCKET/.probe"
 }
 
 seaweedfs_stop() {

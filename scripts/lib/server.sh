@@ -14,7 +14,9 @@
 #   the listening line). A server that exits first, or that comes back on
 #   another port, ends the script (status 3) with the tail of DIR/err.
 # server_stop PID [SIGNAL]: sends SIGNAL (TERM) and waits; SERVER_EXIT is
-#   its exit status (0 after a clean shutdown, 137 after KILL). Returns 0.
+#   its exit status (0 after a clean shutdown, 137 after KILL). A server
+#   still running 60 s after the signal is killed and reported, and
+#   SERVER_EXIT is then "hung". Returns 0.
 # cell_start DIR [FLAG...]: a cell of three nodes (`--shards 1`, a secret
 #   of mode 600, peer ports free on loopback), each started as server_start
 #   does in DIR/nodeN with the FLAGs, then waits (30 s) until it settles:
@@ -94,10 +96,18 @@ _server_failed() {
 }
 
 server_stop() {
-  local pid=$1 i
+  local pid=$1 i deadline=$((SECONDS + 60))
   kill -"${2:-TERM}" "$pid" 2>/dev/null || true
+  while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.05; done
   SERVER_EXIT=0
-  wait "$pid" 2>/dev/null || SERVER_EXIT=$?
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "$(basename "$0"): server $pid still running 60 s after SIG${2:-TERM}: killed" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    SERVER_EXIT=hung
+  else
+    wait "$pid" 2>/dev/null || SERVER_EXIT=$?
+  fi
   for i in "${!_RS_SERVERS[@]}"; do
     [ "${_RS_SERVERS[$i]}" != "$pid" ] || unset '_RS_SERVERS[i]'
   done
