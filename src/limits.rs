@@ -295,6 +295,16 @@ pub const CELL_APPLY_BYTES_PER_TURN: u64 = 16 * 1024 * 1024;
 /// Replicated cells: bytes queued for one peer at most (with
 /// CELL_LINK_QUEUE_FRAMES); past either a frame is dropped and counted.
 pub const CELL_LINK_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+/// Segment shipping: the bytes of a sealed segment one fetch asks its
+/// leader for (a multiple of DIRECT_IO_ALIGNMENT_BYTES, so each chunk but a
+/// file's last is written as it came). One is in flight at a time.
+pub const CELL_SHIP_CHUNK_BYTES: usize = 1024 * 1024;
+/// Segment shipping: how long one chunk's answer may take.
+pub const CELL_SHIP_CHUNK_TIMEOUT_MS: u64 = 10_000;
+/// Segment shipping: how long a replica that boots with no segment waits
+/// for its peers' manifests (a new cell's nodes answer "none" as soon as
+/// their links are up; a peer that is down costs this long).
+pub const CELL_SHIP_BOOT_WAIT_MS: u64 = 5_000;
 /// Replicated cells: how long a peer link's data may go unacknowledged by
 /// the peer's kernel before the connection is dropped and dialled again
 /// (TCP_USER_TIMEOUT). Heartbeats flow every 100 ms, so a link silent this

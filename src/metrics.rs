@@ -90,6 +90,8 @@ pub enum Family {
     CellCommitSeconds,
     CellSentBytes,
     CellReceivedBytes,
+    CellShippedSegments,
+    CellShippedBytes,
     CellFollowerLag,
     BuildInfo,
     DiskFreeBytes,
@@ -121,7 +123,7 @@ struct Def {
 
 /// Every family's name, type and help text, in [`Family::ALL`] order (a
 /// unit test checks the order, so `DEFS[f as usize]` is `f`'s row).
-const DEFS: [Def; 66] = [
+const DEFS: [Def; 68] = [
     Def {
         family: Family::HttpRequests,
         name: "ringstream_http_requests_total",
@@ -467,6 +469,18 @@ const DEFS: [Def; 66] = [
         help: "In a cell: bytes of Raft messages this shard's replica received from its peers (prost-encoded messages; frame headers and handshakes not counted).",
     },
     Def {
+        family: Family::CellShippedSegments,
+        name: "ringstream_cell_shipped_segments_total",
+        kind: Kind::Counter,
+        help: "In a cell: sealed segment files this shard's replica copied whole from a peer at boot, having none of its own (a new node, a lost disk).",
+    },
+    Def {
+        family: Family::CellShippedBytes,
+        name: "ringstream_cell_shipped_bytes_total",
+        kind: Kind::Counter,
+        help: "In a cell: bytes of the sealed segment files this shard's replica copied from a peer at boot.",
+    },
+    Def {
         family: Family::CellFollowerLag,
         name: "ringstream_cell_follower_lag_entries",
         kind: Kind::Gauge,
@@ -532,7 +546,7 @@ const _: () = {
 };
 
 impl Family {
-    pub const ALL: [Family; 66] = [
+    pub const ALL: [Family; 68] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -590,6 +604,8 @@ impl Family {
         Family::CellCommitSeconds,
         Family::CellSentBytes,
         Family::CellReceivedBytes,
+        Family::CellShippedSegments,
+        Family::CellShippedBytes,
         Family::CellFollowerLag,
         Family::BuildInfo,
         Family::DiskFreeBytes,

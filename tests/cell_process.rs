@@ -31,6 +31,9 @@
 //!   write sent meanwhile to the node that hands it over;
 //! - a voter that lost its data directory elects no stale leader, and is
 //!   caught up (and votes again) when it comes back to a running cell;
+//! - one that comes back to a log of many sealed segments copies them
+//!   whole from a peer at boot (segment shipping; the time and bytes are
+//!   printed), byte for byte the same, and serves everything;
 //! - a webhook subscription made through a follower is delivered by the
 //!   leader, signed with the key every node publishes, and after the leader
 //!   is killed, by the new leader under the same key id.
@@ -570,6 +573,95 @@ fn a_voter_that_lost_its_data_while_the_cell_runs_is_caught_up() {
         cell.serves_all(i);
     }
     // Node 3 votes again: with node 1 gone, nodes 2 and 3 elect a leader.
+    cell.nodes[0].kill9();
+    cell.up[0] = false;
+    cell.append("without node 1", Duration::from_secs(20)).expect("no acknowledgement in 20 s");
+    for i in [1, 2] {
+        cell.serves_all(i);
+    }
+}
+
+/// Node 3's commit index, and the highest of the others' (waiting up to
+/// 60 s until the two are equal); the time it took.
+fn caught_up(cell: &Cell, node: usize) -> Duration {
+    let started = Instant::now();
+    let commit = |i: usize| -> u64 {
+        let Ok(mut c) = Conn::try_connect(cell.nodes[i].port()) else { return 0 };
+        let Ok(r) = c.try_request("GET", "/cellz", &[], b"") else { return 0 };
+        let cellz: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        cellz["groups"][0]["commit"].as_u64().unwrap_or(0)
+    };
+    loop {
+        let others = (0..3).filter(|&i| i != node && cell.up[i]).map(commit).max().unwrap_or(0);
+        if others > 0 && commit(node) >= others {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "node {} has not caught up in 60 s", node + 1);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn metric(node: &Server, name: &str) -> f64 {
+    node.metrics().into_iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no {name}")).1
+}
+
+/// Node 3 loses its disk while the cell holds a log of many sealed
+/// segments (64 KiB each): it comes back empty and, before its log opens,
+/// copies its peers' sealed segments whole (segment shipping) instead of
+/// having every entry replayed to it, while appends go on. It counts what
+/// it copied, its segment files are byte for byte its peers', it serves
+/// every acknowledged append, and it votes again once caught up.
+#[test]
+fn a_voter_that_lost_its_disk_gets_its_peers_sealed_segments_whole() {
+    let mut cell = Cell::start_with(&["--segment-bytes", "65536"]);
+    cell.create();
+    let big = "x".repeat(4000);
+    for i in 0..300 {
+        cell.append(&format!("{i} {big}"), Duration::from_secs(10)).expect("append");
+    }
+    cell.settle();
+    cell.nodes[2].kill9();
+    wipe(&cell, 2);
+    let restarted = Instant::now();
+    cell.nodes[2].start_again();
+    for i in 0..20 {
+        cell.append(&format!("while node 3 comes back {i}"), Duration::from_secs(10)).expect("append");
+    }
+    let took = caught_up(&cell, 2);
+    let segments = metric(&cell.nodes[2], "ringstream_cell_shipped_segments_total{shard=\"0\"}");
+    let bytes = metric(&cell.nodes[2], "ringstream_cell_shipped_bytes_total{shard=\"0\"}");
+    eprintln!(
+        "node 3 copied {segments} sealed segments ({bytes} bytes) at boot and caught up {:?} after its restart ({took:?} after the 20 appends)",
+        restarted.elapsed()
+    );
+    assert!(segments >= 10.0, "{segments} segments shipped: it replayed instead");
+    assert!(bytes >= segments * 60_000.0, "{bytes} bytes for {segments} segments");
+    // The copies, the first segment files, are its peers' bytes.
+    let seg_files = |i: usize| -> Vec<(String, Vec<u8>)> {
+        let dir = cell.nodes[i].data_dir().join("shard-0");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+            .collect();
+        files.sort();
+        files
+    };
+    let mine = seg_files(2);
+    for other in [0, 1] {
+        let theirs = seg_files(other);
+        let common: Vec<_> = mine.iter().filter(|(n, _)| theirs.iter().any(|(m, _)| m == n)).collect();
+        assert!(common.len() as f64 >= segments, "node 3 and node {} share {} segment files", other + 1, common.len());
+        for (name, bytes) in common.iter().take(segments as usize) {
+            let theirs = &theirs.iter().find(|(m, _)| m == name).unwrap().1;
+            assert!(bytes == theirs, "segment {name} differs between node 3 and node {}", other + 1);
+        }
+    }
+    for i in 0..3 {
+        cell.serves_all(i);
+    }
+    // It votes again: without node 1, nodes 2 and 3 elect a leader.
     cell.nodes[0].kill9();
     cell.up[0] = false;
     cell.append("without node 1", Duration::from_secs(20)).expect("no acknowledgement in 20 s");

@@ -389,7 +389,11 @@ fn a_new_leader_collects_a_source_its_predecessor_left() {
     let local = cell.node(old).shard.log().local().clone();
     let fork_delete = local.last_index() + 1;
     let _unanswered = cell.send(old, on("f", StreamOp::Delete));
-    while local.committed_index() < fork_delete {
+    for step in 0.. {
+        if local.committed_index() >= fork_delete {
+            break;
+        }
+        assert!(step < 2_000, "the fork's delete did not commit in 2,000 steps");
         cell.step();
     }
     cell.cut.insert(old);

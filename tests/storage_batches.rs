@@ -500,3 +500,49 @@ fn the_oldest_segments_go_only_once_committed_and_sealed() {
     settle(&log);
     assert!(log.mark(61).unwrap().is_some());
 }
+
+/// Segment shipping's part of the log: what a replica may be given is the
+/// prefix of sealed segments whose entries are all committed (an entry
+/// still open to a cut-back must not travel), and a log opened on just
+/// those files (the newest one's tail after its last close, a batch that
+/// goes on in the next segment, is cut by recovery) follows the leader's
+/// next entries to the leader's bytes.
+#[test]
+fn the_shippable_segments_are_the_committed_sealed_prefix_and_a_log_opens_on_them() {
+    let mut rng = Rng::from_seed(25);
+    let (lead, entries) = leader(&mut rng, &[], 60, 1);
+    let sealed = lead.sealed_files();
+    assert!(sealed.len() >= 4, "{sealed:?}");
+    // The last entry closed in each sealed segment.
+    let last_in = |no: u64| entries.iter().rev().find(|e| lead.mark(e.index).unwrap().unwrap().end.segment == no);
+    assert!(lead.shippable_segments().is_empty(), "nothing is committed");
+    let second = last_in(sealed[1].0).expect("a close in the second segment").index;
+    lead.commit_to(second - 1);
+    assert_eq!(lead.shippable_segments(), sealed[..1].to_vec(), "the second's last entry is not committed");
+    lead.commit_to(second);
+    assert_eq!(lead.shippable_segments(), sealed[..2].to_vec());
+    lead.commit_to(60);
+    assert_eq!(lead.shippable_segments(), sealed, "every sealed segment, lengths and all");
+
+    // A log of just those files, as a replica that copied them has.
+    let image = lead.store().crash_image(None);
+    for (no, _) in block_on(image.list()).unwrap() {
+        if no > sealed.last().unwrap().0 {
+            block_on(image.remove(no)).unwrap();
+        }
+    }
+    let (shipped, _) = open(image).expect("a log of the shipped segments opens");
+    let last = last_in(sealed.last().unwrap().0).unwrap().index;
+    let next = lead.mark(last + 1).unwrap().unwrap();
+    assert_eq!(next.close.start.0, sealed.last().unwrap().0, "the next batch begins in the last shipped segment");
+    assert_eq!((shipped.first_index(), shipped.last_index()), (Some(1), last));
+    let mut all = entries.clone();
+    for _ in 0..10 {
+        let index = all.len() as u64 + 1;
+        all.push(lead_one(&lead, &mut rng, 1, index));
+    }
+    settle(&lead);
+    let rest = &all[last as usize..];
+    assert_eq!(follow(&shipped, rest), rest.len());
+    assert_same_bytes(&lead, &shipped, 25);
+}

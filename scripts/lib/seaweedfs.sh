@@ -6,7 +6,8 @@
 #   environment, re-created only when the pin changes; sets $WEED.
 # seaweedfs_start DIR: starts `weed server -s3` (master, volume, filer and
 #   the S3 gateway, all on free loopback ports) with its data in DIR and one
-#   S3 identity, waits until S3 answers a signed request, creates the bucket,
+#   S3 identity, waits until S3 answers a signed request (a second try on
+#   other ports if it does not within 60 s), creates the bucket,
 #   and sets $S3_ENDPOINT, $S3_BUCKET, $S3_PID and exports AWS_ACCESS_KEY_ID /
 #   AWS_SECRET_ACCESS_KEY. Logs go to DIR.log.
 # seaweedfs_stop: SIGTERM, then waits (SIGKILL after 10 s; the data stays in DIR).
@@ -52,6 +53,16 @@ s3_curl() {
 }
 
 seaweedfs_start() {
+  # A second try on fresh ports and an empty directory: the free ports are
+  # picked before weed binds them, and another process may take one between.
+  _seaweedfs_start_once "$1" && return 0
+  echo "seaweedfs: not started; once more on other ports" >&2
+  seaweedfs_stop
+  rm -rf "$1"
+  _seaweedfs_start_once "$1"
+}
+
+_seaweedfs_start_once() {
   SEAWEEDFS_DIR="$1"
   mkdir -p "$SEAWEEDFS_DIR/data"
   read -r SW_MASTER SW_VOLUME SW_FILER SW_S3 SW_GM SW_GV SW_GF SW_GS <<<"$(_free_ports 8)"
@@ -63,12 +74,12 @@ seaweedfs_start() {
 JSON
   S3_ENDPOINT="http://127.0.0.1:$SW_S3"
   S3_BUCKET="ringstream-tier"
-  _seaweedfs_run
+  _seaweedfs_run || return 1
   # Unsigned requests must be refused: the identity is in force.
   local anon
   anon="$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$S3_ENDPOINT/")"
   [ "$anon" = 403 ] || { echo "seaweedfs: an anonymous request got $anon, not 403" >&2; return 1; }
-  s3_curl -f -X PUT "$S3_ENDPOINT/$S3_BUCKET" -o /dev/null
+  s3_curl -f -X PUT "$S3_ENDPOINT/$S3_BUCKET" -o /dev/null || return 1
   _seaweedfs_writable
 }
 

@@ -10,9 +10,9 @@
 //! replicated, would tell it to commit entries it no longer has (raft-rs
 //! then stops the process) and would never send them again. Three rules:
 //!
-//! - **Votes wait** ([`VoteGuard`]): a replica that starts with an empty log
-//!   in term 0 (a new cell's first boot, or a lost disk: it cannot tell)
-//!   gives no vote to a candidate that holds a log until it has caught up
+//! - **Votes wait** ([`VoteGuard`]): a replica that starts in term 0, its
+//!   log empty or copied from its peers at boot (a new cell's first boot,
+//!   or a lost disk, segment shipping or not: it cannot tell), gives no vote to a candidate that holds a log until it has caught up
 //!   with a leader (its commit index reached the one the first leader it
 //!   heard announced), nor takes over when a leader bids it to. Candidates
 //!   with empty logs (a new cell's first election) get its vote, as there
@@ -42,10 +42,11 @@ pub enum VoteGuard {
 }
 
 impl VoteGuard {
-    /// The guard of a replica that starts with `last_index` entries in
-    /// `term`.
-    pub fn at_boot(last_index: u64, term: u64) -> VoteGuard {
-        if last_index == 0 && term == 0 {
+    /// The guard of a replica that starts in `term`. Term 0 means it never
+    /// wrote one: whatever its log holds (segments copied from its peers at
+    /// boot, `cell::ship`), it cannot know whom it voted for before.
+    pub fn at_boot(term: u64) -> VoteGuard {
+        if term == 0 {
             VoteGuard::AwaitLeader
         } else {
             VoteGuard::Open
@@ -130,9 +131,9 @@ mod tests {
 
     #[test]
     fn a_replica_that_knew_nothing_votes_for_a_log_only_once_caught_up() {
-        assert_eq!(VoteGuard::at_boot(5, 2), VoteGuard::Open);
-        assert_eq!(VoteGuard::at_boot(0, 3), VoteGuard::Open, "it voted before any entry: it remembers");
-        let mut g = VoteGuard::at_boot(0, 0);
+        assert_eq!(VoteGuard::at_boot(2), VoteGuard::Open);
+        assert_eq!(VoteGuard::at_boot(3), VoteGuard::Open, "it voted before any entry: it remembers");
+        let mut g = VoteGuard::at_boot(0);
         let vote = msg(MessageType::MsgRequestVote, 4, 9, 0);
         let pre_vote = msg(MessageType::MsgRequestPreVote, 4, 9, 0);
         assert!(!g.admits(&vote) && !g.admits(&pre_vote));

@@ -66,6 +66,8 @@ impl Board {
             out.shared_histogram(Family::CellCommitSeconds, shard, &s.commit_latency);
             out.sample(Family::CellSentBytes, shard, "", s.sent_bytes.load(Relaxed));
             out.sample(Family::CellReceivedBytes, shard, "", s.received_bytes.load(Relaxed));
+            out.sample(Family::CellShippedSegments, shard, "", s.shipped_segments.load(Relaxed));
+            out.sample(Family::CellShippedBytes, shard, "", s.shipped_bytes.load(Relaxed));
             for f in &p.view.followers {
                 out.sample(Family::CellFollowerLag, shard, &format!("peer=\"{}\"", f.id), f.lag);
             }
@@ -115,6 +117,9 @@ pub struct Slot {
     /// A follower's catch-up rounds (`cell::catch_up`): started, caught
     /// up, failed.
     catch_up_rounds: [AtomicU64; 3],
+    /// Sealed segments copied from a peer at boot (`cell::ship`), and their bytes.
+    shipped_segments: AtomicU64,
+    shipped_bytes: AtomicU64,
 }
 
 impl Slot {
@@ -183,6 +188,12 @@ impl Slot {
 
     pub fn add_received(&self, bytes: usize) {
         self.received_bytes.fetch_add(bytes as u64, Relaxed);
+    }
+
+    /// Segments copied from a peer at boot.
+    pub fn shipped(&self, segments: usize, bytes: u64) {
+        self.shipped_segments.fetch_add(segments as u64, Relaxed);
+        self.shipped_bytes.fetch_add(bytes, Relaxed);
     }
 
     /// What was last published (followers only while it leads).

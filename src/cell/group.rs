@@ -186,11 +186,12 @@ impl<S: GroupStore> Group<S> {
     /// `initial_state` names the voters).
     pub fn new(config: &Config, store: S, logger: &slog::Logger) -> raft::Result<Self> {
         let node = RawNode::new(config, store, logger)?;
-        let votes = VoteGuard::at_boot(node.raft.raft_log.last_index(), node.raft.term);
+        let votes = VoteGuard::at_boot(node.raft.term);
         if votes != VoteGuard::Open {
             tracing::info!(
-                "replica {}: starts with an empty log; it votes for a candidate holding a log only once it has caught up with a leader (it may be a voter whose data was lost)",
-                config.id
+                "replica {}: starts in term 0 with {} entries (none of its own: an empty log, or segments copied from its peers); it votes for a candidate holding a log only once it has caught up with a leader (it may be a voter whose data was lost)",
+                config.id,
+                node.raft.raft_log.last_index()
             );
         }
         Ok(Group { node, pending: BTreeMap::new(), votes, ticks: 0, handing: None })

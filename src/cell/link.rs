@@ -27,6 +27,10 @@
 //! [`ForwardHandler`] it was given (at most [`CELL_FORWARDS_MAX`] of each
 //! peer's at once; past that it answers "refused" at once) and answers on
 //! its own link back, trying a full queue again for about 100 ms.
+//!
+//! The same exchange carries segment shipping's fetches ([`Links::fetch`]):
+//! a replica asks its leader for bytes of a sealed segment, and the
+//! leader's [`FetchHandler`] answers at once from what its log holds.
 
 use super::auth::{accept_handshake, dial_handshake};
 use super::config::Secret;
@@ -63,6 +67,9 @@ const ANSWER_RETRY: Duration = Duration::from_millis(10);
 /// What one read from a peer takes at most.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// The Raft messages peers send this replica, as they arrive.
+pub type Inbox = LocalReceiver<Message>;
+
 /// Where this replica listens, whom it dials, its group, and the secret.
 pub struct LinkConfig {
     pub me: u64,
@@ -90,12 +97,20 @@ pub struct LinkStats {
     pub forward_answers: Cell<u64>,
     /// Forwarded requests this replica ran for a peer.
     pub forwards_served: Cell<u64>,
+    /// Segment fetches this replica answered for a peer.
+    pub fetches_served: Cell<u64>,
 }
 
 /// The leader's side of forwarding: runs a forwarded request (opaque bytes)
 /// and gives the answer to send back.
 pub trait ForwardHandler {
     fn handle(&self, request: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>>>>;
+}
+
+/// The leader's side of segment shipping: answers a fetch (opaque bytes,
+/// `cell::ship` encodes both) from what its log holds, at once.
+pub trait FetchHandler {
+    fn fetch(&self, request: &[u8]) -> Vec<u8>;
 }
 
 /// Why a forwarded request got no answer. Whether it ran is unknown.
@@ -154,7 +169,7 @@ impl Outgoing {
             return false;
         }
         let forward = match frame {
-            Frame::Forward { id, .. } => Some(*id),
+            Frame::Forward { id, .. } | Frame::Fetch { id, .. } => Some(*id),
             _ => None,
         };
         let queued = q.tx.try_send(Queued { bytes, forward }).is_ok();
@@ -181,6 +196,10 @@ struct Exchange {
     /// process (still queued at the leader) matches nothing.
     next_id: Cell<u64>,
     handler: RefCell<Option<Rc<dyn ForwardHandler>>>,
+    fetcher: RefCell<Option<Rc<dyn FetchHandler>>>,
+    /// Each peer this replica dialled: whether its link from here is up
+    /// (false: the last dial failed, or the link broke).
+    dialled: RefCell<HashMap<u64, bool>>,
     /// Each peer's forwarded requests running here now (at most
     /// [`CELL_FORWARDS_MAX`] a peer, as many as it may wait on: one busy
     /// follower cannot take another's share).
@@ -211,6 +230,8 @@ impl Links {
             connections: Cell::new(0),
             next_id: Cell::new(random_u64()),
             handler: RefCell::default(),
+            fetcher: RefCell::default(),
+            dialled: RefCell::default(),
             serving: RefCell::default(),
         });
         let mut tasks = Vec::new();
@@ -255,6 +276,19 @@ impl Links {
         *self.exchange.handler.borrow_mut() = Some(handler);
     }
 
+    /// What answers the segment fetches of peers (none: they get an empty
+    /// answer, which `cell::ship` refuses).
+    pub fn serve_fetches(&self, handler: Rc<dyn FetchHandler>) {
+        *self.exchange.fetcher.borrow_mut() = Some(handler);
+    }
+
+    /// Whether this replica's link to `peer` is up: None until its first
+    /// dial ended, false once a dial failed (the peer down, say) or the
+    /// link broke.
+    pub fn dialled(&self, peer: u64) -> Option<bool> {
+        self.exchange.dialled.borrow().get(&peer).copied()
+    }
+
     /// Whether `to`'s connection to this replica is up (a forward to it
     /// fails at once otherwise).
     pub fn is_connected(&self, to: u64) -> bool {
@@ -266,6 +300,24 @@ impl Links {
     /// to this replica is down (a leader's heartbeats keep it up), and as
     /// soon as it breaks.
     pub async fn forward(&self, to: u64, request: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, ForwardError> {
+        let group = self.outgoing.group;
+        let answer = self.ask(to, timeout, |id| Frame::Forward { group, id, body: request }).await;
+        if answer.is_ok() {
+            LinkStats::bump(&self.stats.forward_answers);
+        }
+        answer
+    }
+
+    /// Sends a segment fetch (`cell::ship`) to replica `to` and waits at
+    /// most `timeout` for its answer; fails as [`Links::forward`] does.
+    pub async fn fetch(&self, to: u64, request: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, ForwardError> {
+        let group = self.outgoing.group;
+        self.ask(to, timeout, |id| Frame::Fetch { group, id, body: request }).await
+    }
+
+    /// Sends the frame `frame(id)` makes to `to` and waits for the answer
+    /// of that id.
+    async fn ask(&self, to: u64, timeout: Duration, frame: impl FnOnce(u64) -> Frame) -> Result<Vec<u8>, ForwardError> {
         let ex = &self.exchange;
         if ex.waiting.borrow().len() >= CELL_FORWARDS_MAX {
             return Err(ForwardError::Busy);
@@ -280,17 +332,17 @@ impl Links {
         // However this future ends (answered, timed out, dropped), the
         // entry goes.
         let _forget = Forget(ex, id);
-        let frame = Frame::Forward { group: self.outgoing.group, id, body: request };
+        let frame = frame(id);
+        let forwarding = matches!(frame, Frame::Forward { .. });
         if !self.outgoing.queue(to, &frame) {
             LinkStats::bump(&self.stats.dropped);
             return Err(ForwardError::NotSent(to));
         }
-        LinkStats::bump(&self.stats.forwarded);
+        if forwarding {
+            LinkStats::bump(&self.stats.forwarded);
+        }
         match glommio::timer::timeout(timeout, async { Ok(rx.await) }).await {
-            Ok(Ok(answer)) => {
-                LinkStats::bump(&self.stats.forward_answers);
-                Ok(answer)
-            }
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_)) if ex.connected.borrow().contains_key(&to) => Err(ForwardError::Closed),
             Ok(Err(_)) => Err(ForwardError::Broke(to)),
             Err(_) => Err(ForwardError::TimedOut(to, timeout)),
@@ -482,6 +534,7 @@ impl Acceptor {
                 Err(_) => LinkStats::bump(&self.stats.dropped),
             },
             Frame::Forward { id, body, .. } => self.serve(peer, id, body),
+            Frame::Fetch { id, body, .. } => self.serve_fetch(peer, id, &body),
             Frame::Answer { id, body, .. } => {
                 // Only the peer asked answers (an id is no secret).
                 let mut waiting = self.exchange.waiting.borrow_mut();
@@ -513,6 +566,18 @@ impl Acceptor {
         glommio::spawn_local(async move {
             let body = handler.handle(request).await;
             ex.count_serving(peer, false);
+            answer(&outgoing, peer, Frame::Answer { group: outgoing.group, id, body }, &stats).await;
+        })
+        .detach();
+    }
+
+    /// Answers a peer's segment fetch at once (empty without a handler).
+    fn serve_fetch(&self, peer: u64, id: u64, request: &[u8]) {
+        let handler = self.exchange.fetcher.borrow().clone();
+        let body = handler.map_or_else(Vec::new, |h| h.fetch(request));
+        LinkStats::bump(&self.stats.fetches_served);
+        let (outgoing, stats) = (self.outgoing.clone(), self.stats.clone());
+        glommio::spawn_local(async move {
             answer(&outgoing, peer, Frame::Answer { group: outgoing.group, id, body }, &stats).await;
         })
         .detach();
@@ -584,11 +649,14 @@ impl Dialer {
         let mut backoff = BACKOFF_MIN;
         let mut was_up = true; // log the first failure
         loop {
-            match self.dial().await {
+            let dialled = self.dial().await;
+            self.exchange.dialled.borrow_mut().insert(self.peer, dialled.is_ok());
+            match dialled {
                 Ok(io) => {
                     tracing::info!("peer link to {} at {} up", self.peer, self.addr);
                     let up_at = Instant::now();
                     self.send_all(io, &queued, &stats).await;
+                    self.exchange.dialled.borrow_mut().insert(self.peer, false);
                     tracing::warn!("peer link to {} at {} broke; dialling again", self.peer, self.addr);
                     was_up = true;
                     if up_at.elapsed() >= BACKOFF_MAX {
@@ -673,6 +741,8 @@ mod tests {
             connections: Cell::new(0),
             next_id: Cell::new(1),
             handler: RefCell::default(),
+            fetcher: RefCell::default(),
+            dialled: RefCell::default(),
             serving: RefCell::default(),
         };
         for _ in 0..3 {

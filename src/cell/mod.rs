@@ -27,13 +27,16 @@
 //!   them) or refused when they cannot be.
 //! - [`link`]: a replica's links to its peers on its shard's executor:
 //!   dial with backoff, accept, authenticate, frames both ways, bounded
-//!   queues, requests forwarded to the leader and their answers (the one
-//!   file here that uses glommio).
+//!   queues, requests forwarded to the leader and their answers, segment
+//!   fetches (the one file here that uses glommio).
 //! - [`log`]: raft-rs's log lines (slog) into ours (tracing).
 //! - [`observe`]: the bodies of `/leaderz` and `/cellz` from the board.
 //! - [`replica`]: one group's replica at work on its shard's executor:
 //!   messages, ticks, proposals of what the shard appended, each turn
 //!   handed to the log, commits made visible.
+//! - [`ship`]: segment shipping's transfer: a sealed segment file copied
+//!   whole from a peer's log, chunk by chunk, each CRC-checked, into a
+//!   segment store.
 //! - [`store`]: a group's Raft log kept in its shard's segments (a batched
 //!   log: an entry is a group-commit batch where it lies), and its term and
 //!   vote in a two-slot file beside them.
@@ -54,5 +57,6 @@ pub mod link;
 pub mod log;
 pub mod observe;
 pub mod replica;
+pub mod ship;
 pub mod store;
 pub mod wire;

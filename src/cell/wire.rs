@@ -9,6 +9,9 @@
 //! | kind | frame | body |
 //! |---|---|---|
 //! | 1 | `Raft` | group (u32 LE), then a `raft::eraftpb::Message`, prost-encoded |
+//! | 2 | `Forward` | group (u32 LE), id (u64 LE), a forwarded request (opaque) |
+//! | 3 | `Answer` | group (u32 LE), id (u64 LE), the answer to a `Forward` or a `Fetch` of that id |
+//! | 4 | `Fetch` | group (u32 LE), id (u64 LE), a request for part of a sealed segment (`cell::ship`) |
 
 use crate::limits::CELL_FRAME_BYTES_MAX;
 use prost::Message as _;
@@ -18,6 +21,7 @@ const LEN_BYTES: usize = 4;
 const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_ANSWER: u8 = 3;
+const KIND_FETCH: u8 = 4;
 const GROUP_BYTES: usize = 4;
 const ID_BYTES: usize = 8;
 
@@ -44,15 +48,21 @@ pub enum Frame {
         id: u64,
         body: Vec<u8>,
     },
-    /// The leader's answer to the `Forward` of that `id`.
+    /// The answer to the `Forward` or the `Fetch` of that `id`.
     Answer { group: u32, id: u64, body: Vec<u8> },
+    /// A request for bytes of a sealed segment file (segment shipping,
+    /// `cell::ship` encodes it); answered by an `Answer` of the same id.
+    Fetch { group: u32, id: u64, body: Vec<u8> },
 }
 
 impl Frame {
     /// The group the frame is for.
     pub fn group(&self) -> u32 {
         match self {
-            Frame::Raft { group, .. } | Frame::Forward { group, .. } | Frame::Answer { group, .. } => *group,
+            Frame::Raft { group, .. }
+            | Frame::Forward { group, .. }
+            | Frame::Answer { group, .. }
+            | Frame::Fetch { group, .. } => *group,
         }
     }
 }
@@ -111,6 +121,7 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
         }
         Frame::Forward { group, id, body } => encode_opaque(KIND_FORWARD, *group, *id, body, out),
         Frame::Answer { group, id, body } => encode_opaque(KIND_ANSWER, *group, *id, body, out),
+        Frame::Fetch { group, id, body } => encode_opaque(KIND_FETCH, *group, *id, body, out),
     }
 }
 
@@ -137,7 +148,7 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
         return Err(WireError::Empty);
     }
     let Some(&kind) = buf.get(LEN_BYTES) else { return Ok(None) };
-    if !matches!(kind, KIND_RAFT | KIND_FORWARD | KIND_ANSWER) {
+    if !matches!(kind, KIND_RAFT | KIND_FORWARD | KIND_ANSWER | KIND_FETCH) {
         return Err(WireError::UnknownKind { kind });
     }
     let end = LEN_BYTES + len as usize;
@@ -156,6 +167,7 @@ fn decode_opaque(kind: u8, body: &[u8]) -> Result<Frame, WireError> {
     let (group, id, body) = (u32::from_le_bytes(*group), u64::from_le_bytes(*id), rest.to_vec());
     Ok(match kind {
         KIND_FORWARD => Frame::Forward { group, id, body },
+        KIND_FETCH => Frame::Fetch { group, id, body },
         _ => Frame::Answer { group, id, body },
     })
 }
@@ -228,7 +240,7 @@ mod tests {
 
     #[test]
     fn unknown_kinds_short_bodies_and_corrupt_messages_fail() {
-        for kind in [0, 4, 255] {
+        for kind in [0, 5, 255] {
             assert!(matches!(decode(&[9, 0, 0, 0, kind]), Err(WireError::UnknownKind { kind: k }) if k == kind));
         }
         for body_len in 0..GROUP_BYTES {
@@ -250,9 +262,10 @@ mod tests {
     }
 
     #[test]
-    fn forwards_and_answers_round_trip_and_short_heads_fail() {
+    fn forwards_fetches_and_answers_round_trip_and_short_heads_fail() {
         let forward = Frame::Forward { group: 2, id: u64::MAX - 1, body: b"a request".to_vec() };
         let answer = Frame::Answer { group: 2, id: 7, body: Vec::new() };
+        let fetch = Frame::Fetch { group: 9, id: 8, body: b"segment 3 from 0".to_vec() };
         let mut bytes = encoded(&forward);
         assert_eq!(bytes[4], KIND_FORWARD);
         encode(&answer, &mut bytes);
@@ -262,8 +275,12 @@ mod tests {
         for split in 0..used {
             assert!(decode(&bytes[..split]).unwrap().is_none(), "split at {split}");
         }
-        // A head shorter than group + id, for either kind.
-        for kind in [KIND_FORWARD, KIND_ANSWER] {
+        let fetched = encoded(&fetch);
+        assert_eq!(fetched[4], KIND_FETCH);
+        assert_eq!(decode(&fetched).unwrap().unwrap(), (fetch.clone(), fetched.len()));
+        assert_eq!(fetch.group(), 9);
+        // A head shorter than group + id, for each kind.
+        for kind in [KIND_FORWARD, KIND_ANSWER, KIND_FETCH] {
             for body_len in 0..GROUP_BYTES + ID_BYTES {
                 let mut short = (1 + body_len as u32).to_le_bytes().to_vec();
                 short.push(kind);

@@ -1,8 +1,9 @@
-//! A shard's replica in a cell (issue 33), started at boot: its batched
-//! log recovered with the replica beside it, the shard recovered from the
-//! committed records only, then the peer links of its group (the node's
-//! `--cell` port plus the shard's index) and the replica's loop on this
-//! executor. The shard applies what its group commits and writes only
+//! A shard's replica in a cell (issue 33), started at boot: the peer links
+//! of its group (the node's `--cell` port plus the shard's index), its
+//! peers' sealed segments copied first when it has none (segment shipping),
+//! its batched log recovered with the replica beside it, the shard
+//! recovered from the committed records only, then the replica's loop on
+//! this executor. The shard applies what its group commits and writes only
 //! while its replica leads; while it does not, what the leader must decide
 //! goes to the leader over the group's links (`shard::forward`). While it
 //! leads, its answers that claim freshness wait for the replica to confirm
@@ -10,15 +11,18 @@
 
 use crate::cell::board::{self, Counting, Slot};
 use crate::cell::config::CellConfig;
-use crate::cell::link::{ForwardHandler, LinkConfig, Links};
+use crate::cell::link::{ForwardHandler, Inbox, LinkConfig, Links};
 use crate::cell::replica::{self, Applier, Replica, Sleep, Status};
+use crate::cell::ship::{self, Source};
 use crate::limits::{
-    CELL_CONFIRM_TICKS, CELL_ENTRY_BYTES_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_LEADER_WAIT_MS, CELL_TICK_MS,
+    CELL_CONFIRM_TICKS, CELL_ENTRY_BYTES_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_LEADER_WAIT_MS, CELL_SHIP_BOOT_WAIT_MS,
+    CELL_TICK_MS,
 };
 use crate::shard::forward::{Forwarder, Unsent};
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::io::SegmentStore;
+use crate::storage::slots::Slots;
 use crate::storage::{Log, LogConfig, Recovered, RecoveryReport};
 use futures_util::StreamExt;
 use std::cell::Cell;
@@ -35,19 +39,45 @@ pub(super) struct Opened {
     /// The records of the committed entries, in log order.
     pub committed: Vec<Recovered>,
     pub report: RecoveryReport,
-    pub replica: Replica<DiskStore>,
+    pub joined: Joined,
 }
 
-/// Recovers shard `id`'s batched log and its replica: the records the
-/// shard may apply now are those of committed entries (the rest follow as
-/// they commit).
-pub(super) async fn open(id: usize, cell: &CellConfig, store: DiskStore, cfg: LogConfig) -> Result<Opened, String> {
+/// The replica and its group's links, for [`start`].
+pub(super) struct Joined {
+    replica: Replica<DiskStore>,
+    links: Links,
+    inbox: Inbox,
+}
+
+/// The small file that says a segment shipping is under way: a boot that
+/// finds it so removes what was copied and ships again.
+const SHIP_STATE_FILE: &str = "ship-state";
+const SHIPPING: &[u8] = b"shipping";
+const SHIPPED: &[u8] = b"done";
+
+/// Starts shard `id`'s group links (a peer's requests for segments are
+/// answered from its log once it is open), gives the log its peers'
+/// sealed segments if it has none ([`ship_if_empty`]), recovers the
+/// batched log and its replica: the records the shard may apply now are
+/// those of committed entries (the rest follow as they commit).
+pub(super) async fn open(
+    id: usize,
+    cell: &CellConfig,
+    store: DiskStore,
+    cfg: LogConfig,
+    slot: &Slot,
+) -> Result<Opened, String> {
     // What was appended and not yet durable is at most one entry's worth
     // (an entry is proposed from it whole).
     let cfg = LogConfig { pending_bytes_max: cfg.pending_bytes_max.min(CELL_ENTRY_BYTES_MAX as u64 / 2), ..cfg };
+    let (links, inbox) = start_links(id, cell)?;
+    let source = Rc::new(Source::default());
+    links.serve_fetches(source.clone());
+    ship_if_empty(id, cell, &store, &links, slot).await?;
     let (log, records, _, report) =
         Log::open_batched(store, cfg).await.map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
     let log = Rc::new(log);
+    source.serve(log.local().clone());
     let voters = cell.voters.iter().map(|v| v.id).collect();
     let replica = Replica::open(cell.node_id, id as u32, voters, log.local().clone())
         .await
@@ -58,7 +88,101 @@ pub(super) async fn open(id: usize, cell: &CellConfig, store: DiskStore, cfg: Lo
         .map_err(|e| format!("shard {id}: reading the committed entries: {e}"))?
         .map(|m| (m.end.segment, m.end.pos));
     let committed = records.into_iter().filter(|r| end.is_some_and(|e| (r.loc.segment, r.loc.pos) < e)).collect();
-    Ok(Opened { log, committed, report, replica })
+    Ok(Opened { log, committed, report, joined: Joined { replica, links, inbox } })
+}
+
+/// The group's links: the node's `--cell` port plus the shard's index, the
+/// peers' likewise.
+fn start_links(id: usize, cell: &CellConfig) -> Result<(Links, Inbox), String> {
+    let port = |addr: SocketAddr| -> Result<SocketAddr, String> {
+        let p = addr.port().checked_add(id as u16).ok_or(format!("shard {id}: no peer port after {addr}"))?;
+        Ok(SocketAddr::new(addr.ip(), p))
+    };
+    let listen = port(cell.me().addr)?;
+    let peers = cell.peers().map(|v| Ok((v.id, port(v.addr)?))).collect::<Result<Vec<_>, String>>()?;
+    let secret = Rc::new(cell.secret.clone());
+    Links::start(LinkConfig { me: cell.node_id, group: id as u32, listen, peers, secret })
+        .map_err(|e| format!("shard {id}: listening for its peers on {listen}: {e}"))
+}
+
+/// A replica with no segment (a new node, a lost disk, or a shipping cut
+/// short, whose copies are removed first) copies its peers' sealed
+/// segments (`cell::ship`) before its log opens. Where no peer offers any
+/// within CELL_SHIP_BOOT_WAIT_MS (a new cell), or every copy fails, it
+/// starts empty, and its leader sends it entries instead.
+async fn ship_if_empty(
+    id: usize,
+    cell: &CellConfig,
+    store: &DiskStore,
+    links: &Links,
+    slot: &Slot,
+) -> Result<(), String> {
+    let io = |what: &'static str| move |e: std::io::Error| format!("shard {id}: {what}: {e}");
+    let (mut state, saved) = Slots::open(store, SHIP_STATE_FILE).await.map_err(io("reading the shipping state"))?;
+    let held = store.list().await.map_err(io("listing the segments"))?;
+    match ship_plan(&held, saved.as_deref()) {
+        ShipPlan::Keep => return Ok(()),
+        ShipPlan::Ship => {}
+        ShipPlan::AgainWithout(doomed) => {
+            tracing::warn!(
+                "shard {id}: a segment shipping was cut short: its {} segments go, and it ships again",
+                doomed.len()
+            );
+            remove_all(store, &doomed).await.map_err(io("removing the segments of a shipping cut short"))?;
+        }
+    }
+    state.write(store, SHIPPING).await.map_err(io("writing the shipping state"))?;
+    let peers: Vec<u64> = cell.peers().map(|v| v.id).collect();
+    let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
+    let wait = Duration::from_millis(CELL_SHIP_BOOT_WAIT_MS);
+    match ship::copy_from_peers(links, &peers, store, wait, &sleep).await {
+        Ok(Some(s)) => {
+            tracing::info!(
+                "shard {id}: copied {} sealed segments ({} bytes) from node {} in {:?}; its leader sends the rest",
+                s.segments,
+                s.bytes,
+                s.from,
+                s.took
+            );
+            slot.shipped(s.segments, s.bytes);
+        }
+        Ok(None) => tracing::info!("shard {id}: no segments, and no peer offered any: it starts empty"),
+        Err(e) => {
+            tracing::warn!("shard {id}: segment shipping failed ({e}): it starts empty, and its leader sends entries");
+            let held = store.list().await.map_err(io("listing the segments"))?;
+            remove_all(store, &held).await.map_err(io("removing the segments of a failed shipping"))?;
+        }
+    }
+    state.write(store, SHIPPED).await.map_err(io("writing the shipping state"))
+}
+
+/// What a boot does about segment shipping.
+#[derive(Debug, PartialEq, Eq)]
+enum ShipPlan {
+    /// It has segments of its own: it opens them.
+    Keep,
+    /// It has none: it asks its peers.
+    Ship,
+    /// A copy was cut short (the state says "shipping"): these segments
+    /// go first.
+    AgainWithout(Vec<(u64, u64)>),
+}
+
+/// The plan for a replica holding segments `held`, its shipping state
+/// `saved` as the last boot left it.
+fn ship_plan(held: &[(u64, u64)], saved: Option<&[u8]>) -> ShipPlan {
+    match (saved == Some(SHIPPING), held.is_empty()) {
+        (true, _) => ShipPlan::AgainWithout(held.to_vec()),
+        (false, true) => ShipPlan::Ship,
+        (false, false) => ShipPlan::Keep,
+    }
+}
+
+async fn remove_all(store: &DiskStore, segments: &[(u64, u64)]) -> std::io::Result<()> {
+    for (no, _) in segments {
+        store.remove(*no).await?;
+    }
+    Ok(())
 }
 
 /// The shard as its replica's applier.
@@ -174,30 +298,16 @@ impl ForwardHandler for RunsForwards {
     }
 }
 
-/// Connects the shard and its replica, starts the group's links and the
-/// replica's loop on this executor. The first voter of `--cell` is the one
-/// every group is steered to be led by, so one node leads them all. The
-/// replica publishes its state, and the bytes its links carry, to `slot`.
-pub(super) fn start(
-    id: usize,
-    cell: &CellConfig,
-    mut replica: Replica<DiskStore>,
-    shard: &Rc<Shard<DiskStore>>,
-    slot: Arc<Slot>,
-) -> Result<(), String> {
+/// Connects the shard and its replica, starts the replica's loop on this
+/// executor. The first voter of `--cell` is the one every group is steered
+/// to be led by, so one node leads them all. The replica publishes its
+/// state, and the bytes its links carry, to `slot`.
+pub(super) fn start(cell: &CellConfig, joined: Joined, shard: &Rc<Shard<DiskStore>>, slot: Arc<Slot>) {
+    let Joined { mut replica, links, inbox } = joined;
     replica.set_applier(shard.clone());
     replica.publish_to(slot.clone());
     replica.prefer(cell.voters[0].id);
     shard.set_writable(replica.status().leading.clone());
-    let port = |addr: SocketAddr| -> Result<SocketAddr, String> {
-        let p = addr.port().checked_add(id as u16).ok_or(format!("shard {id}: no peer port after {addr}"))?;
-        Ok(SocketAddr::new(addr.ip(), p))
-    };
-    let listen = port(cell.me().addr)?;
-    let peers = cell.peers().map(|v| Ok((v.id, port(v.addr)?))).collect::<Result<Vec<_>, String>>()?;
-    let secret = Rc::new(cell.secret.clone());
-    let (links, inbox) = Links::start(LinkConfig { me: cell.node_id, group: id as u32, listen, peers, secret })
-        .map_err(|e| format!("shard {id}: listening for its peers on {listen}: {e}"))?;
     let links = Rc::new(links);
     links.serve_forwards(Rc::new(RunsForwards(Rc::downgrade(shard))));
     shard.set_forwarder(Rc::new(ToLeader { me: cell.node_id, links: links.clone(), status: replica.status() }));
@@ -210,5 +320,20 @@ pub(super) fn start(
         replica::run(replica, received, &out, &sleep, tick, &stop).await;
     })
     .detach();
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_ships_only_when_it_has_no_segment_or_a_copy_was_cut_short() {
+        let held = [(0, 65_536), (1, 65_536)];
+        assert_eq!(ship_plan(&[], None), ShipPlan::Ship, "a new node, or a lost disk");
+        assert_eq!(ship_plan(&[], Some(SHIPPED)), ShipPlan::Ship, "shipped once, then its disk was lost");
+        assert_eq!(ship_plan(&held, None), ShipPlan::Keep, "a restart on its data");
+        assert_eq!(ship_plan(&held, Some(SHIPPED)), ShipPlan::Keep, "a restart after a copy that finished");
+        assert_eq!(ship_plan(&held, Some(SHIPPING)), ShipPlan::AgainWithout(held.to_vec()), "a copy cut short");
+        assert_eq!(ship_plan(&[], Some(SHIPPING)), ShipPlan::AgainWithout(vec![]));
+    }
 }

@@ -78,10 +78,11 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     b.step("recovering the log");
     let started = Instant::now();
     let log_cfg = LogConfig { segment_bytes: b.cfg.segment_bytes, pending_bytes_max: b.cfg.max_pending_bytes };
-    let (log, records, report, replica) = match &b.cfg.cell {
+    let (log, records, report, joined) = match &b.cfg.cell {
         Some(cell) => {
-            let o = super::cell::open(id, cell, store, log_cfg).await?;
-            (o.log, o.committed, o.report, Some(o.replica))
+            let board = b.process.cell.as_ref().ok_or(format!("shard {id}: a cell without its board"))?;
+            let o = super::cell::open(id, cell, store, log_cfg, &board.slot(id)).await?;
+            (o.log, o.committed, o.report, Some(o.joined))
         }
         None => {
             let tiering = b.process.tier.clone().map(|client| Tiering { client, shard: id });
@@ -109,9 +110,9 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     let l = log.clone();
     glommio::spawn_local(async move { l.run_writer().await }).detach();
     glommio::spawn_local(async move { log.run_preparer().await }).detach();
-    if let (Some(cell), Some(replica), Some(board)) = (&b.cfg.cell, replica, &b.process.cell) {
+    if let (Some(cell), Some(joined), Some(board)) = (&b.cfg.cell, joined, &b.process.cell) {
         b.step("starting its replica");
-        super::cell::start(id, cell, replica, &shard, board.slot(id))?;
+        super::cell::start(cell, joined, &shard, board.slot(id));
     }
     b.step("joining the mesh");
     let (mesh, edge, remote) = join_mesh(link, &shard, b.process.auth.clone());

@@ -164,6 +164,35 @@ impl<S: SegmentStore> LocalLog<S> {
         Some(head.close.index + u64::from(!began_here))
     }
 
+    /// The sealed segments a replica that has none may be given (segment
+    /// shipping), with their lengths: from the oldest held, one after the
+    /// other, through the newest whose last entry is committed here, so no
+    /// entry they close may still be cut back. Records after that last
+    /// close (a batch that goes on in the next segment) are cut by the
+    /// receiver's recovery, which writes on from that close as this log
+    /// does.
+    pub fn shippable_segments(&self) -> Vec<(u64, u64)> {
+        let sealed = self.sealed_files();
+        let st = self.st.borrow();
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut keep = 0;
+        for (no, len) in sealed {
+            if out.last().is_some_and(|&(prev, _)| no != prev + 1) {
+                break;
+            }
+            match st.marks.last_in(no) {
+                Some(last) if last > st.committed => break,
+                Some(_) => {
+                    out.push((no, len));
+                    keep = out.len();
+                }
+                None => out.push((no, len)),
+            }
+        }
+        out.truncate(keep);
+        out
+    }
+
     /// Deletes the sealed segments up to `through`, oldest first (a crash
     /// part way leaves a log missing fewer of its oldest segments, which
     /// opens: see [`LocalLog::first_index`]). Refused, with nothing
@@ -203,11 +232,7 @@ impl<S: SegmentStore> LocalLog<S> {
         let Some(&oldest) = st.segments.keys().next() else { return Ok(()) };
         let Some(through) = oldest.checked_sub(1) else { return Ok(()) };
         let Some((next, _)) = st.marks.first_after(through) else { return Ok(()) };
-        let bytes = match st.segments.get(&next) {
-            Some(SegData::Mirror { buf, .. }) => &buf[..],
-            Some(SegData::Mapped(m)) => m.bytes(),
-            None => return Err(Error::Corrupt { segment: next, position: 0 }),
-        };
+        let bytes = held_bytes(&st, next, 0)?;
         let head = closes_in(next, bytes)?.first().copied().ok_or(Error::Corrupt { segment: next, position: 0 })?;
         st.marks.forget_through(through, head);
         if st.older.as_ref().is_some_and(|(no, _)| *no <= through) {
@@ -230,12 +255,7 @@ impl<S: SegmentStore> LocalLog<S> {
         }
         let Some(no) = st.marks.segment_of(index) else { return Ok(None) };
         if st.older.as_ref().is_none_or(|(cached, _)| *cached != no) {
-            let bytes = match st.segments.get(&no) {
-                Some(SegData::Mirror { buf, .. }) => &buf[..],
-                Some(SegData::Mapped(m)) => m.bytes(),
-                None => return Err(Error::Corrupt { segment: no, position: 0 }),
-            };
-            let closes = closes_in(no, bytes)?;
+            let closes = closes_in(no, held_bytes(&st, no, 0)?)?;
             st.older = Some((no, closes));
         }
         let (_, closes) = st.older.as_ref().expect("cached above");
@@ -263,11 +283,7 @@ impl<S: SegmentStore> LocalLog<S> {
         let st = self.st.borrow();
         let mut out = Vec::new();
         for no in from.segment..=to.segment {
-            let bytes = match st.segments.get(&no) {
-                Some(SegData::Mirror { buf, .. }) => &buf[..],
-                Some(SegData::Mapped(m)) => m.bytes(),
-                None => return Err(Error::Corrupt { segment: no, position: 0 }),
-            };
+            let bytes = held_bytes(&st, no, 0)?;
             let mut at = if no == from.segment { from.pos as usize } else { 0 };
             let end = if no == to.segment { to.pos as usize } else { bytes.len() };
             while at < end {
@@ -574,11 +590,7 @@ impl<S: SegmentStore> LocalLog<S> {
         let mut parts = Vec::new();
         for no in from.segment..=to.segment {
             let start = if no == from.segment { from.pos as usize } else { 0 };
-            let bytes = match st.segments.get(&no) {
-                Some(SegData::Mirror { buf, .. }) => &buf[..],
-                Some(SegData::Mapped(m)) => m.bytes(),
-                None => return Err(Error::Corrupt { segment: no, position: start as u64 }),
-            };
+            let bytes = held_bytes(st, no, start as u64)?;
             let end = if no == to.segment { to.pos as usize } else { data_end(no, bytes, start)? };
             let range = bytes.get(start..end).ok_or(Error::Corrupt { segment: no, position: start as u64 })?;
             if !range.is_empty() {
@@ -737,6 +749,17 @@ fn data_end(no: u64, bytes: &[u8], from: usize) -> Result<usize> {
         }
     }
     Ok(at)
+}
+
+/// The bytes of segment `no` as the log holds them (its mirror, or its
+/// mapping once sealed); a segment it does not hold is corruption, reported
+/// at `position`.
+fn held_bytes<F>(st: &State<F>, no: u64, position: u64) -> Result<&[u8]> {
+    match st.segments.get(&no) {
+        Some(SegData::Mirror { buf, .. }) => Ok(&buf[..]),
+        Some(SegData::Mapped(m)) => Ok(m.bytes()),
+        None => Err(Error::Corrupt { segment: no, position }),
+    }
 }
 
 /// The marks of the batches closed in segment `no`, in order.

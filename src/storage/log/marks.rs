@@ -76,6 +76,15 @@ impl Marks {
         self.recent.get(usize::try_from(at).ok()?).copied()
     }
 
+    /// The index of the last entry closed in segment `no`, if one was.
+    pub(super) fn last_in(&self, no: u64) -> Option<u64> {
+        self.firsts.get(&no)?;
+        match self.first_after(no) {
+            Some((_, next)) => Some(next - 1),
+            None => self.last().map(|m| m.close.index),
+        }
+    }
+
     /// The segment entry `index` was closed in, if the log holds it.
     pub(super) fn segment_of(&self, index: u64) -> Option<u64> {
         if index > self.last()?.close.index {

@@ -440,6 +440,19 @@ impl<S: SegmentStore> LocalLog<S> {
         st.segments.iter().filter_map(mapped).collect()
     }
 
+    /// Bytes `offset..offset + max` of sealed segment `no` (fewer at its
+    /// end, none past it) and the segment's length; None unless the segment
+    /// is sealed and durable here, so never a byte that may still change
+    /// (what segment shipping sends).
+    pub fn sealed_slice(&self, no: u64, offset: u64, max: usize) -> Option<(u64, Vec<u8>)> {
+        let st = self.st.borrow();
+        let Some(SegData::Mapped(m)) = st.segments.get(&no) else { return None };
+        let bytes = m.bytes();
+        let start = (offset as usize).min(bytes.len());
+        let end = start.saturating_add(max).min(bytes.len());
+        Some((bytes.len() as u64, bytes[start..end].to_vec()))
+    }
+
     /// Bytes the segment files take on the local disk: the sealed ones, the
     /// active one and those prepared ahead at full size. The one prepared
     /// ahead counts even before the preparer made it: it is always made

@@ -1,0 +1,424 @@
+//! Segment shipping: how a replica that has no segments (a new node, or
+//! one whose disk was lost) gets its peers' sealed segment files whole at
+//! boot, instead of replaying every entry one by one (or entries its
+//! leader no longer holds).
+//!
+//! - A **manifest** request asks a peer which sealed segments it would
+//!   give: from its oldest, through the newest whose entries are all
+//!   committed there (`LocalLog::shippable_segments`), with their lengths.
+//! - A **chunk** request asks for up to [`CELL_SHIP_CHUNK_BYTES`] of one of
+//!   them from an offset; the answer carries the segment's length and the
+//!   CRC-32C of its bytes, or "not held" for a segment that is not sealed
+//!   and durable there.
+//! - [`Source`] answers both at once from the log it is given (an empty
+//!   manifest before it has one: a node still booting gives nothing).
+//! - [`fetch_segment`] asks chunk after chunk, one in flight, checks each,
+//!   and writes them into a segment store at the offsets they came from;
+//!   the file is durable and byte for byte the peer's when it returns Ok.
+//! - [`copy_from_peers`] asks every peer for its manifest (within a
+//!   deadline) and copies the longest one's segments; the receiver's log
+//!   then opens on them as a log missing nothing but its newest entries,
+//!   which its leader sends as entries.
+//!
+//! Requests: `1 | segment u64 | offset u64 | max u32` (a chunk), `2` (the
+//! manifest). Answers: a chunk `0 | length u64 | crc32c u32 | bytes`, or
+//! `1` (not held); a manifest `0 | count u32 | (segment u64 | length u64)*
+//! | crc32c u32` of what precedes it. Little-endian. Anything else, an empty
+//! answer included (a replica serving no segments), is refused.
+
+use super::link::{FetchHandler, ForwardError, Links};
+use super::replica::Sleep;
+use crate::limits::{CELL_SHIP_CHUNK_BYTES, CELL_SHIP_CHUNK_TIMEOUT_MS, DIRECT_IO_ALIGNMENT_BYTES};
+use crate::storage::io::{SegmentFile, SegmentStore};
+use crate::storage::log::LocalLog;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+const FETCH_BYTES: usize = 1 + 8 + 8 + 4;
+const CHUNK_HEAD_BYTES: usize = 1 + 8 + 4;
+const HELD: u8 = 0;
+const NOT_HELD: u8 = 1;
+const ASK_CHUNK: u8 = 1;
+const ASK_MANIFEST: u8 = 2;
+const MANIFEST_ENTRY_BYTES: usize = 16;
+
+/// One fetch: bytes `offset..offset + max` of segment `segment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fetch {
+    pub segment: u64,
+    pub offset: u64,
+    pub max: u32,
+}
+
+impl Fetch {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(FETCH_BYTES);
+        out.push(ASK_CHUNK);
+        out.extend_from_slice(&self.segment.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.max.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Fetch> {
+        let bytes: &[u8; FETCH_BYTES] = bytes.try_into().ok()?;
+        let (&ASK_CHUNK, rest) = bytes.split_first()? else { return None };
+        let (segment, rest) = rest.split_first_chunk::<8>()?;
+        let (offset, max) = rest.split_first_chunk::<8>()?;
+        Some(Fetch {
+            segment: u64::from_le_bytes(*segment),
+            offset: u64::from_le_bytes(*offset),
+            max: u32::from_le_bytes(max.try_into().ok()?),
+        })
+    }
+}
+
+/// A fetch's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk {
+    /// Bytes of the segment from the offset asked, and its whole length.
+    Bytes { length: u64, bytes: Vec<u8> },
+    /// The segment is not sealed and durable on the replica asked.
+    NotHeld,
+}
+
+impl Chunk {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Chunk::NotHeld => vec![NOT_HELD],
+            Chunk::Bytes { length, bytes } => {
+                let mut out = Vec::with_capacity(CHUNK_HEAD_BYTES + bytes.len());
+                out.push(HELD);
+                out.extend_from_slice(&length.to_le_bytes());
+                out.extend_from_slice(&crc32c::crc32c(bytes).to_le_bytes());
+                out.extend_from_slice(bytes);
+                out
+            }
+        }
+    }
+
+    /// The chunk, its CRC checked; the reason when the answer is not one.
+    pub fn decode(answer: &[u8]) -> Result<Chunk, String> {
+        match answer.split_first() {
+            None => Err("an empty answer (the replica asked serves no segments)".into()),
+            Some((&NOT_HELD, [])) => Ok(Chunk::NotHeld),
+            Some((&HELD, rest)) => {
+                let (length, rest) = rest.split_first_chunk::<8>().ok_or("a chunk's head cut short")?;
+                let (crc, bytes) = rest.split_first_chunk::<4>().ok_or("a chunk's head cut short")?;
+                if crc32c::crc32c(bytes) != u32::from_le_bytes(*crc) {
+                    return Err(format!("a chunk of {} bytes fails its CRC", bytes.len()));
+                }
+                Ok(Chunk::Bytes { length: u64::from_le_bytes(*length), bytes: bytes.to_vec() })
+            }
+            Some((kind, _)) => Err(format!("an answer of unknown kind {kind}")),
+        }
+    }
+}
+
+/// The sealed segments a peer offers, oldest first: (number, length).
+pub type Manifest = Vec<(u64, u64)>;
+
+fn encode_manifest(m: &[(u64, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + 4 + m.len() * MANIFEST_ENTRY_BYTES + 4);
+    out.push(HELD);
+    out.extend_from_slice(&(m.len() as u32).to_le_bytes());
+    for (no, len) in m {
+        out.extend_from_slice(&no.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+    }
+    out.extend_from_slice(&crc32c::crc32c(&out).to_le_bytes());
+    out
+}
+
+/// A manifest answer, checked: its CRC, and segments one after the other.
+pub fn decode_manifest(answer: &[u8]) -> Result<Manifest, String> {
+    let (body, crc) = answer.split_last_chunk::<4>().ok_or("a manifest cut short")?;
+    if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
+        return Err("a manifest fails its CRC".into());
+    }
+    let (&HELD, rest) = body.split_first().ok_or("a manifest cut short")? else {
+        return Err("not a manifest".into());
+    };
+    let (count, rest) = rest.split_first_chunk::<4>().ok_or("a manifest cut short")?;
+    if rest.len() != u32::from_le_bytes(*count) as usize * MANIFEST_ENTRY_BYTES {
+        return Err("a manifest's count does not match its length".into());
+    }
+    let m: Manifest = rest
+        .chunks_exact(MANIFEST_ENTRY_BYTES)
+        .map(|c| (u64::from_le_bytes(c[..8].try_into().expect("8")), u64::from_le_bytes(c[8..].try_into().expect("8"))))
+        .collect();
+    if m.windows(2).any(|w| w[1].0 != w[0].0 + 1) {
+        return Err("a manifest's segments do not follow each other".into());
+    }
+    Ok(m)
+}
+
+/// A replica's side: answers its peers' requests from its log, once it
+/// has one (before that, an empty manifest and "not held").
+pub struct Source<S: SegmentStore> {
+    log: RefCell<Option<Rc<LocalLog<S>>>>,
+}
+
+impl<S: SegmentStore> Default for Source<S> {
+    fn default() -> Self {
+        Source { log: RefCell::new(None) }
+    }
+}
+
+impl<S: SegmentStore> Source<S> {
+    pub fn new(log: Rc<LocalLog<S>>) -> Source<S> {
+        Source { log: RefCell::new(Some(log)) }
+    }
+
+    /// Serves from `log` from now on.
+    pub fn serve(&self, log: Rc<LocalLog<S>>) {
+        *self.log.borrow_mut() = Some(log);
+    }
+}
+
+impl<S: SegmentStore> FetchHandler for Source<S> {
+    fn fetch(&self, request: &[u8]) -> Vec<u8> {
+        let log = self.log.borrow().clone();
+        if request == [ASK_MANIFEST] {
+            return encode_manifest(&log.map(|l| l.shippable_segments()).unwrap_or_default());
+        }
+        let Some(f) = Fetch::decode(request) else { return Vec::new() };
+        let max = (f.max as usize).min(CELL_SHIP_CHUNK_BYTES);
+        match log.and_then(|l| l.sealed_slice(f.segment, f.offset, max)) {
+            Some((length, bytes)) => Chunk::Bytes { length, bytes },
+            None => Chunk::NotHeld,
+        }
+        .encode()
+    }
+}
+
+/// Why a segment was not copied. Whatever was written of it is not to be
+/// used (its caller removes it or starts over).
+#[derive(Debug, thiserror::Error)]
+pub enum ShipError {
+    #[error("segment {segment}: {source}")]
+    Link { segment: u64, source: ForwardError },
+    #[error("segment {segment} is not sealed on node {from}")]
+    NotHeld { segment: u64, from: u64 },
+    #[error("segment {segment} at {offset}: {why}")]
+    Refused { segment: u64, offset: u64, why: String },
+    #[error("segment {segment}: writing it: {source}")]
+    Io { segment: u64, source: std::io::Error },
+}
+
+/// What [`copy_from_peers`] copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shipped {
+    pub from: u64,
+    pub segments: usize,
+    pub bytes: u64,
+    pub took: Duration,
+}
+
+/// How long one manifest request may take.
+const MANIFEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The pause between rounds of asking the peers not yet connected.
+const ASK_AGAIN: Duration = Duration::from_millis(50);
+
+/// Asks each of `peers` for its manifest, until all answered or `wait`
+/// passed, then copies the segments of the longest manifest into `into`
+/// (which holds none), trying the next longest when a copy fails (what it
+/// copied removed first). None when no peer offered a segment. On Err, the
+/// last failure, `into` may still hold part of a copy: the caller removes
+/// what it holds before it goes on without.
+pub async fn copy_from_peers<S: SegmentStore>(
+    links: &Links,
+    peers: &[u64],
+    into: &S,
+    wait: Duration,
+    sleep: &Sleep,
+) -> Result<Option<Shipped>, ShipError> {
+    let mut offers = manifests(links, peers, wait, sleep).await;
+    // The longest first: the newest last segment, then the most segments.
+    offers.sort_by_key(|(_, m)| std::cmp::Reverse((m.last().map(|l| l.0), m.len())));
+    let mut failure = None;
+    for (from, manifest) in offers.into_iter().filter(|(_, m)| !m.is_empty()) {
+        let started = Instant::now();
+        match copy_manifest(links, from, &manifest, into).await {
+            Ok(bytes) => {
+                let took = started.elapsed();
+                return Ok(Some(Shipped { from, segments: manifest.len(), bytes, took }));
+            }
+            Err(e) => {
+                tracing::warn!("segment shipping from node {from} failed: {e}; trying another peer");
+                for (no, _) in &manifest {
+                    let _ = into.remove(*no).await;
+                }
+                failure = Some(e);
+            }
+        }
+    }
+    failure.map_or(Ok(None), Err)
+}
+
+/// The manifests of the peers that answered within `wait`. A peer this
+/// replica's dial to failed (down: a new cell's first node finds every one
+/// so) is not waited for.
+async fn manifests(links: &Links, peers: &[u64], wait: Duration, sleep: &Sleep) -> Vec<(u64, Manifest)> {
+    let deadline = Instant::now() + wait;
+    let (mut offers, mut pending) = (Vec::new(), peers.to_vec());
+    while !pending.is_empty() && Instant::now() < deadline {
+        let mut unanswered = Vec::new();
+        for peer in pending {
+            if !links.is_connected(peer) {
+                if links.dialled(peer) != Some(false) {
+                    unanswered.push(peer);
+                }
+                continue;
+            }
+            match links.fetch(peer, vec![ASK_MANIFEST], MANIFEST_TIMEOUT).await.map(|a| decode_manifest(&a)) {
+                Ok(Ok(m)) => offers.push((peer, m)),
+                Ok(Err(why)) => tracing::warn!("segment shipping: node {peer}'s manifest refused: {why}"),
+                Err(_) => unanswered.push(peer),
+            }
+        }
+        pending = unanswered;
+        if !pending.is_empty() {
+            sleep(ASK_AGAIN).await;
+        }
+    }
+    offers
+}
+
+/// Copies every segment of `manifest` from `from`; the bytes copied.
+async fn copy_manifest<S: SegmentStore>(
+    links: &Links,
+    from: u64,
+    manifest: &[(u64, u64)],
+    into: &S,
+) -> Result<u64, ShipError> {
+    let mut bytes = 0;
+    for &(no, len) in manifest {
+        let got = fetch_segment(links, from, no, into).await?;
+        if got != len {
+            let why = format!("{got} bytes, where the manifest said {len}");
+            return Err(ShipError::Refused { segment: no, offset: 0, why });
+        }
+        bytes += got;
+    }
+    Ok(bytes)
+}
+
+/// Copies sealed segment `no` of replica `from` into `into` (created there,
+/// so not present before), chunk after chunk; returns its length once it
+/// is durable. A leader that changes the segment's length mid-way, or
+/// sends a chunk that is not the one asked, fails it.
+pub async fn fetch_segment<S: SegmentStore>(links: &Links, from: u64, no: u64, into: &S) -> Result<u64, ShipError> {
+    let io = |source| ShipError::Io { segment: no, source };
+    let (length, mut chunk) = fetch_chunk(links, from, no, 0).await?;
+    check_chunk(no, 0, length, &chunk)?;
+    let align = DIRECT_IO_ALIGNMENT_BYTES;
+    let whole = length / align * align;
+    let file = into.create(no, length.div_ceil(align) * align).await.map_err(io)?;
+    let mut offset = 0;
+    while offset < whole {
+        let take = (chunk.len() as u64).min(whole - offset) as usize;
+        file.write_at(file.filled_buf(take, &chunk[..take]), offset).await.map_err(io)?;
+        offset += take as u64;
+        // What is left of a chunk is the last bytes, past the last whole block.
+        chunk.drain(..take);
+        if chunk.is_empty() && offset < length {
+            let (len, next) = fetch_chunk(links, from, no, offset).await?;
+            if len != length {
+                let why = format!("its length changed from {length} to {len} bytes");
+                return Err(ShipError::Refused { segment: no, offset, why });
+            }
+            check_chunk(no, offset, length, &next)?;
+            chunk = next;
+        }
+    }
+    file.sync().await.map_err(io)?;
+    drop(file);
+    // The bytes past the last whole block, and the file cut to the
+    // leader's length (`finish` writes through the page cache, durably).
+    if offset < length {
+        into.finish(no, offset, &chunk).await.map_err(io)?;
+    }
+    Ok(length)
+}
+
+/// A chunk at `offset` of a segment `length` long must hold a whole number
+/// of aligned blocks, or every byte to the end.
+fn check_chunk(no: u64, offset: u64, length: u64, bytes: &[u8]) -> Result<(), ShipError> {
+    let end = offset + bytes.len() as u64;
+    let aligned = (bytes.len() as u64).is_multiple_of(DIRECT_IO_ALIGNMENT_BYTES);
+    if end > length || (end < length && (bytes.is_empty() || !aligned)) {
+        let why =
+            format!("a chunk of {} bytes in a segment of {length}: neither whole blocks nor its end", bytes.len());
+        return Err(ShipError::Refused { segment: no, offset, why });
+    }
+    Ok(())
+}
+
+async fn fetch_chunk(links: &Links, from: u64, no: u64, offset: u64) -> Result<(u64, Vec<u8>), ShipError> {
+    let request = Fetch { segment: no, offset, max: CELL_SHIP_CHUNK_BYTES as u32 }.encode();
+    let timeout = Duration::from_millis(CELL_SHIP_CHUNK_TIMEOUT_MS);
+    let answer = links.fetch(from, request, timeout).await.map_err(|source| ShipError::Link { segment: no, source })?;
+    match Chunk::decode(&answer) {
+        Ok(Chunk::Bytes { length, bytes }) => Ok((length, bytes)),
+        Ok(Chunk::NotHeld) => Err(ShipError::NotHeld { segment: no, from }),
+        Err(why) => Err(ShipError::Refused { segment: no, offset, why }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetches_round_trip_and_other_lengths_do_not_decode() {
+        let f = Fetch { segment: u64::MAX, offset: 3 << 40, max: 1 << 20 };
+        assert_eq!(Fetch::decode(&f.encode()), Some(f));
+        let bytes = f.encode();
+        assert_eq!(Fetch::decode(&bytes[..FETCH_BYTES - 1]), None);
+        assert_eq!(Fetch::decode(&[bytes.clone(), vec![0]].concat()), None);
+    }
+
+    #[test]
+    fn chunks_round_trip_and_every_flipped_bit_is_refused() {
+        let chunk = Chunk::Bytes { length: 9_000, bytes: (0..300u32).map(|i| (i * 7) as u8).collect() };
+        let bytes = chunk.encode();
+        assert_eq!(Chunk::decode(&bytes), Ok(chunk));
+        assert_eq!(Chunk::decode(&Chunk::NotHeld.encode()), Ok(Chunk::NotHeld));
+        // A bit flipped in the CRC or the bytes is caught; one in the
+        // length is the sender's word (checked against the first chunk's).
+        for bit in (1 + 8) * 8..bytes.len() * 8 {
+            let mut bad = bytes.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(Chunk::decode(&bad).is_err(), "bit {bit} flipped passed");
+        }
+    }
+
+    #[test]
+    fn manifests_round_trip_and_bad_ones_are_refused() {
+        for m in [vec![], vec![(7, 4096)], vec![(3, 1 << 30), (4, 77), (5, 1)]] {
+            assert_eq!(decode_manifest(&encode_manifest(&m)), Ok(m));
+        }
+        let good = encode_manifest(&[(3, 10), (4, 20)]);
+        for bit in 0..good.len() * 8 {
+            let mut bad = good.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_manifest(&bad).is_err(), "bit {bit} flipped passed");
+        }
+        // Well formed, but segments that do not follow each other.
+        assert!(decode_manifest(&encode_manifest(&[(3, 10), (5, 20)])).is_err());
+        for short in [&good[..0], &good[..4], &good[..good.len() - 1]] {
+            assert!(decode_manifest(short).is_err());
+        }
+        // A chunk request is not a manifest request, nor the reverse.
+        assert_eq!(Fetch::decode(&[ASK_MANIFEST]), None);
+    }
+
+    #[test]
+    fn empty_short_and_unknown_answers_are_refused() {
+        for answer in [&[][..], &[HELD, 1, 2, 3], &[HELD; CHUNK_HEAD_BYTES - 1], &[NOT_HELD, 0], &[2]] {
+            assert!(Chunk::decode(answer).is_err(), "{answer:?} passed");
+        }
+    }
+}
