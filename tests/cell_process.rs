@@ -34,6 +34,12 @@
 //! - one that comes back to a log of many sealed segments copies them
 //!   whole from a peer at boot (segment shipping; the time and bytes are
 //!   printed), byte for byte the same, and serves everything;
+//! - a snapshot deleted through the leader leaves the stream's other
+//!   snapshot readable on the followers;
+//! - a deleted stream's segments go on every node through the log (the
+//!   leader's reclaim record), the same files everywhere; the cell serves
+//!   everything after a restart of all three, and a node whose disk is
+//!   lost then copies the segments left and catches up;
 //! - a webhook subscription made through a follower is delivered by the
 //!   leader, signed with the key every node publishes, and after the leader
 //!   is killed, by the new leader under the same key id.
@@ -596,7 +602,10 @@ fn caught_up(cell: &Cell, node: usize) -> Duration {
         if others > 0 && commit(node) >= others {
             return started.elapsed();
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "node {} has not caught up in 60 s", node + 1);
+        if started.elapsed() > Duration::from_secs(60) {
+            eprintln!("--- node {} log:\n{}", node + 1, cell.nodes[node].log_tail());
+            panic!("node {} has not caught up in 60 s", node + 1);
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -637,20 +646,9 @@ fn a_voter_that_lost_its_disk_gets_its_peers_sealed_segments_whole() {
     assert!(segments >= 10.0, "{segments} segments shipped: it replayed instead");
     assert!(bytes >= segments * 60_000.0, "{bytes} bytes for {segments} segments");
     // The copies, the first segment files, are its peers' bytes.
-    let seg_files = |i: usize| -> Vec<(String, Vec<u8>)> {
-        let dir = cell.nodes[i].data_dir().join("shard-0");
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-            .collect();
-        files.sort();
-        files
-    };
-    let mine = seg_files(2);
+    let mine = segment_files(&cell, 2);
     for other in [0, 1] {
-        let theirs = seg_files(other);
+        let theirs = segment_files(&cell, other);
         let common: Vec<_> = mine.iter().filter(|(n, _)| theirs.iter().any(|(m, _)| m == n)).collect();
         assert!(common.len() as f64 >= segments, "node 3 and node {} share {} segment files", other + 1, common.len());
         for (name, bytes) in common.iter().take(segments as usize) {
@@ -667,6 +665,211 @@ fn a_voter_that_lost_its_disk_gets_its_peers_sealed_segments_whole() {
     cell.append("without node 1", Duration::from_secs(20)).expect("no acknowledgement in 20 s");
     for i in [1, 2] {
         cell.serves_all(i);
+    }
+}
+
+/// Node `i`'s segment files (shard 0), by name, sorted (one deleted while
+/// they are read is left out).
+fn segment_files(cell: &Cell, i: usize) -> Vec<(String, Vec<u8>)> {
+    let dir = cell.nodes[i].data_dir().join("shard-0");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .filter_map(|p| Some((p.file_name()?.to_string_lossy().into_owned(), std::fs::read(&p).ok()?)))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A stream of 300 appends of 4 KB (in 64 KiB segments) is deleted, then
+/// the cell's stream is written, while node 3 is down: no segment goes
+/// while it lacks their entries (it would need them). Once it is back the
+/// deleted stream's segments, the oldest, go on every node when the
+/// leader's reclaim record commits, and
+/// every node holds the same segment files, byte for byte. The cell
+/// serves every acknowledged append, also after all three restart (their
+/// replay sees the record; no stream comes back), and a node whose disk
+/// is lost afterwards copies the segments left (from a later one than
+/// the first) and catches up.
+#[test]
+fn a_deleted_streams_segments_go_on_every_node_through_the_log() {
+    let mut cell = Cell::start_with(&["--segment-bytes", "65536"]);
+    cell.settle();
+    // Node 3 is down while the stream is written and deleted: what it
+    // lacks holds reclamation back until it is back and caught up.
+    cell.nodes[2].kill9();
+    cell.up[2] = false;
+    let mut c = cell.nodes[0].conn();
+    let junk = "/v1/stream/junk";
+    assert_eq!(c.request("PUT", junk, &[("content-type", "text/plain")], b"").status, 201);
+    let big = "y".repeat(4000);
+    for i in 0..300 {
+        let r = c.request("POST", junk, &[("content-type", "text/plain")], format!("{i} {big}").as_bytes());
+        assert_eq!(r.status, 204, "{}", r.summary());
+    }
+    assert_eq!(c.request("DELETE", junk, &[], b"").status, 204);
+    cell.create();
+    for i in 0..30 {
+        cell.append(&format!("{i} {big}"), Duration::from_secs(10)).expect("append");
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    for i in [0, 1] {
+        let first = segment_files(&cell, i)[0].0.clone();
+        assert!(first.starts_with("0000000000000000"), "node {} deleted segment 0 while node 3 lacked it", i + 1);
+    }
+    cell.nodes[2].start_again();
+    cell.up[2] = true;
+    let end = Instant::now() + Duration::from_secs(30);
+    let gone = |cell: &Cell| {
+        (0..3).all(|i| segment_files(cell, i).first().is_some_and(|(n, _)| !n.starts_with("0000000000000000")))
+    };
+    while !gone(&cell) {
+        assert!(Instant::now() < end, "segment 0 is still on some node after 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    caught_up(&cell, 2);
+    // Every node deletes what the records named, each in its own pass.
+    let names = |f: &[(String, Vec<u8>)]| f.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    let end = Instant::now() + Duration::from_secs(15);
+    let files = loop {
+        let files: Vec<_> = (0..3).map(|i| segment_files(&cell, i)).collect();
+        if files.iter().all(|f| names(f) == names(&files[0])) {
+            break files;
+        }
+        assert!(
+            Instant::now() < end,
+            "the nodes hold other segments: {:?}",
+            files.iter().map(|f| names(f)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("after the delete every node holds {:?}", names(&files[0]));
+    let reclaimed: Vec<f64> =
+        (0..3).map(|i| metric(&cell.nodes[i], "ringstream_segments_reclaimed_total{shard=\"0\"}")).collect();
+    assert!(reclaimed.iter().all(|&n| n >= 10.0), "segments reclaimed per node: {reclaimed:?}");
+    assert!(reclaimed.iter().all(|&n| n == reclaimed[0]), "segments reclaimed per node: {reclaimed:?}");
+    for other in [1, 2] {
+        for ((name, a), (_, b)) in files[0].iter().zip(&files[other]).take(files[0].len() - 2) {
+            assert!(a == b, "segment {name} differs between node 1 and node {}", other + 1);
+        }
+    }
+    for i in 0..3 {
+        cell.serves_all(i);
+        let r = cell.nodes[i].conn().request("GET", junk, &[], b"");
+        assert_eq!(r.status, 404, "node {}: the deleted stream answers {}", i + 1, r.status);
+    }
+    // All three restart: the replay sees the reclaim record, nothing comes back.
+    for i in 0..3 {
+        cell.nodes[i].kill9();
+    }
+    for i in 0..3 {
+        cell.nodes[i].start_again();
+    }
+    cell.append("after the restart", Duration::from_secs(20)).expect("no acknowledgement in 20 s");
+    for i in 0..3 {
+        cell.serves_all(i);
+        assert_eq!(cell.nodes[i].conn().request("GET", junk, &[], b"").status, 404);
+    }
+    // A lost disk now: the copy starts after the reclaimed segments.
+    cell.nodes[2].kill9();
+    wipe(&cell, 2);
+    cell.nodes[2].start_again();
+    if cell.append("after the wipe", Duration::from_secs(20)).is_none() {
+        for n in 0..3 {
+            eprintln!("--- node {} log:\n{}", n + 1, cell.nodes[n].log_tail());
+        }
+        panic!("no acknowledgement in 20 s after node 3's wipe");
+    }
+    caught_up(&cell, 2);
+    let copied = metric(&cell.nodes[2], "ringstream_cell_shipped_segments_total{shard=\"0\"}");
+    assert!(copied >= 1.0, "node 3 copied {copied} segments");
+    assert!(!segment_files(&cell, 2)[0].0.starts_with("0000000000000000"), "node 3 holds segment 0 again");
+    for i in 0..3 {
+        cell.serves_all(i);
+    }
+}
+
+/// The cell's stream is created, another stream fills the first segments
+/// (1 MiB each), the cell's stream gets 18 MB, then the other stream is
+/// deleted: the oldest segments go, the cell stream's create moved by a
+/// state record re-logged after its appends. A node whose disk is lost then copies the segments
+/// left and applies them in more than one batch of committed records
+/// (CELL_APPLY_BYTES_PER_TURN): the appends of the first batch wait for
+/// the state record in a later one, and it serves every append.
+#[test]
+fn a_node_given_reclaimed_segments_keeps_appends_whose_create_is_gone() {
+    let mut cell = Cell::start_with(&["--segment-bytes", "1048576"]);
+    cell.create();
+    cell.settle();
+    let mut c = cell.nodes[0].conn();
+    let junk = "/v1/stream/junk";
+    assert_eq!(c.request("PUT", junk, &[("content-type", "text/plain")], b"").status, 201);
+    let big = "z".repeat(200_000);
+    for _ in 0..12 {
+        assert_eq!(c.request("POST", junk, &[("content-type", "text/plain")], big.as_bytes()).status, 204);
+    }
+    for i in 0..90 {
+        cell.append(&format!("{i} {big}"), Duration::from_secs(10)).expect("append");
+    }
+    // Only now are the first segments free: the create is re-logged after
+    // the appends.
+    assert_eq!(c.request("DELETE", junk, &[], b"").status, 204);
+    let end = Instant::now() + Duration::from_secs(30);
+    while !(0..3).all(|i| segment_files(&cell, i).first().is_some_and(|(n, _)| !n.starts_with("0000000000000000"))) {
+        assert!(Instant::now() < end, "segment 0 is still on some node after 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    caught_up(&cell, 2);
+    cell.nodes[2].kill9();
+    wipe(&cell, 2);
+    cell.nodes[2].start_again();
+    let took = caught_up(&cell, 2);
+    let bytes = metric(&cell.nodes[2], "ringstream_cell_shipped_bytes_total{shard=\"0\"}");
+    eprintln!("node 3 copied {bytes} bytes and caught up in {took:?}");
+    assert!(bytes > 17e6, "node 3 copied {bytes} bytes");
+    cell.serves_all(2);
+}
+
+/// Two snapshots published through the leader, the followers caught up,
+/// then the older one deleted: its state record lists the newer one, whose
+/// blob a follower applied in an earlier batch of committed records. The
+/// leader killed, the two followers still serve it (they kept what they
+/// held), the new leader included.
+#[test]
+fn a_snapshot_deleted_leaves_the_other_on_every_follower() {
+    let mut cell = Cell::start();
+    cell.create();
+    cell.settle();
+    let mut c = cell.nodes[0].conn();
+    let octet = ("content-type", "application/octet-stream");
+    assert_eq!(c.request("PUT", "/ds/snapb", &[], b"").status, 201);
+    let path = "/ds/snapb/s";
+    assert_eq!(c.request("PUT", path, &[octet], b"").status, 201);
+    let publish = |c: &mut Conn, data: &[u8], snap: &[u8]| -> String {
+        let offset = c.request("POST", path, &[octet], data).sno();
+        let r = c.request("PUT", &format!("{path}/snapshot/{offset}"), &[octet], snap);
+        assert_eq!(r.status, 204, "publish: {}", r.summary());
+        offset
+    };
+    let first = publish(&mut c, b"aaaa", b"snapshot one");
+    let second = publish(&mut c, b"bbbb", b"snapshot two");
+    caught_up(&cell, 1);
+    caught_up(&cell, 2);
+    let r = c.request("DELETE", &format!("{path}/snapshot/{first}"), &[], b"");
+    assert_eq!(r.status, 204, "delete: {}", r.summary());
+    caught_up(&cell, 1);
+    caught_up(&cell, 2);
+    // A follower's 404 would go to the leader: without it, one of them
+    // leads and answers from what it applied.
+    cell.nodes[0].kill9();
+    cell.up[0] = false;
+    cell.append("without node 1", Duration::from_secs(20)).expect("no acknowledgement in 20 s");
+    for i in [1, 2] {
+        let r = cell.nodes[i].conn().request("GET", &format!("{path}/snapshot/{second}"), &[], b"");
+        assert_eq!((r.status, &r.body[..]), (200, &b"snapshot two"[..]), "node {}: {}", i + 1, r.summary());
+        let r = cell.nodes[i].conn().request("GET", &format!("{path}/snapshot/{first}"), &[], b"");
+        assert_eq!(r.status, 404, "node {}: the deleted snapshot: {}", i + 1, r.summary());
     }
 }
 

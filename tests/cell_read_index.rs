@@ -374,7 +374,7 @@ fn fork_of_s() -> StreamOp {
 /// A leader deletes a source's last fork, then loses its place before the
 /// source's own collection commits: the soft-deleted source, which no fork
 /// reads any more, is collected by the next leader's sweep (the reclaim
-/// pass's `expire_as_leader`), so its path is free again.
+/// pass's `reclaim_in_cell`), so its path is free again.
 #[test]
 fn a_new_leader_collects_a_source_its_predecessor_left() {
     let (mut cell, old) = cell_with_data(2);
@@ -403,7 +403,7 @@ fn a_new_leader_collects_a_source_its_predecessor_left() {
     assert!(matches!(r, Err(Error::Gone(_))), "the source is soft-deleted on the new leader: {r:?}");
     let shard = cell.node(new).shard.clone();
     let sweep = cell.node(new).pool.spawner();
-    sweep.spawn_local(async move { shard.expire_as_leader().await }).unwrap();
+    sweep.spawn_local(async move { shard.reclaim_in_cell().await }).unwrap();
     for _ in 0..50 {
         cell.step();
     }

@@ -15,7 +15,7 @@ use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
 use ringstream::limits::SEGMENT_BYTES_MIN;
 use ringstream::storage::io::SegmentStore;
-use ringstream::storage::log::{Batch, BatchMark, LocalLog};
+use ringstream::storage::log::{Batch, BatchEnd, BatchMark, LocalLog, LOG_START};
 use ringstream::storage::sim_file::SimStore;
 use ringstream::storage::{Error, LogConfig, RecordHeader, RecordLoc};
 use rng::Rng;
@@ -490,6 +490,13 @@ fn the_oldest_segments_go_only_once_committed_and_sealed() {
     assert_eq!(reopened.first_index(), Some(first), "as a reopen finds it");
     assert!(log.mark(first - 1).unwrap().is_some(), "the entry before the first is known by its close");
     assert_eq!(log.mark(first - 2).unwrap(), None, "older entries are gone");
+    // The records a replica rebuilds its shard from begin where the log's
+    // oldest segment does now (from the log's old start, they are gone).
+    let end = log.mark(60).unwrap().unwrap().end;
+    assert_eq!(log.held_start(), BatchEnd { segment: before[2], pos: 0 });
+    let held = log.records_between(log.held_start(), end).expect("the records held");
+    assert_eq!(held.first().map(|r| r.loc.segment), Some(before[2]));
+    assert!(log.records_between(LOG_START, end).is_err(), "records of removed segments");
     for e in &entries[first as usize - 1..] {
         let mark = log.mark(e.index).unwrap().expect("every entry from the first");
         assert_eq!(reopened.mark(e.index).unwrap(), Some(mark));

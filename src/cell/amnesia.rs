@@ -109,6 +109,25 @@ pub fn clamp_heartbeat(m: &mut Message, tip: LogTip) {
     m.commit = m.commit.min(safe);
 }
 
+/// The refusal a replica sends its leader of its own accord when a
+/// heartbeat `m` names a commit index past its log (`tip`): raft-rs's
+/// leader names no more than its record of the follower says it holds, so
+/// the follower lost entries it had acknowledged. Shaped as the refusal
+/// of an append at that index ([`lost_entries`] on the leader reads it so;
+/// raft-rs itself ignores it as stale), for a leader with nothing new to
+/// send would never get one otherwise.
+pub fn lost_notice(m: &Message, tip: LogTip) -> Option<Message> {
+    if m.get_msg_type() != MessageType::MsgHeartbeat || m.commit <= tip.last_index {
+        return None;
+    }
+    let mut notice = Message { to: m.from, from: m.to, term: m.term, index: m.commit, ..Message::default() };
+    notice.set_msg_type(MessageType::MsgAppendResponse);
+    notice.reject = true;
+    notice.reject_hint = tip.last_index;
+    notice.log_term = tip.last_term;
+    Some(notice)
+}
+
 /// On a leader: whether `m`, from a follower that had acknowledged entries
 /// up to `matched`, says that it lost some: it refused an append at or
 /// above them (one below could be an old, reordered refusal) and its log
@@ -121,6 +140,21 @@ pub fn lost_entries(m: &Message, matched: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heartbeat_past_its_log_makes_a_replica_say_it_lost_entries() {
+        let tip = LogTip { last_index: 106, last_term: 1, committed: 14 };
+        let mut hb = msg(MessageType::MsgHeartbeat, 1, 0, 300);
+        (hb.from, hb.to) = (1, 3);
+        let n = lost_notice(&hb, tip).expect("a commit past its log");
+        assert_eq!((n.to, n.from, n.term, n.index, n.reject, n.reject_hint), (1, 3, 1, 300, true, 106));
+        assert_eq!(n.get_msg_type(), MessageType::MsgAppendResponse);
+        // The leader's record said 300: it reads the notice as lost entries.
+        assert!(lost_entries(&n, 300));
+        // Not past its log, or not a heartbeat: nothing to say.
+        assert_eq!(lost_notice(&msg(MessageType::MsgHeartbeat, 1, 0, 106), tip), None);
+        assert_eq!(lost_notice(&msg(MessageType::MsgAppend, 1, 0, 300), tip), None);
+    }
 
     fn msg(t: MessageType, term: u64, index: u64, commit: u64) -> Message {
         let mut m = Message::default();

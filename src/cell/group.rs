@@ -175,7 +175,16 @@ pub struct Group<S: GroupStore> {
     /// `LEAD_TOWARD_RETRY_TICKS`.
     ticks: u64,
     handing: Option<(u64, u64, u64)>,
+    /// Refusals this replica sends its leader of its own accord, with the
+    /// next turn's messages ([`amnesia::lost_notice`]), and the tick the
+    /// last one was made.
+    notices: Vec<Message>,
+    noticed_at: Option<u64>,
 }
+
+/// How often at most a replica that lost entries tells its leader so
+/// unasked (a heartbeat in every other tick would ask it more often).
+const LOST_NOTICE_TICKS: u64 = 10;
 
 /// How long `lead_toward` waits before it tries again a hand-over that did
 /// not take (the replica refused it: one that lost its data, say), in ticks.
@@ -194,7 +203,15 @@ impl<S: GroupStore> Group<S> {
                 node.raft.raft_log.last_index()
             );
         }
-        Ok(Group { node, pending: BTreeMap::new(), votes, ticks: 0, handing: None })
+        Ok(Group {
+            node,
+            pending: BTreeMap::new(),
+            votes,
+            ticks: 0,
+            handing: None,
+            notices: Vec::new(),
+            noticed_at: None,
+        })
     }
 
     /// One tick of the owner's timer; true when the group has work.
@@ -216,6 +233,7 @@ impl<S: GroupStore> Group<S> {
             );
             return Ok(());
         }
+        self.notice_lost(&msg);
         amnesia::clamp_heartbeat(&mut msg, self.tip());
         self.hand_over_if_lost(&msg);
         let (kind, from, term, commit) = (msg.get_msg_type(), msg.from, msg.term, msg.commit);
@@ -234,6 +252,27 @@ impl<S: GroupStore> Group<S> {
             );
         }
         stepped
+    }
+
+    /// A heartbeat that names a commit index past this replica's log: it
+    /// lost entries it had acknowledged (a leader sends no more than its
+    /// record of the follower says it holds). A leader with nothing new
+    /// sends it no append, so would never learn it from a refusal: the
+    /// replica tells it, at most once every LOST_NOTICE_TICKS.
+    fn notice_lost(&mut self, msg: &Message) {
+        let due =
+            self.noticed_at.is_none_or(|at| self.ticks >= at + LOST_NOTICE_TICKS) && msg.term >= self.node.raft.term;
+        if let Some(notice) = amnesia::lost_notice(msg, self.tip()).filter(|_| due) {
+            tracing::info!(
+                "replica {}: its leader {} counts on entries up to {} it does not hold (its log ends at {}): it says so",
+                self.node.raft.id,
+                msg.from,
+                msg.commit,
+                notice.reject_hint
+            );
+            self.noticed_at = Some(self.ticks);
+            self.notices.push(notice);
+        }
     }
 
     fn tip(&self) -> LogTip {
@@ -319,6 +358,7 @@ impl<S: GroupStore> Group<S> {
         if let Some(hs) = &w.hard_state {
             store.set_hard_state(hs);
         }
+        w.send.append(&mut self.notices);
         self.node.advance_append_async(rd);
         w.answers = self.answer(&w.apply, w.role);
         // Applied as soon as handed out: raft-rs uses the applied index only
@@ -392,6 +432,18 @@ impl<S: GroupStore> Group<S> {
             last_index,
             followers,
         }
+    }
+
+    /// On a leader: the newest entry every voter holds (its own log and
+    /// each follower's match as its progress records it; 0 for a follower
+    /// it has not heard from since it began to lead). 0 elsewhere.
+    pub fn held_by_all(&self) -> u64 {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader {
+            return 0;
+        }
+        let own = raft.raft_log.last_index();
+        raft.prs().iter().filter(|(id, _)| **id != raft.id).map(|(_, p)| p.matched).fold(own, u64::min)
     }
 
     /// The leader this replica knows of.

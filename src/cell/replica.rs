@@ -95,6 +95,10 @@ pub struct Status {
     /// The leader this replica knows of (itself included), where requests
     /// it may not run itself go.
     pub leader: Cell<Option<u64>>,
+    /// While it leads: the newest entry every voter holds, as of its last
+    /// tick (0 otherwise). Reclamation deletes no segment an entry after it
+    /// began in.
+    pub held_by_all: Rc<Cell<u64>>,
 }
 
 pub struct Replica<S: SegmentStore> {
@@ -186,6 +190,7 @@ impl<S: SegmentStore> Replica<S> {
         if let Some(id) = self.preferred {
             self.group.lead_toward(id);
         }
+        self.status.held_by_all.set(self.group.held_by_all());
         if let Some(board) = &self.board {
             let followers = match self.group.role() {
                 StateRole::Leader => self.group.view().followers,
@@ -347,7 +352,8 @@ impl<S: SegmentStore> Replica<S> {
         let committed = committed_end(&self.log)?;
         let Some(applier) = self.applier.clone() else { return Ok(()) };
         if self.log.tail_position() > committed {
-            let records = self.log.records_between(crate::storage::log::LOG_START, committed)?;
+            // From the oldest segment held: older ones were reclaimed.
+            let records = self.log.records_between(self.log.held_start(), committed)?;
             applier.rebuild(&records).map_err(apply_failed)?;
         }
         self.applied_to = committed;

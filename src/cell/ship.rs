@@ -220,6 +220,8 @@ pub struct Shipped {
 const MANIFEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// The pause between rounds of asking the peers not yet connected.
 const ASK_AGAIN: Duration = Duration::from_millis(50);
+/// How much longer the other peers are waited for once one offered segments.
+const OTHERS_GRACE: Duration = Duration::from_millis(500);
 
 /// Asks each of `peers` for its manifest, until all answered or `wait`
 /// passed, then copies the segments of the longest manifest into `into`
@@ -259,11 +261,16 @@ pub async fn copy_from_peers<S: SegmentStore>(
 
 /// The manifests of the peers that answered within `wait`. A peer this
 /// replica's dial to failed (down: a new cell's first node finds every one
-/// so) is not waited for.
+/// so) is not waited for; once one offered segments, the others are waited
+/// for OTHERS_GRACE more at most (a peer connects to this replica only
+/// when it has something to send it: a follower may never).
 async fn manifests(links: &Links, peers: &[u64], wait: Duration, sleep: &Sleep) -> Vec<(u64, Manifest)> {
-    let deadline = Instant::now() + wait;
-    let (mut offers, mut pending) = (Vec::new(), peers.to_vec());
+    let mut deadline = Instant::now() + wait;
+    let (mut offers, mut pending): (Vec<(u64, Manifest)>, _) = (Vec::new(), peers.to_vec());
     while !pending.is_empty() && Instant::now() < deadline {
+        if offers.iter().any(|(_, m)| !m.is_empty()) {
+            deadline = deadline.min(Instant::now() + OTHERS_GRACE);
+        }
         let mut unanswered = Vec::new();
         for peer in pending {
             if !links.is_connected(peer) {

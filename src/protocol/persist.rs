@@ -21,6 +21,9 @@ pub const KIND_STATE: u8 = 6;
 pub const KIND_SNAPSHOT: u8 = 7;
 /// A subscription's whole state, or its delete (`subs::record::SubRecord`).
 pub const KIND_SUBSCRIPTION: u8 = 8;
+/// In a cell: the sealed segments up to the one named go on every replica
+/// once this record is committed (the leader decided nothing needs them).
+pub const KIND_RECLAIM: u8 = 9;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRecord {
@@ -486,6 +489,15 @@ pub fn decode_delete(b: &[u8]) -> Result<bool, Malformed> {
         [1] => Ok(true),
         _ => Err(Malformed),
     }
+}
+
+/// A reclaim record carries the newest segment that goes (u64, LE).
+pub fn encode_reclaim(through: u64) -> Vec<u8> {
+    through.to_le_bytes().to_vec()
+}
+
+pub fn decode_reclaim(b: &[u8]) -> Result<u64, Malformed> {
+    Ok(u64::from_le_bytes(b.try_into().map_err(|_| Malformed)?))
 }
 
 /// Bucket records carry just the bucket name.

@@ -308,6 +308,7 @@ pub(super) fn start(cell: &CellConfig, joined: Joined, shard: &Rc<Shard<DiskStor
     replica.publish_to(slot.clone());
     replica.prefer(cell.voters[0].id);
     shard.set_writable(replica.status().leading.clone());
+    shard.set_held_by_all(replica.status().held_by_all.clone());
     let links = Rc::new(links);
     links.serve_forwards(Rc::new(RunsForwards(Rc::downgrade(shard))));
     shard.set_forwarder(Rc::new(ToLeader { me: cell.node_id, links: links.clone(), status: replica.status() }));

@@ -205,7 +205,7 @@ fn start_expiry(shard: &Rc<Shard<DiskStore>>) {
     glommio::spawn_local(async move {
         loop {
             glommio::timer::sleep(Duration::from_millis(RECLAIM_INTERVAL_MS)).await;
-            s.expire_as_leader().await;
+            s.reclaim_in_cell().await;
         }
     })
     .detach();

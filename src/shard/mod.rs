@@ -98,6 +98,16 @@ pub struct Shard<S: SegmentStore> {
     reclaim_due: Cell<bool>,
     /// Sealed segments at the end of the last reclaim pass.
     reclaim_sealed: Cell<usize>,
+    /// In a cell: the newest segment a committed reclaim record named (its
+    /// replica deletes every sealed segment up to it).
+    reclaim_through: Cell<Option<u64>>,
+    /// In a cell, while its replica leads: the newest entry every voter
+    /// holds (`cell::replica::Status::held_by_all`).
+    held_by_all: RefCell<Option<Rc<Cell<u64>>>>,
+    /// Appends replayed whose stream's create was reclaimed, waiting for
+    /// the state record that adopts them: in a cell it may come in a later
+    /// batch of committed records than they did.
+    orphans: RefCell<HashMap<u64, stream::Stream>>,
     /// The quota counters this shard counts its streams into, by bucket.
     counted: RefCell<HashMap<String, Arc<BucketUsage>>>,
     /// This shard's share of `--hot-bytes` (0 without tiering).
@@ -201,6 +211,12 @@ impl<S: SegmentStore> Shard<S> {
     /// may write; a write while it does not is refused (503).
     pub fn set_writable(&self, flag: Rc<Cell<bool>>) {
         *self.writable.borrow_mut() = Some(flag);
+    }
+
+    /// In a cell: where its replica publishes the newest entry every voter
+    /// holds, which bounds what reclamation may delete.
+    pub fn set_held_by_all(&self, held: Rc<Cell<u64>>) {
+        *self.held_by_all.borrow_mut() = Some(held);
     }
 
     /// Whether this shard may write: a single node's always may, a

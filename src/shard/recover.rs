@@ -69,6 +69,9 @@ impl<S: SegmentStore> Shard<S> {
             rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (wall_clock_ms() as u64) ^ ((id as u64) << 32)),
             reclaim_due: Cell::new(true),
             reclaim_sealed: Cell::new(0),
+            reclaim_through: Cell::new(None),
+            held_by_all: RefCell::new(None),
+            orphans: RefCell::default(),
             counted: RefCell::default(),
             hot_budget: Cell::new(0),
             writable: RefCell::new(None),
@@ -105,6 +108,9 @@ impl<S: SegmentStore> Shard<S> {
         // streams was reclaimed: start above the wall clock (1024 per ms).
         shard.state.borrow_mut().uids_from((wall_clock_ms().max(0) as u64) << 10);
         shard.log.recovery_done();
+        // In a cell the replay stopped at the commit index it knew: the
+        // state records that adopt these come as later entries commit.
+        *shard.orphans.borrow_mut() = replay.orphans;
         Ok(shard)
     }
 
@@ -116,6 +122,14 @@ impl<S: SegmentStore> Shard<S> {
     /// this a follower's live readers heard of nothing until their timeout.
     pub fn apply_committed(&self, records: &[Recovered]) -> Result<(), String> {
         let mut replay = Replay::new((self.now_ms)(), true);
+        // Appends whose state record comes in a later call wait across calls.
+        replay.orphans = std::mem::take(&mut *self.orphans.borrow_mut());
+        let result = self.apply_with(&mut replay, records);
+        *self.orphans.borrow_mut() = std::mem::take(&mut replay.orphans);
+        result
+    }
+
+    fn apply_with(&self, replay: &mut Replay, records: &[Recovered]) -> Result<(), String> {
         let mut body = Vec::new();
         let mut touched = Vec::new();
         for r in records {
@@ -124,10 +138,13 @@ impl<S: SegmentStore> Shard<S> {
                 .read_body(r.loc, 0..r.loc.body_len as usize, &mut body)
                 .map_err(|e| format!("shard {}: reading a committed record: {e}", self.id))?;
             self.state.borrow_mut().uid_used(r.header.stream_id);
-            self.replay_record(&mut replay, r, &body)?;
+            self.replay_record(replay, r, &body)?;
             if !matches!(
                 r.header.kind,
-                persist::KIND_BUCKET_CREATE | persist::KIND_BUCKET_DELETE | persist::KIND_SUBSCRIPTION
+                persist::KIND_BUCKET_CREATE
+                    | persist::KIND_BUCKET_DELETE
+                    | persist::KIND_SUBSCRIPTION
+                    | persist::KIND_RECLAIM
             ) {
                 touched.push(r.header.stream_id);
             }
@@ -177,6 +194,7 @@ impl<S: SegmentStore> Shard<S> {
             }
         }
         drop(old);
+        self.orphans.borrow_mut().clear();
         self.apply_committed(committed)?;
         self.state.borrow_mut().uids_from((wall_clock_ms().max(0) as u64) << 10);
         Ok(())
@@ -241,6 +259,11 @@ impl<S: SegmentStore> Shard<S> {
                     self.publish_applied_matcher(&id, rec.sub.as_ref().map(Matcher::of));
                 }
                 self.state.borrow_mut().apply_sub(id, rec.sub, r.loc.segment, 0);
+                Ok(())
+            }
+            persist::KIND_RECLAIM => {
+                let through = persist::decode_reclaim(body).map_err(|_| bad("reclaim"))?;
+                self.reclaimed_through(through);
                 Ok(())
             }
             k => Err(format!("shard {}: unknown record kind {k}", self.id)),
@@ -309,10 +332,12 @@ impl<S: SegmentStore> Shard<S> {
             s.gap_end = 0;
         }
         s.apply_state(st, &self.producer_policy.get());
-        s.snapshots.clear();
+        // A blob this replay has not seen may be one the stream already
+        // holds (in a cell, committed records come a few at a time).
+        let held = std::mem::take(&mut s.snapshots);
         s.blob_missing = false;
         for m in &st.snapshots {
-            match replay.blobs.get(&(h.stream_id, m.offset)) {
+            match replay.blobs.get(&(h.stream_id, m.offset)).or_else(|| held.get(&m.offset)) {
                 Some(snap) => {
                     s.snapshots.insert(m.offset, snap.clone());
                 }

@@ -1,7 +1,7 @@
 //! Space reclamation: the per-shard pass that re-logs what old segments
 //! still hold and deletes the segments nothing needs.
 
-use crate::protocol::StreamKey;
+use crate::protocol::{persist, StreamKey};
 use crate::shard::ops::lifecycle::expiry_due;
 use crate::shard::state::State;
 use crate::shard::stream::MetaPin;
@@ -59,19 +59,129 @@ impl<S: SegmentStore> Shard<S> {
         self.reclaim_sealed.set(self.log.sealed_segments().len());
     }
 
-    /// In a cell: expires every due stream, on the replica that leads its
-    /// group only. Its delete records go through the group's log like any
-    /// write, so every replica applies the same expiry; a follower decides
-    /// none. Segment reclamation stays off in a cell: it removes files on one
-    /// replica alone.
-    pub async fn expire_as_leader(&self) {
-        if self.leads() && !self.stopping.get() {
+    /// In a cell's background pass (every RECLAIM_INTERVAL_MS), on every
+    /// replica. The one that leads its group decides, as a single node's
+    /// pass would, and writes what it decided through the group's log, so
+    /// every replica applies the same: it expires every due stream (delete
+    /// records), and names the oldest sealed segments nothing needs (a
+    /// reclaim record: `decide_reclaim`). Every replica then
+    /// deletes the segments a committed reclaim record named
+    /// (`remove_reclaimed`); a follower decides nothing.
+    pub async fn reclaim_in_cell(&self) {
+        if self.stopping.get() {
+            return;
+        }
+        if self.leads() {
             self.expire_due().await;
             // Soft-deleted sources whose last fork went: a leader that
             // failed between that fork's delete and the source's
             // collection left it to its successor.
             self.collect_unreferenced().await;
+            self.decide_reclaim().await;
         }
+        self.remove_reclaimed().await;
+    }
+
+    /// On the leader: re-logs the metadata that alone keeps the oldest
+    /// sealed segments, then names, in a reclaim record, the longest prefix
+    /// of them that nothing needs and whose every entry, and the first
+    /// entry closed after them (it may have begun in them), each voter
+    /// holds and the group committed: no replica, however far behind, is
+    /// then sent an entry from them (a replica with no segment is given
+    /// the segments that are left, `cell::ship`). Segments go as a prefix,
+    /// oldest first: a hole would leave raft-rs a log that is not one.
+    async fn decide_reclaim(&self) {
+        let sealed = self.log.sealed_segments();
+        if sealed.is_empty() || (!self.reclaim_due.get() && sealed.len() == self.reclaim_sealed.get()) {
+            return;
+        }
+        self.reclaim_due.set(false);
+        self.reclaim_sealed.set(sealed.len());
+        let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
+        let (sealed, data, pins) = match self.relog(&data, &pins) {
+            Err(()) => return,
+            Ok(None) => (sealed, data, pins),
+            Ok(Some(lsn)) => {
+                if self.log.durable(lsn).await.is_err() {
+                    self.reclaim_due.set(true);
+                    return;
+                }
+                let sealed = self.log.sealed_segments();
+                let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
+                (sealed, data, pins)
+            }
+        };
+        let Some(through) = self.free_prefix(&sealed, &data, &pins) else { return };
+        if self.reclaim_through.get().is_some_and(|t| t >= through) {
+            return;
+        }
+        let h = crate::storage::RecordHeader {
+            kind: persist::KIND_RECLAIM,
+            stream_id: 0,
+            incarnation: 0,
+            stream_offset: 0,
+            body_len: 0,
+        };
+        let logged = self.log.append(h, &persist::encode_reclaim(through));
+        match logged {
+            Ok((_, lsn)) if self.log.durable(lsn).await.is_ok() => self.reclaimed_through(through),
+            _ => self.reclaim_due.set(true),
+        }
+    }
+
+    /// The newest of `sealed` (oldest first) up to which every segment is
+    /// free (no data, no pinned metadata, no delete still needed) and held
+    /// by every voter, the entry begun in it included; None if the oldest
+    /// is not. A prefix stopped by the voters alone is tried again at the
+    /// next pass (they catch up).
+    fn free_prefix(&self, sealed: &[u64], data: &HashSet<u64>, pins: &BTreeMap<u64, Vec<MetaPin>>) -> Option<u64> {
+        let local = self.log.local();
+        let held = self.held_by_all.borrow().as_ref().map_or(0, |h| h.get());
+        let bound = held.min(local.committed_index());
+        let mut on_disk: BTreeSet<u64> = sealed.iter().copied().collect();
+        let mut through = None;
+        for &seg in sealed {
+            let state = self.state.borrow();
+            if data.contains(&seg) || pins.contains_key(&seg) || state.delete_still_needed(seg, &on_disk) {
+                break;
+            }
+            if local.first_close_after(seg).is_none_or(|first| first > bound) {
+                self.reclaim_due.set(true);
+                break;
+            }
+            on_disk.remove(&seg);
+            through = Some(seg);
+        }
+        through
+    }
+
+    /// A committed reclaim record named segments up to `through`.
+    pub(in crate::shard) fn reclaimed_through(&self, through: u64) {
+        if self.reclaim_through.get().is_none_or(|t| t < through) {
+            self.reclaim_through.set(Some(through));
+        }
+    }
+
+    /// On every replica: deletes, oldest first, the sealed segments a
+    /// committed reclaim record named (also those a replica that crashed
+    /// before deleting finds named again as it recovers).
+    async fn remove_reclaimed(&self) {
+        let Some(through) = self.reclaim_through.get() else { return };
+        let local = self.log.local();
+        let doomed: Vec<u64> = local.sealed_segments().into_iter().take_while(|&s| s <= through).collect();
+        if doomed.is_empty() {
+            return;
+        }
+        if let Err(e) = local.remove_through(through).await {
+            tracing::warn!("shard {}: could not delete the segments up to {through}: {e}", self.id);
+            return;
+        }
+        let mut state = self.state.borrow_mut();
+        for seg in &doomed {
+            state.forget_segment(*seg);
+        }
+        self.stats.borrow_mut().segments_reclaimed += doomed.len() as u64;
+        tracing::info!("shard {}: deleted segments {}..={through}, reclaimed through the log", self.id, doomed[0]);
     }
 
     /// Expires every stream whose TTL or expiry time has passed.

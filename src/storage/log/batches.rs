@@ -193,6 +193,20 @@ impl<S: SegmentStore> LocalLog<S> {
         out
     }
 
+    /// Where the records the log holds begin: the start of its oldest
+    /// segment (records there before the first close belong to a batch
+    /// that began in a segment no longer held; recovery reads them too).
+    pub fn held_start(&self) -> BatchEnd {
+        let st = self.st.borrow();
+        st.segments.keys().next().map_or(LOG_START, |&segment| BatchEnd { segment, pos: 0 })
+    }
+
+    /// The index of the first entry closed after segment `no` (it may have
+    /// begun in `no`), if one is.
+    pub fn first_close_after(&self, no: u64) -> Option<u64> {
+        self.st.borrow().marks.first_after(no).map(|(_, first)| first)
+    }
+
     /// Deletes the sealed segments up to `through`, oldest first (a crash
     /// part way leaves a log missing fewer of its oldest segments, which
     /// opens: see [`LocalLog::first_index`]). Refused, with nothing
