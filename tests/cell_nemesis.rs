@@ -30,6 +30,12 @@
 //! the time from each leader kill to the next acknowledgement, and the
 //! longest time without an acknowledgement while faults came.
 //!
+//! `NEMESIS_RECLAIM=1`: the cell keeps 1 MiB segments, and a stream of
+//! 20 MB written before the writers' is deleted a third of the way
+//! through the faults; after healing every node must have deleted its
+//! segments through the log (the same count on each) and answer 404 for
+//! it, besides everything above.
+//!
 //! Ignored in the test run (minutes long): `scripts/cell-nemesis.sh` and
 //! `scripts/cell-partition.sh` run it.
 
@@ -485,6 +491,65 @@ fn segments(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+const JUNK: &str = "/v1/stream/nemesis-junk";
+
+/// Sends `method` to `path` through the nodes in turn until one answers
+/// one of `want` (60 s at most); the answer's status, if one did.
+fn through_any(ports: &[AtomicU16; 3], method: &str, path: &str, body: &[u8], want: &[u16]) -> Option<u16> {
+    let end = Instant::now() + Duration::from_secs(60);
+    let mut k = 0;
+    while Instant::now() < end {
+        let port = ports[k % 3].load(Ordering::Relaxed);
+        k += 1;
+        let r = Conn::try_connect(port)
+            .and_then(|mut c| c.try_request(method, path, &[("content-type", "text/plain")], body));
+        match r {
+            Ok(r) if want.contains(&r.status) => return Some(r.status),
+            Ok(r) if r.status == 503 => {}
+            Ok(r) => panic!("{method} {path} answered {}", r.summary()),
+            Err(_) => {}
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// 20 MB into the junk stream, before the writers start.
+fn write_junk(nem: &Nemesis) {
+    let ports = &nem.shared.ports;
+    assert!(through_any(ports, "PUT", JUNK, b"", &[200, 201]).is_some(), "no node took the junk stream's create");
+    let chunk = vec![b'j'; 512 * 1024];
+    for _ in 0..40 {
+        assert!(through_any(ports, "POST", JUNK, &chunk, &[200, 204]).is_some(), "no node took a junk append");
+    }
+}
+
+/// Deletes the junk stream through whichever node takes it.
+fn delete_junk(shared: &Shared) -> bool {
+    through_any(&shared.ports, "DELETE", JUNK, b"", &[204, 404]).is_some()
+}
+
+/// Waits (60 s at most) until every node deleted the junk stream's
+/// segments (at least 19 reclaimed, the same count on each) and answers
+/// 404 for it.
+fn reclaimed_everywhere(nem: &Nemesis) {
+    let end = Instant::now() + Duration::from_secs(60);
+    let reclaimed = |i: usize| {
+        let name = "ringstream_segments_reclaimed_total{shard=\"0\"}";
+        nem.nodes[i].metrics().into_iter().find(|(k, _)| k == name).map_or(0.0, |(_, v)| v)
+    };
+    loop {
+        let counts: Vec<f64> = (0..3).map(reclaimed).collect();
+        let gone = (0..3).all(|i| nem.nodes[i].conn().request("GET", JUNK, &[], b"").status == 404);
+        if gone && counts.iter().all(|&n| n >= 19.0 && n == counts[0]) {
+            eprintln!("reclaimed through the log: {counts:?} segments on the three nodes");
+            return;
+        }
+        assert!(Instant::now() < end, "after healing, segments reclaimed per node: {counts:?}; junk gone: {gone}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 #[ignore = "minutes long: scripts/cell-nemesis.sh runs it"]
 fn nemesis() {
@@ -500,19 +565,16 @@ fn nemesis() {
     let voters =
         ports.iter().enumerate().map(|(i, p)| format!("{}@{}:{p}", i + 1, peer_ip(i))).collect::<Vec<_>>().join(",");
     let secret_path = secret.to_str().unwrap().to_string();
+    let reclaim = std::env::var_os("NEMESIS_RECLAIM").is_some();
     let nodes: Vec<Server> = (1..=3)
         .map(|id| {
             let id = id.to_string();
-            Server::start_with(&[
-                "--shards",
-                "1",
-                "--node-id",
-                &id,
-                "--cell",
-                &voters,
-                "--cell-secret-file",
-                &secret_path,
-            ])
+            let mut flags =
+                vec!["--shards", "1", "--node-id", &id, "--cell", &voters, "--cell-secret-file", &secret_path];
+            if reclaim {
+                flags.extend(["--segment-bytes", "1048576"]);
+            }
+            Server::start_with(&flags)
         })
         .collect();
     let shared = Arc::new(Shared::default());
@@ -522,6 +584,19 @@ fn nemesis() {
     let kinds = faults();
     let spans = Vec::new();
     let mut nem = Nemesis { nodes, up: [true; 3], shared: shared.clone(), faults: HashMap::new(), spans, kinds };
+    // NEMESIS_RECLAIM: 20 MB of a stream in 1 MiB segments before the
+    // writers' stream, deleted a third of the way through the faults: its
+    // segments go through the log while nodes die and come back.
+    if reclaim {
+        write_junk(&nem);
+    }
+    let junk_deleter = reclaim.then(|| {
+        let s = shared.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(secs / 3));
+            delete_junk(&s)
+        })
+    });
     // The stream, through whichever node leads.
     let created = (0..400).any(|k| {
         let i = k % 3;
@@ -555,6 +630,10 @@ fn nemesis() {
     shared.stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.join().unwrap();
+    }
+    if let Some(d) = junk_deleter {
+        assert!(d.join().unwrap(), "no node took the delete of the junk stream");
+        reclaimed_everywhere(&nem);
     }
     let acked = shared.acked.lock().unwrap().clone();
     let mut streams = Vec::new();

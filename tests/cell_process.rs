@@ -578,7 +578,12 @@ fn a_voter_that_lost_its_data_while_the_cell_runs_is_caught_up() {
     for i in 0..3 {
         cell.serves_all(i);
     }
-    // Node 3 votes again: with node 1 gone, nodes 2 and 3 elect a leader.
+    votes_again(&mut cell);
+}
+
+/// Node 3 votes again: with node 1 killed, nodes 2 and 3 elect a leader,
+/// which acknowledges an append, and both serve every acknowledged one.
+fn votes_again(cell: &mut Cell) {
     cell.nodes[0].kill9();
     cell.up[0] = false;
     cell.append("without node 1", Duration::from_secs(20)).expect("no acknowledgement in 20 s");
@@ -659,13 +664,7 @@ fn a_voter_that_lost_its_disk_gets_its_peers_sealed_segments_whole() {
     for i in 0..3 {
         cell.serves_all(i);
     }
-    // It votes again: without node 1, nodes 2 and 3 elect a leader.
-    cell.nodes[0].kill9();
-    cell.up[0] = false;
-    cell.append("without node 1", Duration::from_secs(20)).expect("no acknowledgement in 20 s");
-    for i in [1, 2] {
-        cell.serves_all(i);
-    }
+    votes_again(&mut cell);
 }
 
 /// Node `i`'s segment files (shard 0), by name, sorted (one deleted while

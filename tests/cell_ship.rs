@@ -27,7 +27,7 @@ use ringstream::storage::dma_file::DiskStore;
 use ringstream::storage::log::LocalLog;
 use ringstream::storage::{LogConfig, RecordHeader};
 use std::cell::Cell;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,8 +44,7 @@ fn log_config() -> LogConfig {
 }
 
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let ls: Vec<_> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    ls.iter().map(|l| l.local_addr().unwrap()).collect()
+    common::cell::free_ports(n).into_iter().map(|p| SocketAddr::from(([127, 0, 0, 1], p))).collect()
 }
 
 fn links(me: u64, addrs: &[SocketAddr]) -> Links {

@@ -54,6 +54,8 @@ pub(super) struct Joined {
 const SHIP_STATE_FILE: &str = "ship-state";
 const SHIPPING: &[u8] = b"shipping";
 const SHIPPED: &[u8] = b"done";
+/// Copies tried at boot before a replica starts empty.
+const SHIP_ATTEMPTS: u32 = 3;
 
 /// Starts shard `id`'s group links (a peer's requests for segments are
 /// answered from its log once it is open), gives the log its peers'
@@ -135,22 +137,35 @@ async fn ship_if_empty(
     let peers: Vec<u64> = cell.peers().map(|v| v.id).collect();
     let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
     let wait = Duration::from_millis(CELL_SHIP_BOOT_WAIT_MS);
-    match ship::copy_from_peers(links, &peers, store, wait, &sleep).await {
-        Ok(Some(s)) => {
-            tracing::info!(
-                "shard {id}: copied {} sealed segments ({} bytes) from node {} in {:?}; its leader sends the rest",
-                s.segments,
-                s.bytes,
-                s.from,
-                s.took
-            );
-            slot.shipped(s.segments, s.bytes);
-        }
-        Ok(None) => tracing::info!("shard {id}: no segments, and no peer offered any: it starts empty"),
-        Err(e) => {
-            tracing::warn!("shard {id}: segment shipping failed ({e}): it starts empty, and its leader sends entries");
-            let held = store.list().await.map_err(io("listing the segments"))?;
-            remove_all(store, &held).await.map_err(io("removing the segments of a failed shipping"))?;
+    // A copy fails when a peer reclaims a segment while it is copied, or
+    // goes down: the manifests are asked for again, a few times.
+    for attempt in 1..=SHIP_ATTEMPTS {
+        match ship::copy_from_peers(links, &peers, store, wait, &sleep).await {
+            Ok(Some(s)) => {
+                tracing::info!(
+                    "shard {id}: copied {} sealed segments ({} bytes) from node {} in {:?}; its leader sends the rest",
+                    s.segments,
+                    s.bytes,
+                    s.from,
+                    s.took
+                );
+                slot.shipped(s.segments, s.bytes);
+                break;
+            }
+            Ok(None) => {
+                tracing::info!("shard {id}: no segments, and no peer offered any: it starts empty");
+                break;
+            }
+            Err(e) => {
+                let held = store.list().await.map_err(io("listing the segments"))?;
+                remove_all(store, &held).await.map_err(io("removing the segments of a failed shipping"))?;
+                let then = if attempt < SHIP_ATTEMPTS {
+                    "it asks again"
+                } else {
+                    "it starts empty, and its leader sends entries"
+                };
+                tracing::warn!("shard {id}: segment shipping failed ({e}): {then}");
+            }
         }
     }
     state.write(store, SHIPPED).await.map_err(io("writing the shipping state"))

@@ -104,6 +104,9 @@ pub struct Shard<S: SegmentStore> {
     /// In a cell, while its replica leads: the newest entry every voter
     /// holds (`cell::replica::Status::held_by_all`).
     held_by_all: RefCell<Option<Rc<Cell<u64>>>>,
+    /// In a cell: the entry every voter must hold before free segments the
+    /// last pass found can go (the pass runs again once they do).
+    reclaim_waits_for: Cell<Option<u64>>,
     /// Appends replayed whose stream's create was reclaimed, waiting for
     /// the state record that adopts them: in a cell it may come in a later
     /// batch of committed records than they did.

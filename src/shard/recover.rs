@@ -71,6 +71,7 @@ impl<S: SegmentStore> Shard<S> {
             reclaim_sealed: Cell::new(0),
             reclaim_through: Cell::new(None),
             held_by_all: RefCell::new(None),
+            reclaim_waits_for: Cell::new(None),
             orphans: RefCell::default(),
             counted: RefCell::default(),
             hot_budget: Cell::new(0),

@@ -40,21 +40,7 @@ impl<S: SegmentStore> Shard<S> {
             self.reclaim_sealed.set(0);
             return;
         }
-        let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
-        // With nothing re-logged nothing has changed (no await since the
-        // needs were computed); otherwise compute them again.
-        let (sealed, data, pins) = match self.relog(&data, &pins) {
-            Err(()) => return,
-            Ok(None) => (sealed, data, pins),
-            Ok(Some(lsn)) => {
-                if self.log.durable(lsn).await.is_err() {
-                    return;
-                }
-                let sealed = self.log.sealed_segments();
-                let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
-                (sealed, data, pins)
-            }
-        };
+        let Some((sealed, data, pins)) = self.needs_after_relog(sealed).await else { return };
         self.remove_unneeded(&sealed, &data, &pins).await;
         self.reclaim_sealed.set(self.log.sealed_segments().len());
     }
@@ -92,25 +78,14 @@ impl<S: SegmentStore> Shard<S> {
     /// oldest first: a hole would leave raft-rs a log that is not one.
     async fn decide_reclaim(&self) {
         let sealed = self.log.sealed_segments();
-        if sealed.is_empty() || (!self.reclaim_due.get() && sealed.len() == self.reclaim_sealed.get()) {
+        let unblocked = self.reclaim_waits_for.get().is_some_and(|index| self.all_hold() >= index);
+        if sealed.is_empty() || (!self.reclaim_due.get() && !unblocked && sealed.len() == self.reclaim_sealed.get()) {
             return;
         }
         self.reclaim_due.set(false);
+        self.reclaim_waits_for.set(None);
         self.reclaim_sealed.set(sealed.len());
-        let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
-        let (sealed, data, pins) = match self.relog(&data, &pins) {
-            Err(()) => return,
-            Ok(None) => (sealed, data, pins),
-            Ok(Some(lsn)) => {
-                if self.log.durable(lsn).await.is_err() {
-                    self.reclaim_due.set(true);
-                    return;
-                }
-                let sealed = self.log.sealed_segments();
-                let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
-                (sealed, data, pins)
-            }
-        };
+        let Some((sealed, data, pins)) = self.needs_after_relog(sealed).await else { return };
         let Some(through) = self.free_prefix(&sealed, &data, &pins) else { return };
         if self.reclaim_through.get().is_some_and(|t| t >= through) {
             return;
@@ -129,15 +104,40 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
+    /// What each of `sealed` is needed for, once the metadata that alone
+    /// keeps one is re-logged and durable (computed again if anything was:
+    /// the sealed segments and the state moved on meanwhile). None when the
+    /// log refused a record or failed: the next pass tries again.
+    async fn needs_after_relog(
+        &self,
+        sealed: Vec<u64>,
+    ) -> Option<(Vec<u64>, HashSet<u64>, BTreeMap<u64, Vec<MetaPin>>)> {
+        let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
+        // With nothing re-logged nothing has changed (no await since the
+        // needs were computed).
+        match self.relog(&data, &pins) {
+            Err(()) => None,
+            Ok(None) => Some((sealed, data, pins)),
+            Ok(Some(lsn)) => {
+                if self.log.durable(lsn).await.is_err() {
+                    self.reclaim_due.set(true);
+                    return None;
+                }
+                let sealed = self.log.sealed_segments();
+                let (data, pins) = segment_needs(&self.state.borrow(), &sealed);
+                Some((sealed, data, pins))
+            }
+        }
+    }
+
     /// The newest of `sealed` (oldest first) up to which every segment is
     /// free (no data, no pinned metadata, no delete still needed) and held
     /// by every voter, the entry begun in it included; None if the oldest
-    /// is not. A prefix stopped by the voters alone is tried again at the
-    /// next pass (they catch up).
+    /// is not. A prefix stopped by the voters alone is tried again once
+    /// they hold the entry it waits for (`reclaim_waits_for`).
     fn free_prefix(&self, sealed: &[u64], data: &HashSet<u64>, pins: &BTreeMap<u64, Vec<MetaPin>>) -> Option<u64> {
         let local = self.log.local();
-        let held = self.held_by_all.borrow().as_ref().map_or(0, |h| h.get());
-        let bound = held.min(local.committed_index());
+        let bound = self.all_hold();
         let mut on_disk: BTreeSet<u64> = sealed.iter().copied().collect();
         let mut through = None;
         for &seg in sealed {
@@ -145,14 +145,26 @@ impl<S: SegmentStore> Shard<S> {
             if data.contains(&seg) || pins.contains_key(&seg) || state.delete_still_needed(seg, &on_disk) {
                 break;
             }
-            if local.first_close_after(seg).is_none_or(|first| first > bound) {
-                self.reclaim_due.set(true);
-                break;
+            match local.first_close_after(seg) {
+                Some(first) if first <= bound => {}
+                // Free, but not yet held by every voter (or nothing is
+                // closed after it yet): tried again once it is.
+                first => {
+                    self.reclaim_waits_for.set(Some(first.unwrap_or(local.last_index() + 1)));
+                    break;
+                }
             }
             on_disk.remove(&seg);
             through = Some(seg);
         }
         through
+    }
+
+    /// The newest entry every voter holds and the group committed (0 on a
+    /// replica that does not lead).
+    fn all_hold(&self) -> u64 {
+        let held = self.held_by_all.borrow().as_ref().map_or(0, |h| h.get());
+        held.min(self.log.local().committed_index())
     }
 
     /// A committed reclaim record named segments up to `through`.
