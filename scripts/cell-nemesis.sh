@@ -11,11 +11,14 @@
 # acknowledged append once at its offset on every node, the same stream
 # everywhere, byte-identical segment files) and a summary line with the
 # failover times and the longest time without an acknowledgement.
+# `--wipe`: a follower's data directory emptied and the node started again
+# (it copies its peers' sealed segments and must catch up within 60 s),
+# then the leader killed, in turn.
 # `--reclaim`: 1 MiB segments, and a 20 MB stream written first is deleted
 # a third of the way through, so its segments go through the log while
 # the faults go on; every node must have deleted them after healing.
 #
-#   scripts/cell-nemesis.sh [SECONDS] [--power|--rolling] [--reclaim]   # default 600 (release build)
+#   scripts/cell-nemesis.sh [SECONDS] [--power|--rolling|--wipe] [--reclaim]   # default 600 (release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=600 FAULTS=processes
@@ -23,10 +26,11 @@ for arg in "$@"; do
   case "$arg" in
     --power) FAULTS=power ;;
     --rolling) FAULTS=rolling ;;
+    --wipe) FAULTS=wipe ;;
     --reclaim) export NEMESIS_RECLAIM=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     [0-9]*) SECS="$arg" ;;
-    *) echo "cell-nemesis: unknown argument '$arg' (SECONDS, --power, --rolling, --reclaim, --help)" >&2; exit 2 ;;
+    *) echo "cell-nemesis: unknown argument '$arg' (SECONDS, --power, --rolling, --wipe, --reclaim, --help)" >&2; exit 2 ;;
   esac
 done
 NEMESIS_SECS="$SECS" NEMESIS_FAULTS="$FAULTS" exec cargo test --release --test cell_nemesis -- --ignored --nocapture

@@ -19,7 +19,10 @@
 //! holding a majority acknowledge one within 10 s, and a leader cut off is
 //! replaced by one of the other two. `NEMESIS_FAULTS` picks `processes`,
 //! `power` (only the two faults that kill two or three nodes), `rolling`
-//! (only rolling restarts), `partitions`
+//! (only rolling restarts), `wipe` (a follower killed, its data directory
+//! emptied, started again under its id, which copies its peers' sealed
+//! segments at boot and must catch up within 60 s, the time and bytes
+//! printed; then the leader killed; and again), `partitions`
 //! or `all` (the default: `all` inside such a namespace, else
 //! `processes`).
 //! Then everything heals and the
@@ -114,6 +117,7 @@ enum Fault {
     IsolateFollower,
     LeaderOutboundDropped,
     SplitFollowers,
+    WipeFollower,
 }
 
 const PROCESS_FAULTS: [Fault; 7] = [
@@ -129,6 +133,8 @@ const PROCESS_FAULTS: [Fault; 7] = [
 const POWER_FAULTS: [Fault; 2] = [Fault::KillAll, Fault::KillLeaderAndFollower];
 /// An upgrade of the cell, one node at a time: `NEMESIS_FAULTS=rolling`.
 const ROLLING_FAULTS: [Fault; 1] = [Fault::RollingRestart];
+/// A lost disk, replaced, between leader kills: `NEMESIS_FAULTS=wipe`.
+const WIPE_FAULTS: [Fault; 2] = [Fault::WipeFollower, Fault::KillLeader];
 const PARTITION_FAULTS: [Fault; 4] =
     [Fault::IsolateLeader, Fault::IsolateFollower, Fault::LeaderOutboundDropped, Fault::SplitFollowers];
 
@@ -153,8 +159,9 @@ fn faults() -> Vec<Fault> {
         "partitions" => PARTITION_FAULTS.to_vec(),
         "power" => POWER_FAULTS.to_vec(),
         "rolling" => ROLLING_FAULTS.to_vec(),
+        "wipe" => WIPE_FAULTS.to_vec(),
         "all" => PROCESS_FAULTS.iter().chain(&PARTITION_FAULTS).copied().collect(),
-        other => panic!("NEMESIS_FAULTS={other}: not processes, power, rolling, partitions or all"),
+        other => panic!("NEMESIS_FAULTS={other}: not processes, power, rolling, wipe, partitions or all"),
     }
 }
 
@@ -197,6 +204,8 @@ struct Nemesis {
     spans: Vec<(&'static str, Instant, Instant)>,
     /// The faults it cycles through.
     kinds: Vec<Fault>,
+    /// Each wiped node's restart to caught up, and the bytes it copied.
+    refills: Vec<(Duration, f64)>,
 }
 
 impl Nemesis {
@@ -282,6 +291,19 @@ impl Nemesis {
                     self.restart((turn + k * (1 + turn % 2)) % 3);
                     Self::pause(Duration::from_millis(100 * (turn % 3) as u64));
                 }
+            }
+            Fault::WipeFollower => {
+                // A lost disk: the node comes back empty under its id, copies
+                // its peers' sealed segments and is caught up; the next fault
+                // waits for that (until then the cell survives no second one).
+                let i = others[0];
+                self.kill(i);
+                let dir = self.nodes[i].data_dir();
+                std::fs::remove_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(&dir).unwrap();
+                let back = Instant::now();
+                self.restart(i);
+                self.caught_up(i, leader, back);
             }
             Fault::RollingRestart => {
                 // As an operator upgrades a cell: one node at a time, the
@@ -387,6 +409,29 @@ impl Nemesis {
         }
     }
 
+    /// Waits (60 s at most) until node `i`'s commit index reaches the
+    /// leader's; records the time since `back` and the bytes it copied.
+    fn caught_up(&mut self, i: usize, leader: usize, back: Instant) {
+        let commit = |n: &Server| -> u64 {
+            let Ok(mut c) = Conn::try_connect(n.port()) else { return 0 };
+            let Ok(r) = c.try_request("GET", "/cellz", &[], b"") else { return 0 };
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            v["groups"][0]["commit"].as_u64().unwrap_or(0)
+        };
+        let leader = if self.up[leader] { leader } else { self.leader() };
+        loop {
+            let target = commit(&self.nodes[leader]);
+            if target > 0 && commit(&self.nodes[i]) >= target {
+                break;
+            }
+            assert!(back.elapsed() < Duration::from_secs(60), "node {} wiped: not caught up in 60 s", i + 1);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let name = "ringstream_cell_shipped_bytes_total{shard=\"0\"}";
+        let bytes = self.nodes[i].metrics().into_iter().find(|(k, _)| k == name).map_or(0.0, |(_, v)| v);
+        self.refills.push((back.elapsed(), bytes));
+    }
+
     /// Whether node `i` answers /leaderz with 200.
     fn leads(&self, i: usize) -> bool {
         self.up[i]
@@ -410,6 +455,7 @@ impl Fault {
             Fault::IsolateFollower => "follower cut off",
             Fault::LeaderOutboundDropped => "leader's packets to followers dropped (TCP stalls both ways)",
             Fault::SplitFollowers => "followers cut from each other",
+            Fault::WipeFollower => "a follower's disk lost and replaced",
         }
     }
 }
@@ -530,22 +576,26 @@ fn delete_junk(shared: &Shared) -> bool {
 }
 
 /// Waits (60 s at most) until every node deleted the junk stream's
-/// segments (at least 19 reclaimed, the same count on each) and answers
-/// 404 for it.
+/// segments (its oldest segment file is one after them: the junk took 20 of
+/// 1 MiB, the writers' stream began in the last or the one after, the same
+/// on each node) and answers 404 for it. (The count of segments reclaimed
+/// starts again at each restart, so the files tell.)
 fn reclaimed_everywhere(nem: &Nemesis) {
     let end = Instant::now() + Duration::from_secs(60);
-    let reclaimed = |i: usize| {
-        let name = "ringstream_segments_reclaimed_total{shard=\"0\"}";
-        nem.nodes[i].metrics().into_iter().find(|(k, _)| k == name).map_or(0.0, |(_, v)| v)
+    let oldest = |i: usize| -> Option<u64> {
+        std::fs::read_dir(nem.nodes[i].data_dir().join("shard-0"))
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".seg")?.parse().ok())
+            .min()
     };
     loop {
-        let counts: Vec<f64> = (0..3).map(reclaimed).collect();
+        let firsts: Vec<Option<u64>> = (0..3).map(oldest).collect();
         let gone = (0..3).all(|i| nem.nodes[i].conn().request("GET", JUNK, &[], b"").status == 404);
-        if gone && counts.iter().all(|&n| n >= 19.0 && n == counts[0]) {
-            eprintln!("reclaimed through the log: {counts:?} segments on the three nodes");
+        if gone && firsts.iter().all(|f| f.is_some_and(|f| f >= 19) && *f == firsts[0]) {
+            eprintln!("reclaimed through the log: every node's oldest segment is {:?}", firsts[0]);
             return;
         }
-        assert!(Instant::now() < end, "after healing, segments reclaimed per node: {counts:?}; junk gone: {gone}");
+        assert!(Instant::now() < end, "after healing, each node's oldest segment: {firsts:?}; junk gone: {gone}");
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -583,8 +633,16 @@ fn nemesis() {
     }
     let kinds = faults();
     let spans = Vec::new();
-    let mut nem = Nemesis { nodes, up: [true; 3], shared: shared.clone(), faults: HashMap::new(), spans, kinds };
-    // NEMESIS_RECLAIM: 20 MB of a stream in 1 MiB segments before the
+    let mut nem = Nemesis {
+        nodes,
+        up: [true; 3],
+        shared: shared.clone(),
+        faults: HashMap::new(),
+        spans,
+        kinds,
+        refills: Vec::new(),
+    };
+    // NEMESIS_RECLAIM: 20 MB of a stream (40 segments of 1 MiB) before the
     // writers' stream, deleted a third of the way through the faults: its
     // segments go through the log while nodes die and come back.
     if reclaim {
@@ -706,6 +764,17 @@ fn nemesis() {
         *worst = (*worst).max(longest);
     }
     eprintln!("longest time without an acknowledgement within each kind of fault (to 1 s after it): {by_fault:?}");
+    if !nem.refills.is_empty() {
+        let mut times: Vec<Duration> = nem.refills.iter().map(|r| r.0).collect();
+        times.sort();
+        let bytes: Vec<f64> = nem.refills.iter().map(|r| r.1).collect();
+        eprintln!(
+            "wiped followers: {} refills, restart to caught up median {:?} max {:?}; bytes copied at boot {bytes:?}",
+            times.len(),
+            times[times.len() / 2],
+            times.last().unwrap()
+        );
+    }
     eprintln!(
         "nemesis {secs} s: {} appends acknowledged of {} attempted, 0 lost, 0 duplicated; {} segment files \
          byte-identical on 3 replicas; faults {:?}; leader kill to next acknowledgement: {} kills, median {median:?}, \

@@ -314,7 +314,7 @@ async fn copy_manifest<S: SegmentStore>(
 
 /// Copies sealed segment `no` of replica `from` into `into` (created there,
 /// so not present before), chunk after chunk; returns its length once it
-/// is durable. A leader that changes the segment's length mid-way, or
+/// is durable. A sender that changes the segment's length mid-way, or
 /// sends a chunk that is not the one asked, fails it.
 pub async fn fetch_segment<S: SegmentStore>(links: &Links, from: u64, no: u64, into: &S) -> Result<u64, ShipError> {
     let io = |source| ShipError::Io { segment: no, source };
