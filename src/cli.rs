@@ -357,6 +357,9 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
     let (no_auth, _) = r.pick("no_auth", cli.no_auth, file.no_auth);
     check_access(listen, &listen_from, auth_file.is_some(), no_auth)?;
     let (cell, cell_secret_file) = resolve_cell(&r, &cli, &file, shards)?;
+    if let Some(cell) = &cell {
+        check_peer_ports(listen, &listen_from, cell, shards)?;
+    }
     Ok(Config {
         listen,
         data_dir,
@@ -662,6 +665,28 @@ fn resolve_cell(
         }
     }
     Ok((Some(cell), secret_file))
+}
+
+/// The HTTP listener must not share a port with this node's peer
+/// listeners (its `--cell` port and the next `shards - 1`) on an address
+/// both take: both bind with SO_REUSEPORT, so the kernel would hand peers'
+/// connections to the HTTP edge and clients' to the peer links.
+fn check_peer_ports(listen: SocketAddr, listen_from: &str, cell: &CellConfig, shards: usize) -> Result<(), String> {
+    let me = cell.me();
+    let Some(ports) = me.group_ports(shards) else { return Ok(()) };
+    let same_address = listen.ip() == me.addr.ip() || listen.ip().is_unspecified() || me.addr.ip().is_unspecified();
+    if same_address && ports.contains(&listen.port()) {
+        return Err(format!(
+            "--listen {listen} (set by {listen_from}) takes port {}, which this node's peers use (--cell entry {}@{}: \
+             ports {} to {} with --shards {shards}): give them different ports",
+            listen.port(),
+            me.id,
+            me.addr,
+            ports.start(),
+            ports.end()
+        ));
+    }
+    Ok(())
 }
 
 /// `set by X`: where the value at fault in `e` came from, given each cell
@@ -988,6 +1013,24 @@ mod tests {
         let c = resolve_args(&["--config", f.to_str().unwrap(), "--node-id", "3"], None).unwrap();
         assert_eq!(c.cell.unwrap().node_id, 3, "the flag beats the file");
         std::fs::remove_file(f).unwrap();
+        std::fs::remove_file(secret).unwrap();
+    }
+
+    #[test]
+    fn the_http_port_may_not_be_one_of_the_peer_ports() {
+        let secret = secret_file("cell-ports", 0o600);
+        let s = secret.to_str().unwrap();
+        let cell = |listen: &str, shards: &str| {
+            let args = ["--node-id", "1", "--cell", THREE, "--cell-secret-file", s, "--listen", listen, "--no-auth"];
+            resolve_args(&[&args[..], &["--shards", shards]].concat(), None)
+        };
+        let e = cell("127.0.0.1:7001", "1").unwrap_err();
+        assert!(e.starts_with("--listen 127.0.0.1:7001 (set by --listen) takes port 7001"), "{e}");
+        assert!(e.contains("ports 7001 to 7001 with --shards 1"), "{e}");
+        assert!(cell("0.0.0.0:7002", "2").unwrap_err().contains("ports 7001 to 7002"), "every address takes it");
+        assert!(cell("127.0.0.1:7002", "1").is_ok(), "past the peer ports");
+        assert!(cell("127.0.0.9:7001", "1").is_ok(), "another address");
+        assert!(cell("127.0.0.2:7001", "1").is_ok(), "node 2's peer address is not this node's");
         std::fs::remove_file(secret).unwrap();
     }
 

@@ -46,7 +46,6 @@ mod common;
 
 use common::{Conn, Server, TempDir};
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -608,10 +607,7 @@ fn nemesis() {
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "a nemesis secret of some length\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let ports: Vec<u16> = {
-        let ls: Vec<_> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-        ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
-    };
+    let ports = common::cell::free_ports(3);
     let voters =
         ports.iter().enumerate().map(|(i, p)| format!("{}@{}:{p}", i + 1, peer_ip(i))).collect::<Vec<_>>().join(",");
     let secret_path = secret.to_str().unwrap().to_string();

@@ -24,6 +24,8 @@
 #   /leaderz 200 and the others name it as their leader. Sets CELL_URL[1..3]
 #   and CELL_PID[1..3]; the leader is node 1.
 # free_port: prints a free TCP port on loopback.
+# peer_ports N: prints N distinct free ports below the ephemeral range,
+#   for a cell's peer listeners (cell_start uses them).
 # work_dir NAME: sets WORK to a new temporary directory, removed at exit
 #   unless KEEP_WORK=1 then (it is printed instead).
 # at_exit COMMAND: run COMMAND (eval'd, with EXIT_STATUS set) at exit, the
@@ -148,15 +150,35 @@ trap 'exit 143' TERM
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# N distinct free ports for peer listeners, below Linux's ephemeral range
+# (32768 up), which the nodes' own `--listen 127.0.0.1:0` draws from: a
+# port from that range could go to a node's HTTP listener as well, and the
+# two (both SO_REUSEPORT) would split connections.
+peer_ports() {
+  python3 - "$1" <<'PY'
+import random, socket, sys
+held = []
+while len(held) < int(sys.argv[1]):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randrange(20000, 32000)))
+    except OSError:
+        continue
+    held.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in held))
+PY
+}
+
 CELL_URL=("" "" "" "")
 CELL_PID=("" "" "" "")
 cell_start() {
-  local dir=$1 voters="" id
+  local dir=$1 voters="" id ports
   shift
   mkdir -p "$dir"
   head -c 32 /dev/urandom | base64 >"$dir/secret"
   chmod 600 "$dir/secret"
-  for id in 1 2 3; do voters="$voters${voters:+,}$id@127.0.0.1:$(free_port)"; done
+  read -r -a ports <<<"$(peer_ports 3)"
+  for id in 1 2 3; do voters="$voters${voters:+,}$id@127.0.0.1:${ports[id - 1]}"; done
   for id in 1 2 3; do
     server_start "$dir/node$id" 0 --shards 1 --no-pin --node-id "$id" --cell "$voters" \
       --cell-secret-file "$dir/secret" "$@"

@@ -7,11 +7,24 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-/// `n` ports free now (bound and let go; a race with another process is
-/// possible but rare on loopback).
+/// `n` distinct ports free now (bound and let go), for peer listeners:
+/// picked at random below Linux's ephemeral range (32768 up), which the
+/// nodes' own `--listen 127.0.0.1:0` draws from. A port picked from that
+/// range could be given to a node's HTTP listener as well, and both bind
+/// with SO_REUSEPORT: the kernel then split connections between them (seen
+/// once in CI). Another process may still take one meanwhile, rarely.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<_> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+        ^ u64::from(std::process::id()) << 32;
+    let mut held: Vec<TcpListener> = Vec::new();
+    while held.len() < n {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let port = 20_000 + (seed >> 33) as u16 % 12_000;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+        }
+    }
+    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
 }
 
 /// Starts nodes 1..=n of a cell; the directory holds the secret file.
