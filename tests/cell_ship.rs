@@ -142,6 +142,19 @@ async fn leader_log(dir: &Path, kind: Leader) -> Rc<LocalLog<DiskStore>> {
     Rc::new(open_log(dir, kind).await)
 }
 
+/// Copies segments 0.. below `past_sealed` from replica 2 into a new
+/// directory (tagged `tag`); the first copy's failure, if one failed.
+async fn first_failure(l: &Links, past_sealed: u64, tag: &str) -> Option<ShipError> {
+    let scratch = TempDir::new(tag);
+    let into = disk_store(scratch.path()).await;
+    for no in 0..past_sealed {
+        if let Err(e) = ship::fetch_segment(l, 2, no, &into).await {
+            return Some(e);
+        }
+    }
+    None
+}
+
 fn segment_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
@@ -223,31 +236,13 @@ fn ship_from(kind: Leader) {
             // A chunk corrupted after its CRC: refused.
             how.store(1, Ordering::Relaxed);
             glommio::timer::sleep(Duration::from_millis(20)).await;
-            let scratch = TempDir::new("ship-scratch");
-            let into = disk_store(scratch.path()).await;
-            let mut refused = None;
-            for no in 0..past_sealed {
-                if let Err(e) = ship::fetch_segment(&l, 2, no, &into).await {
-                    refused = Some(e);
-                    break;
-                }
-            }
-            let r = refused.expect("a corrupted chunk passed");
+            let r = first_failure(&l, past_sealed, "ship-scratch").await.expect("a corrupted chunk passed");
             assert!(matches!(&r, ShipError::Refused { why, .. } if why.contains("CRC")), "{r}");
 
             // The leader gone mid-transfer: the copy fails, at once.
             stop.store(true, Ordering::Relaxed);
             let gone = Instant::now();
-            let scratch = TempDir::new("ship-scratch-2");
-            let into = disk_store(scratch.path()).await;
-            let mut failed = None;
-            for no in 0..past_sealed {
-                if let Err(e) = ship::fetch_segment(&l, 2, no, &into).await {
-                    failed = Some(e);
-                    break;
-                }
-            }
-            let r = failed.expect("a copy went on without its leader");
+            let r = first_failure(&l, past_sealed, "ship-scratch-2").await.expect("a copy went on without its leader");
             assert!(matches!(r, ShipError::Link { .. }), "{r}");
             assert!(gone.elapsed() < Duration::from_secs(5), "the failure took {:?}", gone.elapsed());
         })
