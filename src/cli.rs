@@ -253,6 +253,18 @@ pub struct Cli {
     /// read at start like PATH (docs/operations.md). Default: none.
     #[arg(long, env = "RINGSTREAM_CELL_SECRET_FILE", value_name = "PATH")]
     pub cell_secret_file: Option<PathBuf>,
+
+    /// Replicated cell: this node lost its data (or is new in a cell that
+    /// holds some) and must copy its peers' before it takes part. With an
+    /// empty data directory it waits, however long, until a peer answers
+    /// what it holds, copies the peers' sealed segment files whole, and
+    /// then catches up; without the flag an empty node whose peers are all
+    /// down starts empty (a new cell), and if its peers come back having
+    /// reclaimed entries it needs, it must be restarted. A node that holds
+    /// segments starts as always. The variable and the file key take
+    /// true/false. [default: false]
+    #[arg(long, env = "RINGSTREAM_CELL_JOIN", value_parser = clap::builder::BoolishValueParser::new())]
+    pub cell_join: bool,
 }
 
 /// The tier settings as given (flags and environment, and the file's).
@@ -314,6 +326,7 @@ struct FileSettings {
     node_id: Option<u64>,
     cell: Option<String>,
     cell_secret_file: Option<PathBuf>,
+    cell_join: Option<bool>,
 }
 
 /// Parses the process's arguments and environment and resolves them.
@@ -356,7 +369,17 @@ pub fn resolve(matches: &ArgMatches, rust_log: Option<String>) -> Result<Config,
     let auth_file = if r.explicit("auth_file").is_some() { cli.auth_file.clone() } else { file.auth_file.clone() };
     let (no_auth, _) = r.pick("no_auth", cli.no_auth, file.no_auth);
     check_access(listen, &listen_from, auth_file.is_some(), no_auth)?;
-    let (cell, cell_secret_file) = resolve_cell(&r, &cli, &file, shards)?;
+    let (mut cell, cell_secret_file) = resolve_cell(&r, &cli, &file, shards)?;
+    let (cell_join, join_from) = r.pick("cell_join", cli.cell_join, file.cell_join);
+    match &mut cell {
+        Some(cell) => cell.join = cell_join,
+        None if cell_join => {
+            return Err(format!(
+                "--cell-join (set by {join_from}) needs a cell: --node-id, --cell, --cell-secret-file"
+            ));
+        }
+        None => {}
+    }
     if let Some(cell) = &cell {
         check_peer_ports(listen, &listen_from, cell, shards)?;
     }
@@ -1012,6 +1035,22 @@ mod tests {
         assert!(!format!("{c:?}").contains("0123456789abcdef"), "Debug shows the secret: {c:?}");
         let c = resolve_args(&["--config", f.to_str().unwrap(), "--node-id", "3"], None).unwrap();
         assert_eq!(c.cell.unwrap().node_id, 3, "the flag beats the file");
+        std::fs::remove_file(f).unwrap();
+        std::fs::remove_file(secret).unwrap();
+    }
+
+    #[test]
+    fn cell_join_comes_from_the_flag_or_the_file_and_needs_a_cell() {
+        let secret = secret_file("cell-join", 0o600);
+        let s = secret.to_str().unwrap();
+        let cell = ["--node-id", "1", "--cell", THREE, "--cell-secret-file", s];
+        assert!(!resolve_args(&cell, None).unwrap().cell.unwrap().join, "off by default");
+        assert!(resolve_args(&[&cell[..], &["--cell-join"]].concat(), None).unwrap().cell.unwrap().join);
+        let f = temp_file("cell-join", "cell-join = true\n");
+        let from_file = resolve_args(&[&cell[..], &["--config", f.to_str().unwrap()]].concat(), None);
+        assert!(from_file.unwrap().cell.unwrap().join, "the file key");
+        let e = resolve_args(&["--cell-join"], None).unwrap_err();
+        assert!(e.starts_with("--cell-join (set by --cell-join) needs a cell"), "{e}");
         std::fs::remove_file(f).unwrap();
         std::fs::remove_file(secret).unwrap();
     }

@@ -92,6 +92,7 @@ pub enum Family {
     CellReceivedBytes,
     CellShippedSegments,
     CellShippedBytes,
+    CellServedSegmentBytes,
     CellFollowerLag,
     BuildInfo,
     DiskFreeBytes,
@@ -123,7 +124,7 @@ struct Def {
 
 /// Every family's name, type and help text, in [`Family::ALL`] order (a
 /// unit test checks the order, so `DEFS[f as usize]` is `f`'s row).
-const DEFS: [Def; 68] = [
+const DEFS: [Def; 69] = [
     Def {
         family: Family::HttpRequests,
         name: "ringstream_http_requests_total",
@@ -481,6 +482,12 @@ const DEFS: [Def; 68] = [
         help: "In a cell: bytes of the sealed segment files this shard's replica copied from a peer at boot.",
     },
     Def {
+        family: Family::CellServedSegmentBytes,
+        name: "ringstream_cell_served_segment_bytes_total",
+        kind: Kind::Counter,
+        help: "In a cell: bytes of sealed segment files this shard's replica sent to peers that copy them at boot.",
+    },
+    Def {
         family: Family::CellFollowerLag,
         name: "ringstream_cell_follower_lag_entries",
         kind: Kind::Gauge,
@@ -546,7 +553,7 @@ const _: () = {
 };
 
 impl Family {
-    pub const ALL: [Family; 68] = [
+    pub const ALL: [Family; 69] = [
         Family::HttpRequests,
         Family::Handoffs,
         Family::ShardRequests,
@@ -606,6 +613,7 @@ impl Family {
         Family::CellReceivedBytes,
         Family::CellShippedSegments,
         Family::CellShippedBytes,
+        Family::CellServedSegmentBytes,
         Family::CellFollowerLag,
         Family::BuildInfo,
         Family::DiskFreeBytes,

@@ -411,12 +411,7 @@ impl Nemesis {
     /// Waits (60 s at most) until node `i`'s commit index reaches the
     /// leader's; records the time since `back` and the bytes it copied.
     fn caught_up(&mut self, i: usize, leader: usize, back: Instant) {
-        let commit = |n: &Server| -> u64 {
-            let Ok(mut c) = Conn::try_connect(n.port()) else { return 0 };
-            let Ok(r) = c.try_request("GET", "/cellz", &[], b"") else { return 0 };
-            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
-            v["groups"][0]["commit"].as_u64().unwrap_or(0)
-        };
+        let commit = common::cell::commit_index;
         let leader = if self.up[leader] { leader } else { self.leader() };
         loop {
             let target = commit(&self.nodes[leader]);
@@ -525,15 +520,9 @@ fn check(node: usize, got: &[u8], acked: &[(usize, String, u64)]) -> Result<(), 
 /// The segment files of a stopped node, whole, skipping any that is all
 /// zeros (made ahead, never written).
 fn segments(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<_> = std::fs::read_dir(dir.join("shard-0"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-        .filter(|(_, b)| b.iter().any(|&x| x != 0))
-        .collect();
-    out.sort();
-    out
+    let mut files = common::cell::segment_files(dir);
+    files.retain(|(_, b)| b.iter().any(|&x| x != 0));
+    files
 }
 
 const JUNK: &str = "/v1/stream/nemesis-junk";

@@ -565,16 +565,7 @@ fn a_voter_that_lost_its_data_while_the_cell_runs_is_caught_up() {
     }
     // Node 3 holds the log again (serving it is not enough: a follower's
     // reads at the tail are confirmed by the leader, which sends its data).
-    let commit = |i: usize| {
-        let r = cell.nodes[i].conn().request("GET", "/cellz", &[], b"");
-        let cellz: serde_json::Value = serde_json::from_slice(&r.body).expect("/cellz is JSON");
-        cellz["groups"][0]["commit"].as_u64().expect("a commit index")
-    };
-    let end = Instant::now() + Duration::from_secs(10);
-    while commit(2) < commit(cell.wait_leader()) {
-        assert!(Instant::now() < end, "node 3 has not caught up in 10 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(caught_up(&cell, 2) < Duration::from_secs(10), "node 3 has not caught up in 10 s");
     for i in 0..3 {
         cell.serves_all(i);
     }
@@ -592,16 +583,11 @@ fn votes_again(cell: &mut Cell) {
     }
 }
 
-/// Node 3's commit index, and the highest of the others' (waiting up to
-/// 60 s until the two are equal); the time it took.
+/// Waits (60 s at most) until node `node`'s commit index reaches the
+/// highest of the others' up; the time it took.
 fn caught_up(cell: &Cell, node: usize) -> Duration {
     let started = Instant::now();
-    let commit = |i: usize| -> u64 {
-        let Ok(mut c) = Conn::try_connect(cell.nodes[i].port()) else { return 0 };
-        let Ok(r) = c.try_request("GET", "/cellz", &[], b"") else { return 0 };
-        let cellz: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
-        cellz["groups"][0]["commit"].as_u64().unwrap_or(0)
-    };
+    let commit = |i: usize| common::cell::commit_index(&cell.nodes[i]);
     loop {
         let others = (0..3).filter(|&i| i != node && cell.up[i]).map(commit).max().unwrap_or(0);
         if others > 0 && commit(node) >= others {
@@ -667,18 +653,9 @@ fn a_voter_that_lost_its_disk_gets_its_peers_sealed_segments_whole() {
     votes_again(&mut cell);
 }
 
-/// Node `i`'s segment files (shard 0), by name, sorted (one deleted while
-/// they are read is left out).
+/// Node `i`'s segment files (shard 0), by name, sorted.
 fn segment_files(cell: &Cell, i: usize) -> Vec<(String, Vec<u8>)> {
-    let dir = cell.nodes[i].data_dir().join("shard-0");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .filter_map(|p| Some((p.file_name()?.to_string_lossy().into_owned(), std::fs::read(&p).ok()?)))
-        .collect();
-    files.sort();
-    files
+    common::cell::segment_files(&cell.nodes[i].data_dir())
 }
 
 /// A stream of 300 appends of 4 KB (in 64 KiB segments) is deleted, then
@@ -784,6 +761,37 @@ fn a_deleted_streams_segments_go_on_every_node_through_the_log() {
     let copied = metric(&cell.nodes[2], "ringstream_cell_shipped_segments_total{shard=\"0\"}");
     assert!(copied >= 1.0, "node 3 copied {copied} segments");
     assert!(!segment_files(&cell, 2)[0].0.starts_with("0000000000000000"), "node 3 holds segment 0 again");
+    for i in 0..3 {
+        cell.serves_all(i);
+    }
+    lost_disk_while_the_peers_are_down(&mut cell);
+}
+
+/// All three down, node 3's disk lost, node 3 started first with
+/// `--cell-join`: it waits for a peer to answer instead of starting empty
+/// (its peers reclaimed the entries it would need: nothing could give
+/// them to it). Nodes 1 and 2 started 6 s later: it copies their segments
+/// and catches up.
+fn lost_disk_while_the_peers_are_down(cell: &mut Cell) {
+    for i in 0..3 {
+        cell.nodes[i].kill9();
+    }
+    wipe(cell, 2);
+    cell.nodes[2].add_args(&["--cell-join"]);
+    let (first_two, third) = cell.nodes.split_at_mut(2);
+    std::thread::scope(|s| {
+        let alone = s.spawn(|| third[0].start_again());
+        std::thread::sleep(Duration::from_secs(6));
+        assert!(!alone.is_finished(), "node 3 started empty with no peer up (it could never be caught up)");
+        for n in first_two.iter_mut() {
+            n.start_again();
+        }
+        alone.join().expect("node 3 starts once a peer answers");
+    });
+    cell.append("after the peers came back", Duration::from_secs(20)).expect("no acknowledgement in 20 s");
+    caught_up(cell, 2);
+    let copied = metric(&cell.nodes[2], "ringstream_cell_shipped_segments_total{shard=\"0\"}");
+    assert!(copied >= 1.0, "node 3 copied {copied} segments");
     for i in 0..3 {
         cell.serves_all(i);
     }

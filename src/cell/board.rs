@@ -68,6 +68,7 @@ impl Board {
             out.sample(Family::CellReceivedBytes, shard, "", s.received_bytes.load(Relaxed));
             out.sample(Family::CellShippedSegments, shard, "", s.shipped_segments.load(Relaxed));
             out.sample(Family::CellShippedBytes, shard, "", s.shipped_bytes.load(Relaxed));
+            out.sample(Family::CellServedSegmentBytes, shard, "", s.served_segment_bytes.load(Relaxed));
             for f in &p.view.followers {
                 out.sample(Family::CellFollowerLag, shard, &format!("peer=\"{}\"", f.id), f.lag);
             }
@@ -120,6 +121,8 @@ pub struct Slot {
     /// Sealed segments copied from a peer at boot (`cell::ship`), and their bytes.
     shipped_segments: AtomicU64,
     shipped_bytes: AtomicU64,
+    /// Bytes of sealed segments sent to peers copying them.
+    served_segment_bytes: AtomicU64,
 }
 
 impl Slot {
@@ -194,6 +197,11 @@ impl Slot {
     pub fn shipped(&self, segments: usize, bytes: u64) {
         self.shipped_segments.fetch_add(segments as u64, Relaxed);
         self.shipped_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// Bytes of a sealed segment sent to a peer that copies it.
+    pub fn served_segment(&self, bytes: u64) {
+        self.served_segment_bytes.fetch_add(bytes, Relaxed);
     }
 
     /// What was last published (followers only while it leads).

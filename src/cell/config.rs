@@ -90,6 +90,10 @@ pub struct CellConfig {
     pub voters: Vec<Voter>,
     /// The secret the voters share.
     pub secret: Secret,
+    /// `--cell-join`: with no segments, this node copies its peers' before
+    /// it takes part, waiting for a peer however long (it never starts
+    /// empty: its disk was lost, and its peers hold what it acknowledged).
+    pub join: bool,
 }
 
 /// Why the cell's settings are refused; each message names the setting
@@ -330,7 +334,7 @@ impl CellConfig {
             return Err(CellConfigError::NotAVoter { node_id, ids: voters.iter().map(|v| v.id).collect() });
         }
         let secret = read_secret(secret_file)?;
-        Ok(Some(CellConfig { node_id, voters, secret }))
+        Ok(Some(CellConfig { node_id, voters, secret, join: false }))
     }
 
     /// This node's own entry.

@@ -10,29 +10,36 @@
 //!   them from an offset; the answer carries the segment's length and the
 //!   CRC-32C of its bytes, or "not held" for a segment that is not sealed
 //!   and durable there.
-//! - [`Source`] answers both at once from the log it is given (an empty
-//!   manifest before it has one: a node still booting gives nothing).
+//! - [`Source`] answers both at once from the log it is given. Before it
+//!   has one, a manifest request is answered "not ready" (its log is
+//!   opening: ask again), or, on a replica that holds no segment and is
+//!   shipping itself, with an empty manifest (a new cell's nodes tell each
+//!   other they hold nothing).
 //! - [`fetch_segment`] asks chunk after chunk, one in flight, checks each,
 //!   and writes them into a segment store at the offsets they came from;
 //!   the file is durable and byte for byte the peer's when it returns Ok.
-//! - [`copy_from_peers`] asks every peer for its manifest (within a
-//!   deadline) and copies the longest one's segments; the receiver's log
+//! - [`manifests`] asks every peer for its manifest until one answered
+//!   (however long that takes: see its doc), then the others a while more;
+//!   [`copy_best`] copies the longest one's segments; the receiver's log
 //!   then opens on them as a log missing nothing but its newest entries,
 //!   which its leader sends as entries.
 //!
 //! Requests: `1 | segment u64 | offset u64 | max u32` (a chunk), `2` (the
 //! manifest). Answers: a chunk `0 | length u64 | crc32c u32 | bytes`, or
 //! `1` (not held); a manifest `0 | count u32 | (segment u64 | length u64)*
-//! | crc32c u32` of what precedes it. Little-endian. Anything else, an empty
-//! answer included (a replica serving no segments), is refused.
+//! | crc32c u32` of what precedes it, or `1` (not ready). Little-endian.
+//! Anything else, an empty answer included (a replica serving no
+//! segments), is refused.
 
+use super::board::Slot;
 use super::link::{FetchHandler, ForwardError, Links};
 use super::replica::Sleep;
 use crate::limits::{CELL_SHIP_CHUNK_BYTES, CELL_SHIP_CHUNK_TIMEOUT_MS, DIRECT_IO_ALIGNMENT_BYTES};
 use crate::storage::io::{SegmentFile, SegmentStore};
 use crate::storage::log::LocalLog;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const FETCH_BYTES: usize = 1 + 8 + 8 + 4;
@@ -41,6 +48,7 @@ const HELD: u8 = 0;
 const NOT_HELD: u8 = 1;
 const ASK_CHUNK: u8 = 1;
 const ASK_MANIFEST: u8 = 2;
+const NOT_READY: u8 = 1;
 const MANIFEST_ENTRY_BYTES: usize = 16;
 
 /// One fetch: bytes `offset..offset + max` of segment `segment`.
@@ -131,8 +139,12 @@ fn encode_manifest(m: &[(u64, u64)]) -> Vec<u8> {
     out
 }
 
-/// A manifest answer, checked: its CRC, and segments one after the other.
-pub fn decode_manifest(answer: &[u8]) -> Result<Manifest, String> {
+/// A manifest answer, checked: its CRC, and segments one after the other;
+/// None: the peer's log is still opening (ask again).
+pub fn decode_manifest(answer: &[u8]) -> Result<Option<Manifest>, String> {
+    if answer == [NOT_READY] {
+        return Ok(None);
+    }
     let (body, crc) = answer.split_last_chunk::<4>().ok_or("a manifest cut short")?;
     if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
         return Err("a manifest fails its CRC".into());
@@ -151,24 +163,39 @@ pub fn decode_manifest(answer: &[u8]) -> Result<Manifest, String> {
     if m.windows(2).any(|w| w[1].0 != w[0].0 + 1) {
         return Err("a manifest's segments do not follow each other".into());
     }
-    Ok(m)
+    Ok(Some(m))
 }
 
 /// A replica's side: answers its peers' requests from its log, once it
-/// has one (before that, an empty manifest and "not held").
+/// has one (before that, "not ready" or an empty manifest, and "not held").
 pub struct Source<S: SegmentStore> {
     log: RefCell<Option<Rc<LocalLog<S>>>>,
+    /// No log yet, and none to open: this replica holds no segment.
+    empty: Cell<bool>,
+    /// Where the bytes it sends are counted.
+    slot: Option<Arc<Slot>>,
 }
 
 impl<S: SegmentStore> Default for Source<S> {
     fn default() -> Self {
-        Source { log: RefCell::new(None) }
+        Source { log: RefCell::new(None), empty: Cell::new(false), slot: None }
     }
 }
 
 impl<S: SegmentStore> Source<S> {
     pub fn new(log: Rc<LocalLog<S>>) -> Source<S> {
-        Source { log: RefCell::new(Some(log)) }
+        Source { log: RefCell::new(Some(log)), empty: Cell::new(false), slot: None }
+    }
+
+    /// A source, with no log yet, that counts the bytes it sends in `slot`.
+    pub fn counted(slot: Arc<Slot>) -> Source<S> {
+        Source { slot: Some(slot), ..Source::default() }
+    }
+
+    /// Whether, until it serves a log, it says it holds nothing (it has no
+    /// segment and is shipping itself) rather than "not ready".
+    pub fn holds_nothing(&self, empty: bool) {
+        self.empty.set(empty);
     }
 
     /// Serves from `log` from now on.
@@ -181,12 +208,21 @@ impl<S: SegmentStore> FetchHandler for Source<S> {
     fn fetch(&self, request: &[u8]) -> Vec<u8> {
         let log = self.log.borrow().clone();
         if request == [ASK_MANIFEST] {
-            return encode_manifest(&log.map(|l| l.shippable_segments()).unwrap_or_default());
+            return match log {
+                Some(l) => encode_manifest(&l.shippable_segments()),
+                None if self.empty.get() => encode_manifest(&[]),
+                None => vec![NOT_READY],
+            };
         }
         let Some(f) = Fetch::decode(request) else { return Vec::new() };
         let max = (f.max as usize).min(CELL_SHIP_CHUNK_BYTES);
         match log.and_then(|l| l.sealed_slice(f.segment, f.offset, max)) {
-            Some((length, bytes)) => Chunk::Bytes { length, bytes },
+            Some((length, bytes)) => {
+                if let Some(slot) = &self.slot {
+                    slot.served_segment(bytes.len() as u64);
+                }
+                Chunk::Bytes { length, bytes }
+            }
             None => Chunk::NotHeld,
         }
         .encode()
@@ -218,25 +254,23 @@ pub struct Shipped {
 
 /// How long one manifest request may take.
 const MANIFEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// The pause between rounds of asking the peers not yet connected.
+/// The pause between rounds of asking the peers not yet answered.
 const ASK_AGAIN: Duration = Duration::from_millis(50);
 /// How much longer the other peers are waited for once one offered segments.
 const OTHERS_GRACE: Duration = Duration::from_millis(500);
+/// How often a replica that no peer answered yet says it still waits.
+const STILL_WAITING: Duration = Duration::from_secs(10);
 
-/// Asks each of `peers` for its manifest, until all answered or `wait`
-/// passed, then copies the segments of the longest manifest into `into`
+/// Copies the segments of the longest manifest among `offers` into `into`
 /// (which holds none), trying the next longest when a copy fails (what it
 /// copied removed first). None when no peer offered a segment. On Err, the
 /// last failure, `into` may still hold part of a copy: the caller removes
 /// what it holds before it goes on without.
-pub async fn copy_from_peers<S: SegmentStore>(
+pub async fn copy_best<S: SegmentStore>(
     links: &Links,
-    peers: &[u64],
+    mut offers: Vec<(u64, Manifest)>,
     into: &S,
-    wait: Duration,
-    sleep: &Sleep,
 ) -> Result<Option<Shipped>, ShipError> {
-    let mut offers = manifests(links, peers, wait, sleep).await;
     // The longest first: the newest last segment, then the most segments.
     offers.sort_by_key(|(_, m)| std::cmp::Reverse((m.last().map(|l| l.0), m.len())));
     let mut failure = None;
@@ -259,38 +293,85 @@ pub async fn copy_from_peers<S: SegmentStore>(
     failure.map_or(Ok(None), Err)
 }
 
-/// The manifests of the peers that answered within `wait`. A peer this
+/// The manifests of `peers`, asked until settled (`Asking`). A peer whose log
+/// is still opening answers "not ready" and is asked again. A peer this
 /// replica's dial to failed (down: a new cell's first node finds every one
-/// so) is not waited for; once one offered segments, the others are waited
-/// for OTHERS_GRACE more at most (a peer connects to this replica only
-/// when it has something to send it: a follower may never).
-async fn manifests(links: &Links, peers: &[u64], wait: Duration, sleep: &Sleep) -> Vec<(u64, Manifest)> {
-    let mut deadline = Instant::now() + wait;
+/// so) is not waited for, unless `patient` (`--cell-join`): a replica whose
+/// disk was lost must not start empty while its peers are down, since they
+/// may have reclaimed entries it acknowledged (reclamation waits only for
+/// what every voter held), and then nothing could give them to it; it
+/// waits for a peer's answer however long, saying so every
+/// [`STILL_WAITING`]. None asked when there are no peers.
+pub async fn manifests(
+    links: &Links,
+    peers: &[u64],
+    wait: Duration,
+    patient: bool,
+    sleep: &Sleep,
+) -> Vec<(u64, Manifest)> {
+    let started = Instant::now();
+    let mut asking = Asking { started, answered_at: None, offered_at: None, patient, wait };
     let (mut offers, mut pending): (Vec<(u64, Manifest)>, _) = (Vec::new(), peers.to_vec());
-    while !pending.is_empty() && Instant::now() < deadline {
-        if offers.iter().any(|(_, m)| !m.is_empty()) {
-            deadline = deadline.min(Instant::now() + OTHERS_GRACE);
-        }
+    let mut said = started;
+    while !asking.settled(pending.is_empty(), Instant::now()) {
         let mut unanswered = Vec::new();
         for peer in pending {
             if !links.is_connected(peer) {
-                if links.dialled(peer) != Some(false) {
+                if patient || links.dialled(peer) != Some(false) {
                     unanswered.push(peer);
                 }
                 continue;
             }
             match links.fetch(peer, vec![ASK_MANIFEST], MANIFEST_TIMEOUT).await.map(|a| decode_manifest(&a)) {
-                Ok(Ok(m)) => offers.push((peer, m)),
-                Ok(Err(why)) => tracing::warn!("segment shipping: node {peer}'s manifest refused: {why}"),
-                Err(_) => unanswered.push(peer),
+                Ok(Ok(Some(m))) => {
+                    asking.answered_at.get_or_insert_with(Instant::now);
+                    if !m.is_empty() {
+                        asking.offered_at.get_or_insert_with(Instant::now);
+                    }
+                    offers.push((peer, m));
+                }
+                Ok(Err(why)) => {
+                    tracing::warn!("segment shipping: node {peer}'s manifest refused: {why}");
+                    unanswered.push(peer);
+                }
+                Ok(Ok(None)) | Err(_) => unanswered.push(peer),
             }
         }
         pending = unanswered;
+        if asking.answered_at.is_none() && said.elapsed() >= STILL_WAITING {
+            said = Instant::now();
+            tracing::warn!(
+                "segment shipping (--cell-join): no segments here and no peer answered in {:?} (down, or opening \
+                 its log): waiting for one",
+                started.elapsed()
+            );
+        }
         if !pending.is_empty() {
             sleep(ASK_AGAIN).await;
         }
     }
     offers
+}
+
+/// Where asking for manifests stands.
+struct Asking {
+    started: Instant,
+    answered_at: Option<Instant>,
+    offered_at: Option<Instant>,
+    patient: bool,
+    wait: Duration,
+}
+
+impl Asking {
+    /// Whether asking may stop: every peer answered (or, not `patient`, is
+    /// down); or one offered segments [`OTHERS_GRACE`] ago (the others may
+    /// offer more); or `wait` passed: since the start, or, `patient`, since
+    /// the first answer (never before one).
+    fn settled(&self, all: bool, now: Instant) -> bool {
+        let waited_from = if self.patient { self.answered_at } else { Some(self.started) };
+        all || self.offered_at.is_some_and(|t| now >= t + OTHERS_GRACE)
+            || waited_from.is_some_and(|t| now >= t + self.wait)
+    }
 }
 
 /// Copies every segment of `manifest` from `from`; the bytes copied.
@@ -322,7 +403,7 @@ pub async fn fetch_segment<S: SegmentStore>(links: &Links, from: u64, no: u64, i
     check_chunk(no, 0, length, &chunk)?;
     let align = DIRECT_IO_ALIGNMENT_BYTES;
     let whole = length / align * align;
-    let file = into.create(no, length.div_ceil(align) * align).await.map_err(io)?;
+    let file = into.create_unfilled(no, length.div_ceil(align) * align).await.map_err(io)?;
     let mut offset = 0;
     while offset < whole {
         let take = (chunk.len() as u64).min(whole - offset) as usize;
@@ -405,7 +486,7 @@ mod tests {
     #[test]
     fn manifests_round_trip_and_bad_ones_are_refused() {
         for m in [vec![], vec![(7, 4096)], vec![(3, 1 << 30), (4, 77), (5, 1)]] {
-            assert_eq!(decode_manifest(&encode_manifest(&m)), Ok(m));
+            assert_eq!(decode_manifest(&encode_manifest(&m)), Ok(Some(m)));
         }
         let good = encode_manifest(&[(3, 10), (4, 20)]);
         for bit in 0..good.len() * 8 {
@@ -420,6 +501,47 @@ mod tests {
         }
         // A chunk request is not a manifest request, nor the reverse.
         assert_eq!(Fetch::decode(&[ASK_MANIFEST]), None);
+        assert_eq!(decode_manifest(&[NOT_READY]), Ok(None), "a log still opening");
+        assert!(decode_manifest(&[NOT_READY, 0]).is_err());
+    }
+
+    #[test]
+    fn a_patient_replica_stops_asking_only_once_a_peer_answered() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let asking = |patient, answered: Option<u64>, offered: Option<u64>| Asking {
+            started: t0,
+            answered_at: answered.map(at),
+            offered_at: offered.map(at),
+            patient,
+            wait: Duration::from_secs(5),
+        };
+        // No answer yet: patient, never, however long; else after `wait`.
+        assert!(!asking(true, None, None).settled(false, at(3_600_000)));
+        assert!(!asking(false, None, None).settled(false, at(4_999)));
+        assert!(asking(false, None, None).settled(false, at(5_000)));
+        // Every peer answered: at once, empty or not.
+        assert!(asking(true, Some(0), None).settled(true, t0));
+        // One answered empty after a minute: patient, the others `wait`
+        // more from that answer.
+        assert!(!asking(true, Some(60_000), None).settled(false, at(64_999)));
+        assert!(asking(true, Some(60_000), None).settled(false, at(65_000)));
+        // One offered segments: the others OTHERS_GRACE more.
+        for patient in [true, false] {
+            assert!(!asking(patient, Some(0), Some(0)).settled(false, at(499)));
+            assert!(asking(patient, Some(0), Some(0)).settled(false, at(500)));
+        }
+    }
+
+    #[test]
+    fn a_source_without_a_log_is_not_ready_unless_it_holds_nothing() {
+        let source = Source::<crate::storage::sim_file::SimStore>::default();
+        assert_eq!(decode_manifest(&source.fetch(&[ASK_MANIFEST])), Ok(None));
+        assert_eq!(Chunk::decode(&source.fetch(&Fetch { segment: 0, offset: 0, max: 8 }.encode())), Ok(Chunk::NotHeld));
+        source.holds_nothing(true);
+        assert_eq!(decode_manifest(&source.fetch(&[ASK_MANIFEST])), Ok(Some(vec![])));
+        source.holds_nothing(false);
+        assert_eq!(decode_manifest(&source.fetch(&[ASK_MANIFEST])), Ok(None));
     }
 
     #[test]

@@ -67,15 +67,15 @@ pub(super) async fn open(
     cell: &CellConfig,
     store: DiskStore,
     cfg: LogConfig,
-    slot: &Slot,
+    slot: &Arc<Slot>,
 ) -> Result<Opened, String> {
     // What was appended and not yet durable is at most one entry's worth
     // (an entry is proposed from it whole).
     let cfg = LogConfig { pending_bytes_max: cfg.pending_bytes_max.min(CELL_ENTRY_BYTES_MAX as u64 / 2), ..cfg };
     let (links, inbox) = start_links(id, cell)?;
-    let source = Rc::new(Source::default());
+    let source = Rc::new(Source::counted(slot.clone()));
     links.serve_fetches(source.clone());
-    ship_if_empty(id, cell, &store, &links, slot).await?;
+    ship_if_empty(id, cell, &store, &links, &source, slot).await?;
     let (log, records, _, report) =
         Log::open_batched(store, cfg).await.map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
     let log = Rc::new(log);
@@ -109,14 +109,17 @@ fn start_links(id: usize, cell: &CellConfig) -> Result<(Links, Inbox), String> {
 
 /// A replica with no segment (a new node, a lost disk, or a shipping cut
 /// short, whose copies are removed first) copies its peers' sealed
-/// segments (`cell::ship`) before its log opens. Where no peer offers any
-/// within CELL_SHIP_BOOT_WAIT_MS (a new cell), or every copy fails, it
-/// starts empty, and its leader sends it entries instead.
+/// segments (`cell::ship`) before its log opens: with `--cell-join` it
+/// waits for a peer's answer however long (`ship::manifests`). Where no
+/// peer offers any (a new cell), or every copy fails, it starts empty,
+/// and its leader sends it entries instead. The `ship-state` file says "shipping" from
+/// the first copy until it ends, so a boot that finds it so starts over.
 async fn ship_if_empty(
     id: usize,
     cell: &CellConfig,
     store: &DiskStore,
     links: &Links,
+    source: &Source<DiskStore>,
     slot: &Slot,
 ) -> Result<(), String> {
     let io = |what: &'static str| move |e: std::io::Error| format!("shard {id}: {what}: {e}");
@@ -133,14 +136,24 @@ async fn ship_if_empty(
             remove_all(store, &doomed).await.map_err(io("removing the segments of a shipping cut short"))?;
         }
     }
-    state.write(store, SHIPPING).await.map_err(io("writing the shipping state"))?;
+    source.holds_nothing(true);
     let peers: Vec<u64> = cell.peers().map(|v| v.id).collect();
     let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
     let wait = Duration::from_millis(CELL_SHIP_BOOT_WAIT_MS);
+    let mut shipping = saved.as_deref() == Some(SHIPPING);
     // A copy fails when a peer reclaims a segment while it is copied, or
     // goes down: the manifests are asked for again, a few times.
     for attempt in 1..=SHIP_ATTEMPTS {
-        match ship::copy_from_peers(links, &peers, store, wait, &sleep).await {
+        let offers = ship::manifests(links, &peers, wait, cell.join, &sleep).await;
+        if offers.iter().all(|(_, m)| m.is_empty()) {
+            tracing::info!("shard {id}: no segments, and no peer offered any: it starts empty");
+            break;
+        }
+        if !shipping {
+            state.write(store, SHIPPING).await.map_err(io("writing the shipping state"))?;
+            shipping = true;
+        }
+        match ship::copy_best(links, offers, store).await {
             Ok(Some(s)) => {
                 tracing::info!(
                     "shard {id}: copied {} sealed segments ({} bytes) from node {} in {:?}; its leader sends the rest",
@@ -152,10 +165,7 @@ async fn ship_if_empty(
                 slot.shipped(s.segments, s.bytes);
                 break;
             }
-            Ok(None) => {
-                tracing::info!("shard {id}: no segments, and no peer offered any: it starts empty");
-                break;
-            }
+            Ok(None) => break,
             Err(e) => {
                 let held = store.list().await.map_err(io("listing the segments"))?;
                 remove_all(store, &held).await.map_err(io("removing the segments of a failed shipping"))?;
@@ -168,7 +178,11 @@ async fn ship_if_empty(
             }
         }
     }
-    state.write(store, SHIPPED).await.map_err(io("writing the shipping state"))
+    source.holds_nothing(false);
+    if shipping {
+        state.write(store, SHIPPED).await.map_err(io("writing the shipping state"))?;
+    }
+    Ok(())
 }
 
 /// What a boot does about segment shipping.

@@ -83,6 +83,13 @@ fn cell(cfg: &Config, out: &mut String) {
     let rotating =
         if cell.secret.rotating() { "; a rotation is under way (its .next or .previous accepted too)" } else { "" };
     let _ = writeln!(out, "cell secret      {file}: read, {} bytes{rotating}", cell.secret.as_bytes().len());
+    if cell.join {
+        let _ = writeln!(
+            out,
+            "cell join        yes: a shard with no segments waits for a peer, however long, and copies its peers' \
+             sealed segments before it takes part"
+        );
+    }
     let _ = match super::cell_refusal(cfg) {
         Some(why) => writeln!(out, "cell             WARNING: a start exits 78: {why}"),
         None => writeln!(

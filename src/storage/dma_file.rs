@@ -171,8 +171,9 @@ impl DiskStore {
         self.dir.join(format!("{no:016}.seg"))
     }
 
-    /// Creates segment `no` zero-filled under `tmp`, then renames it in place.
-    async fn create_via(&self, tmp: &Path, no: u64, len: u64, pace: &impl ZeroPace) -> io::Result<GFile> {
+    /// Creates segment `no` under `tmp` (zero-filled unless `fill` is
+    /// None), then renames it in place.
+    async fn create_via(&self, tmp: &Path, no: u64, len: u64, fill: Option<&impl ZeroPace>) -> io::Result<GFile> {
         let path = self.path_of(no);
         let mut opts = OpenOptions::new();
         opts.read(true).write(true).create(true).truncate(true);
@@ -184,7 +185,7 @@ impl DiskStore {
             f.pre_allocate(len, false).await?;
             tracing::debug!("creating segment {}: allocated", path.display());
             let mut pos = 0;
-            while pos < len {
+            while let Some(pace) = fill.filter(|_| pos < len) {
                 pace.allow(pos).await;
                 let n = chunk.min(len - pos) as usize;
                 let mut b = f.alloc_dma_buffer(n);
@@ -193,7 +194,7 @@ impl DiskStore {
                 pos += n as u64;
             }
             f.fdatasync().await?;
-            tracing::debug!("creating segment {}: zeroed", path.display());
+            tracing::debug!("creating segment {}: {} bytes zeroed", path.display(), pos);
             // Closed before the rename: a handle without O_DSYNC must never
             // be open on a `.seg` name (tests/process_shape.rs checks).
             f.close().await?;
@@ -206,7 +207,7 @@ impl DiskStore {
             let mut f = opts.buffered_open(tmp).await?;
             f.pre_allocate(len, false).await?;
             let mut pos = 0;
-            while pos < len {
+            while let Some(pace) = fill.filter(|_| pos < len) {
                 pace.allow(pos).await;
                 let n = chunk.min(len - pos) as usize;
                 f.write_at(vec![0; n], pos).await?;
@@ -218,6 +219,18 @@ impl DiskStore {
         };
         self.sync_dir()?;
         Ok(file)
+    }
+
+    /// Zero-fills (or only allocates) through a temporary name so a
+    /// half-made file is never mistaken for a segment after a crash.
+    async fn create_through_tmp(&self, no: u64, len: u64, fill: Option<&impl ZeroPace>) -> io::Result<GFile> {
+        let tmp = self.dir.join(format!("{no:016}.seg.tmp"));
+        let r = self.create_via(&tmp, no, len, fill).await;
+        if r.is_err() {
+            // Give back the space of a half-made file (ENOSPC while zero-filling).
+            let _ = std::fs::remove_file(&tmp);
+        }
+        r
     }
 
     fn skeleton_path(&self, no: u64) -> PathBuf {
@@ -279,15 +292,11 @@ impl SegmentStore for DiskStore {
     }
 
     async fn create_paced(&self, no: u64, len: u64, pace: &impl ZeroPace) -> io::Result<GFile> {
-        // Zero-fill through a temporary name so a half-made file is never
-        // mistaken for a segment after a crash.
-        let tmp = self.dir.join(format!("{no:016}.seg.tmp"));
-        let r = self.create_via(&tmp, no, len, pace).await;
-        if r.is_err() {
-            // Give back the space of a half-made file (ENOSPC while zero-filling).
-            let _ = std::fs::remove_file(&tmp);
-        }
-        r
+        self.create_through_tmp(no, len, Some(pace)).await
+    }
+
+    async fn create_unfilled(&self, no: u64, len: u64) -> io::Result<GFile> {
+        self.create_through_tmp(no, len, None::<&Unpaced>).await
     }
 
     async fn reopen(&self, no: u64) -> io::Result<GFile> {

@@ -57,6 +57,13 @@ pub trait SegmentStore {
         let _ = pace;
         self.create(no, len).await
     }
+    /// [`SegmentStore::create`] for a segment every byte of which is
+    /// written next (one copied whole from a peer): its space is allocated,
+    /// not zero-filled, so its bytes are written once. Backends that do
+    /// not zero-fill create it as `create` does.
+    async fn create_unfilled(&self, no: u64, len: u64) -> io::Result<Self::File> {
+        self.create(no, len).await
+    }
     /// Opens existing segment `no` for writing again, with the durability
     /// of the handle `create` returns. A replicated log resumes writing its
     /// newest segment after a restart instead of sealing it, and cuts an

@@ -2,7 +2,7 @@
 //! 600), free peer ports and the `--cell` flags (`--shards 1`, so one
 //! group). Shared by `tests/cell_process.rs` and `tests/cell_observe.rs`.
 
-use super::{Server, TempDir};
+use super::{Conn, Server, TempDir};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -51,4 +51,26 @@ fn start_node(id: usize, voters: &str, secret: &Path, extra: &[&str]) -> Server 
     let mut flags = vec!["--shards", "1", "--node-id", &id, "--cell", voters, "--cell-secret-file", secret];
     flags.extend_from_slice(extra);
     Server::start_with(&flags)
+}
+
+/// Group 0's commit index as `node`'s `/cellz` shows it; 0 while it does
+/// not answer (down, or booting).
+pub fn commit_index(node: &Server) -> u64 {
+    let Ok(mut c) = Conn::try_connect(node.port()) else { return 0 };
+    let Ok(r) = c.try_request("GET", "/cellz", &[], b"") else { return 0 };
+    let cellz: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    cellz["groups"][0]["commit"].as_u64().unwrap_or(0)
+}
+
+/// The segment files of shard 0 under data directory `dir`, by name,
+/// sorted, with their bytes (one deleted while they are read is left out).
+pub fn segment_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("shard-0"))
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .filter_map(|p| Some((p.file_name()?.to_string_lossy().into_owned(), std::fs::read(&p).ok()?)))
+        .collect();
+    files.sort();
+    files
 }

@@ -171,6 +171,11 @@ impl Server {
 
     /// Starts the server again (same data directory and flags) after it
     /// exited; the port usually changes.
+    /// Flags every later start gets too.
+    pub fn add_args(&mut self, extra: &[&str]) {
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+    }
+
     pub fn start_again(&mut self) {
         self.kill9();
         self.spawn();
