@@ -147,7 +147,7 @@ const DEFS: [Def; 69] = [
         family: Family::CellForwarded,
         name: "ringstream_cell_forwarded_requests_total",
         kind: Kind::Counter,
-        help: "In a cell: requests a shard whose replica does not lead sent to its group's leader (direction to_leader: writes, HEAD, bucket requests, and reads whose answer here would claim freshness), and requests followers forwarded to this shard (from_follower).",
+        help: "In a cell: requests a shard whose replica does not lead sent to its group's leader (direction to_leader: writes and bucket requests; reads are answered here, caught up with the leader first when they claim freshness), and requests followers forwarded to this shard (from_follower).",
     },
     Def {
         family: Family::MeshCalls,
@@ -437,7 +437,7 @@ const DEFS: [Def; 69] = [
         name: "ringstream_cell_catch_up_rounds_total",
         kind: Kind::Counter,
         help: "In a cell: rounds this shard's replica ran, as a follower, to catch up with its leader's commit before \
-               serving live reads, by outcome (started, caught_up, failed: no answer or not applied by the deadline).",
+               serving live reads and reads that claim freshness, by outcome (started, caught_up, failed: no answer or not applied by the deadline).",
     },
     Def {
         family: Family::CellLeading,

@@ -996,6 +996,53 @@ fn a_client_reads_its_own_append_live_through_a_follower() {
     assert_eq!(rounds(leader, "started"), 0.0, "the leader caught up with itself");
 }
 
+/// Reads that claim freshness through a follower (a catch-up read that
+/// reaches the tail, HEAD, a stream the leader created a moment ago) are
+/// answered by the follower itself once it caught up with the leader's
+/// commit (a read index round), not forwarded: right after an append
+/// acknowledged by the leader, each shows it, and after a create through
+/// the leader, a HEAD through a follower finds the stream. The followers
+/// forward none of them, and count a catch-up round for each.
+#[test]
+fn a_follower_answers_fresh_reads_itself_once_caught_up() {
+    let (cell, leader) = Cell::with_appends(2);
+    let forwarded = |i: usize| -> f64 {
+        let name = "ringstream_cell_forwarded_requests_total{shard=\"0\",direction=\"to_leader\"}";
+        metric(&cell.nodes[i], name)
+    };
+    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let before: Vec<f64> = followers.iter().map(|&i| forwarded(i)).collect();
+    let mut writer = cell.nodes[leader].conn();
+    let mut readers: Vec<Conn> = followers.iter().map(|&i| cell.nodes[i].conn()).collect();
+    for round in 0..20 {
+        let body = format!("<fresh {round}>");
+        let r = writer.request("POST", STREAM, &[("content-type", "text/plain")], body.as_bytes());
+        assert!(r.status == 200 || r.status == 204, "round {round}: {}", r.summary());
+        let acked = r.sno();
+        let reader = &mut readers[round % 2];
+        let read = reader.request("GET", &format!("{STREAM}?offset=-1"), &[], b"");
+        assert_eq!(read.status, 200, "round {round}: {}", read.summary());
+        assert_eq!(
+            (read.sno(), read.header("stream-up-to-date"), read.text().ends_with(&body)),
+            (acked.clone(), Some("true"), true),
+            "round {round}: a read at the tail through node {} misses the acknowledged append",
+            followers[round % 2] + 1
+        );
+        let head = reader.request("HEAD", STREAM, &[], b"");
+        assert_eq!((head.status, head.sno()), (200, acked), "round {round}: HEAD through a follower");
+        let fresh = format!("/v1/stream/fresh-{round}");
+        assert_eq!(writer.request("PUT", &fresh, &[("content-type", "text/plain")], b"").status, 201);
+        let head = reader.request("HEAD", &fresh, &[], b"");
+        assert_eq!(head.status, 200, "round {round}: a stream just created: {}", head.summary());
+    }
+    for (k, &i) in followers.iter().enumerate() {
+        assert_eq!(forwarded(i), before[k], "node {} forwarded reads to the leader", i + 1);
+        let caught_up =
+            metric(&cell.nodes[i], "ringstream_cell_catch_up_rounds_total{shard=\"0\",outcome=\"caught_up\"}");
+        assert!(caught_up >= 10.0, "node {}: {caught_up} catch-up rounds for 30 fresh reads", i + 1);
+    }
+}
+
 /// A fork's source deleted through a new leader is soft-deleted (F43): the
 /// new leader counted the fork's reference from the records it applied as
 /// a follower (references are not logged). Once the fork goes, the source

@@ -94,8 +94,9 @@ fn cell(cfg: &Config, out: &mut String) {
         Some(why) => writeln!(out, "cell             WARNING: a start exits 78: {why}"),
         None => writeln!(
             out,
-            "cell             any node takes any request: writes, HEADs and bucket requests are forwarded \
-             to the leader; reads are served from this node's committed records"
+            "cell             any node takes any request: writes and bucket requests are forwarded to the \
+             leader; reads are served from this node's committed records (caught up with the leader's commit \
+             first when they claim freshness)"
         ),
     };
 }

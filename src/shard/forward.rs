@@ -3,18 +3,21 @@
 //! leader (over the cell's peer link, which the server connects as a
 //! [`Forwarder`]) and answers with the leader's answer.
 //!
-//! Writes, HEAD (it tells the tail), where the current snapshot is, and
-//! bucket requests (existence, counts, listings) go to the leader at once. Reads run here first, on what this
-//! replica has applied, and go to the leader only when their answer would
-//! claim a freshness this replica cannot vouch for: "not found" (the stream
-//! may just have been created), "not that creation" (a `Stream-Incarnation`
-//! this replica has not applied yet), or a catch-up read that reached this
-//! replica's tail (`Stream-Up-To-Date`). Live reads (long-poll, SSE) are
-//! served here from the committed prefix as it grows, once this replica
-//! caught up with what the leader had committed when they came (a read
-//! index round through the leader, then the apply: `cell::catch_up`), so
-//! that they too claim no less than the leader would: a client that
-//! appended through any node reads its append there.
+//! Writes and bucket requests (existence, counts, listings) go to the
+//! leader at once. Reads (HEAD, where the current snapshot is, and
+//! bootstraps too) run here first, on what this replica has applied; when
+//! their answer would claim a freshness this replica cannot vouch for by
+//! itself ("not found": the stream may just have been created; "not that
+//! creation": a `Stream-Incarnation` this replica has not applied yet; a
+//! catch-up read that reached this replica's tail, `Stream-Up-To-Date`;
+//! HEAD's tail; the current snapshot), they run here again once this
+//! replica caught up with what the leader had committed when they came (a
+//! read index round through the leader, then the apply:
+//! `cell::catch_up`), so they claim no less than the leader would, and the
+//! leader serves none of their bytes. Live reads (long-poll, SSE) are
+//! served here from the committed prefix as it grows, once caught up the
+//! same way. A client that appended through any node reads its append
+//! there.
 //!
 //! The leader runs a forwarded request as its own ([`Shard::run_forwarded`])
 //! and never forwards it again: a replica that lost its lead meanwhile
@@ -79,14 +82,19 @@ pub enum Unsent {
 enum Road {
     /// On the leader.
     Leader,
-    /// Here, then on the leader if the answer claims freshness.
+    /// Here; if the answer claims freshness, here again once this replica
+    /// caught up with what the leader had committed (a read index round).
     HereFirst,
 }
 
 fn road(req: &ShardRequest) -> Road {
     match req {
         ShardRequest::Stream { op, .. } => match op {
-            StreamOp::Read(_) | StreamOp::Bootstrap | StreamOp::SnapshotRead { .. } => Road::HereFirst,
+            StreamOp::Read(_)
+            | StreamOp::Head { .. }
+            | StreamOp::Bootstrap
+            | StreamOp::SnapshotLatest
+            | StreamOp::SnapshotRead { .. } => Road::HereFirst,
             _ => Road::Leader,
         },
         // The JWK set is the cell's one key, which every node holds.
@@ -282,13 +290,30 @@ impl<S: SegmentStore> Shard<S> {
                 if !claims_freshness(liveness(&again), &reply) {
                     return reply;
                 }
-                if self.leads() {
-                    // It took over meanwhile: its answer needs confirming.
-                    return self.run_confirmed(to_leader, again).await;
-                }
-                unconfirmed(self.forward(to_leader, &again).await, reply)
+                self.run_caught_up(to_leader, again, reply).await
             }
         }
+    }
+
+    /// A follower's read whose answer `here` claims freshness (a 404, the
+    /// tail, the current snapshot): run again once this replica applied
+    /// everything the leader had committed when it was asked, so it claims
+    /// no less than the leader would, without the leader serving it. Unable
+    /// to catch up (no leader reachable, too many reads waiting), the data
+    /// it read, no longer claiming the tail, or 503.
+    async fn run_caught_up(&self, to_leader: &dyn Forwarder, req: ShardRequest, here: Reply) -> Reply {
+        if !self.leads() && to_leader.caught_up().await && !self.leads() {
+            return self.handle(req).await;
+        }
+        if self.leads() {
+            // It took over meanwhile: its answer needs confirming.
+            return self.run_confirmed(to_leader, req).await;
+        }
+        let failed = Error::Unavailable(format!(
+            "shard {}: this replica could not catch up with its group's leader to answer (retry)",
+            self.id
+        ));
+        unconfirmed(Err(failed), here)
     }
 
     /// A live read on a follower: served from what this replica applied,
@@ -468,7 +493,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_heads_and_bucket_requests_go_to_the_leader_reads_run_here_first() {
+    fn writes_and_bucket_requests_go_to_the_leader_reads_and_heads_run_here_first() {
         let append = AppendReq {
             content_type: None,
             body: vec![1, 2, 3],
@@ -479,8 +504,8 @@ mod tests {
         };
         assert_eq!(road(&stream(StreamOp::Append(append))), Road::Leader);
         assert_eq!(road(&stream(StreamOp::Delete)), Road::Leader);
-        assert_eq!(road(&stream(StreamOp::Head { if_none_match: None })), Road::Leader);
-        assert_eq!(road(&stream(StreamOp::SnapshotLatest)), Road::Leader, "it names the current snapshot");
+        assert_eq!(road(&stream(StreamOp::Head { if_none_match: None })), Road::HereFirst);
+        assert_eq!(road(&stream(StreamOp::SnapshotLatest)), Road::HereFirst, "caught up, then here");
         assert_eq!(road(&ShardRequest::Bucket { bucket: "b".into(), op: BucketOp::Get }), Road::Leader);
         assert_eq!(road(&read(Live::No)), Road::HereFirst);
         assert_eq!(road(&stream(StreamOp::Bootstrap)), Road::HereFirst);
