@@ -243,7 +243,7 @@ pub enum ShipError {
     Io { segment: u64, source: std::io::Error },
 }
 
-/// What [`copy_from_peers`] copied.
+/// What [`copy_best`] copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shipped {
     pub from: u64,
@@ -301,7 +301,7 @@ pub async fn copy_best<S: SegmentStore>(
 /// may have reclaimed entries it acknowledged (reclamation waits only for
 /// what every voter held), and then nothing could give them to it; it
 /// waits for a peer's answer however long, saying so every
-/// [`STILL_WAITING`]. None asked when there are no peers.
+/// `STILL_WAITING`. None asked when there are no peers.
 pub async fn manifests(
     links: &Links,
     peers: &[u64],
