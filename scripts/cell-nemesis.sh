@@ -11,7 +11,7 @@
 # acknowledged append once at its offset on every node, the same stream
 # everywhere, byte-identical segment files) and a summary line with the
 # failover times and the longest time without an acknowledgement.
-# `--wipe`: a follower's data directory emptied and the node started again
+# `--wipe`: a follower's data directory emptied and the node started again with --cell-join
 # (it copies its peers' sealed segments and must catch up within 60 s),
 # then the leader killed, in turn.
 # `--reclaim`: 1 MiB segments, and a 20 MB stream written first is deleted

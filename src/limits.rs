@@ -343,10 +343,12 @@ pub const CELL_DISCARDED_RUNS_MAX: usize = 4;
 /// the tail); past it a request is answered 503 at once. Room for every
 /// follower's forwards and as many of its own.
 pub const CELL_CONFIRMS_MAX: usize = CELL_VOTERS_MAX * CELL_FORWARDS_MAX;
-/// Replicated cells: live reads (long-poll, SSE) a follower holds while it
-/// catches up with what its leader had committed when they arrived (one
-/// read index round, then the apply: `cell::catch_up`); past it a live read
-/// there answers 503 at once. A waiting read costs a few dozen bytes.
+/// Replicated cells: live reads (long-poll, SSE) and reads that claim
+/// freshness (at the tail, HEAD, a 404) a follower holds while it catches
+/// up with what its leader had committed when they arrived (one read index
+/// round, then the apply: `cell::catch_up`); past it such a read there
+/// answers 503 at once (a catch-up read with data: its data, not "up to
+/// date"). A waiting read costs a few dozen bytes.
 pub const CELL_CATCH_UPS_MAX: usize = 16_384;
 /// Replicated cells: ticks a leader waits for a majority to confirm that it
 /// still leads (one read index round) before those waiting get 503: two

@@ -205,6 +205,8 @@ struct Nemesis {
     kinds: Vec<Fault>,
     /// Each wiped node's restart to caught up, and the bytes it copied.
     refills: Vec<(Duration, f64)>,
+    /// The nodes that start with `--cell-join` (since their first wipe).
+    joins: [bool; 3],
 }
 
 impl Nemesis {
@@ -292,14 +294,20 @@ impl Nemesis {
                 }
             }
             Fault::WipeFollower => {
-                // A lost disk: the node comes back empty under its id, copies
-                // its peers' sealed segments and is caught up; the next fault
-                // waits for that (until then the cell survives no second one).
+                // A lost disk: the node comes back empty under its id with
+                // `--cell-join` (the runbook's way; it stays set, as a node
+                // holding segments starts as always), copies its peers'
+                // sealed segments and is caught up; the next fault waits for
+                // that (until then the cell survives no second one).
                 let i = others[0];
                 self.kill(i);
                 let dir = self.nodes[i].data_dir();
                 std::fs::remove_dir_all(&dir).unwrap();
                 std::fs::create_dir_all(&dir).unwrap();
+                if !self.joins[i] {
+                    self.nodes[i].add_args(&["--cell-join"]);
+                    self.joins[i] = true;
+                }
                 let back = Instant::now();
                 self.restart(i);
                 self.caught_up(i, leader, back);
@@ -626,6 +634,7 @@ fn nemesis() {
         spans,
         kinds,
         refills: Vec::new(),
+        joins: [false; 3],
     };
     // NEMESIS_RECLAIM: 20 MB of a stream (40 segments of 1 MiB) before the
     // writers' stream, deleted a third of the way through the faults: its

@@ -658,6 +658,60 @@ fn segment_files(cell: &Cell, i: usize) -> Vec<(String, Vec<u8>)> {
     common::cell::segment_files(&cell.nodes[i].data_dir())
 }
 
+/// A node's host is lost and its replacement, under the same id, listens
+/// for its peers on another address (here another port): the peers are
+/// restarted one at a time with the new `--cell` list (followers first,
+/// appends going on between), and the replacement starts empty with
+/// `--cell-join`: it copies its peers' sealed segments, catches up, serves
+/// every acknowledged append, and votes again. The time and the bytes
+/// copied are printed.
+#[test]
+fn a_node_replaced_on_another_address_under_its_id_catches_up() {
+    let mut cell = Cell::start_with(&["--segment-bytes", "65536"]);
+    cell.create();
+    let big = "r".repeat(4000);
+    for i in 0..100 {
+        cell.append(&format!("{i} {big}"), Duration::from_secs(10)).expect("append");
+    }
+    cell.settle();
+    cell.nodes[2].kill9();
+    cell.up[2] = false;
+    wipe(&cell, 2);
+    let voters = cell.nodes[0].arg("--cell").expect("a --cell list").to_string();
+    let old = voters.split(',').find(|v| v.starts_with("3@")).expect("node 3 in --cell").to_string();
+    let moved = format!("3@127.0.0.1:{}", common::cell::free_ports(1)[0]);
+    let voters = voters.replace(&old, &moved);
+    for i in [1, 0] {
+        let (status, took) = cell.nodes[i].terminate(Duration::from_secs(30));
+        assert!(status.is_some_and(|s| s.success()), "node {} did not stop in {took:?}", i + 1);
+        cell.nodes[i].set_arg("--cell", &voters);
+        cell.nodes[i].start_again();
+        for k in 0..10 {
+            cell.append(&format!("node {} restarted {k}", i + 1), Duration::from_secs(20)).expect("append");
+        }
+    }
+    cell.nodes[2].set_arg("--cell", &voters);
+    cell.nodes[2].add_args(&["--cell-join"]);
+    let restarted = Instant::now();
+    cell.nodes[2].start_again();
+    cell.up[2] = true;
+    for k in 0..20 {
+        cell.append(&format!("while node 3 joins {k}"), Duration::from_secs(20)).expect("append");
+    }
+    caught_up(&cell, 2);
+    let segments = metric(&cell.nodes[2], "ringstream_cell_shipped_segments_total{shard=\"0\"}");
+    let bytes = metric(&cell.nodes[2], "ringstream_cell_shipped_bytes_total{shard=\"0\"}");
+    eprintln!(
+        "node 3 moved from {old} to {moved}: copied {segments} segments ({bytes} bytes) and caught up {:?} after its start",
+        restarted.elapsed()
+    );
+    assert!(segments >= 5.0, "node 3 copied {segments} segments");
+    for i in 0..3 {
+        cell.serves_all(i);
+    }
+    votes_again(&mut cell);
+}
+
 /// A stream of 300 appends of 4 KB (in 64 KiB segments) is deleted, then
 /// the cell's stream is written, while node 3 is down: no segment goes
 /// while it lacks their entries (it would need them). Once it is back the

@@ -176,6 +176,19 @@ impl Server {
         self.args.extend(extra.iter().map(|s| s.to_string()));
     }
 
+    /// The value given to `flag` (the argument after it), if it is given.
+    pub fn arg(&self, flag: &str) -> Option<&str> {
+        let at = self.args.iter().position(|a| a == flag)?;
+        self.args.get(at + 1).map(String::as_str)
+    }
+
+    /// Gives `flag` the value `value` from the next start on (it must be
+    /// given already).
+    pub fn set_arg(&mut self, flag: &str, value: &str) {
+        let at = self.args.iter().position(|a| a == flag).unwrap_or_else(|| panic!("no {flag} to change"));
+        self.args[at + 1] = value.to_string();
+    }
+
     pub fn start_again(&mut self) {
         self.kill9();
         self.spawn();
