@@ -256,11 +256,11 @@ pub struct Cli {
 
     /// Replicated cell: this node lost its data (or is new in a cell that
     /// holds some) and must copy its peers' before it takes part. With an
-    /// empty data directory it waits, however long, until a peer answers
-    /// what it holds, copies the peers' sealed segment files whole, and
-    /// then catches up; without the flag an empty node whose peers are all
-    /// down starts empty (a new cell), and if its peers come back having
-    /// reclaimed entries it needs, it must be restarted. A node that holds
+    /// empty data directory it waits, however long, until a peer offers
+    /// its sealed segment files (or every peer says it holds none), copies
+    /// them whole, and then catches up; without the flag an empty node does
+    /// not wait for peers that are down (a new cell), and if they come back
+    /// having reclaimed entries it needs, it must be restarted. A node that holds
     /// segments starts as always. The variable and the file key take
     /// true/false. [default: false]
     #[arg(long, env = "RINGSTREAM_CELL_JOIN", value_parser = clap::builder::BoolishValueParser::new())]

@@ -304,7 +304,8 @@ pub const CELL_SHIP_CHUNK_TIMEOUT_MS: u64 = 10_000;
 /// Segment shipping: how long a replica that boots with no segment waits
 /// for its peers' manifests (a new cell's nodes answer "none" as soon as
 /// their links are up; a peer that is up and does not answer costs this
-/// long). With `--cell-join`, counted from the first answer.
+/// long). With `--cell-join` it waits until a peer offers segments or
+/// every peer answered, however long.
 pub const CELL_SHIP_BOOT_WAIT_MS: u64 = 5_000;
 /// Replicated cells: how long a peer link's data may go unacknowledged by
 /// the peer's kernel before the connection is dropped and dialled again

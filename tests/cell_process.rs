@@ -65,7 +65,7 @@ struct Cell {
     acked: Vec<Acked>,
     attempts: u64,
     /// Appends acknowledged through each node.
-    through: [usize; 3],
+    through: Vec<usize>,
 }
 
 impl Cell {
@@ -75,8 +75,13 @@ impl Cell {
 
     /// A cell whose nodes get the flags `extra` too.
     fn start_with(extra: &[&str]) -> Cell {
-        let (dir, nodes) = common::cell::start_with(3, extra);
-        Cell { _dir: dir, nodes, up: vec![true; 3], acked: Vec::new(), attempts: 0, through: [0; 3] }
+        Cell::of(3, extra)
+    }
+
+    /// A cell of `n` nodes (3 or 5) with the flags `extra`.
+    fn of(n: usize, extra: &[&str]) -> Cell {
+        let (dir, nodes) = common::cell::start_with(n, extra);
+        Cell { _dir: dir, nodes, up: vec![true; n], acked: Vec::new(), attempts: 0, through: vec![0; n] }
     }
 
     /// Creates the stream through the nodes in turn until one (the leader)
@@ -84,7 +89,7 @@ impl Cell {
     fn create(&mut self) -> usize {
         let end = Instant::now() + Duration::from_secs(20);
         while Instant::now() < end {
-            for i in 0..3 {
+            for i in 0..self.nodes.len() {
                 let Ok(mut c) = Conn::try_connect(self.nodes[i].port()) else { continue };
                 let Ok(r) = c.try_request("PUT", STREAM, &[("content-type", "text/plain")], b"") else { continue };
                 match r.status {
@@ -107,7 +112,8 @@ impl Cell {
         let end = Instant::now() + limit;
         let first = self.acked.len();
         while Instant::now() < end {
-            for i in (first..first + 3).map(|i| i % 3).filter(|&i| self.up[i]) {
+            let n = self.nodes.len();
+            for i in (first..first + n).map(|i| i % n).filter(|&i| self.up[i]) {
                 self.attempts += 1;
                 let bytes = format!("<{body}#{}>", self.attempts).into_bytes();
                 let Ok(mut c) = Conn::try_connect(self.nodes[i].port()) else { continue };
@@ -164,7 +170,7 @@ impl Cell {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        for n in (0..3).filter(|&n| self.up[n]) {
+        for n in (0..self.nodes.len()).filter(|&n| self.up[n]) {
             eprintln!("--- node {} log:\n{}", n + 1, self.nodes[n].log_tail());
         }
         panic!("node {}: {last}", i + 1);
@@ -172,7 +178,7 @@ impl Cell {
 
     /// The node that leads (its /leaderz answers 200), if one does.
     fn leader(&self) -> Option<usize> {
-        (0..3).filter(|&i| self.up[i]).find(|&i| {
+        (0..self.nodes.len()).filter(|&i| self.up[i]).find(|&i| {
             let Ok(mut c) = Conn::try_connect(self.nodes[i].port()) else { return false };
             c.try_request("GET", "/leaderz", &[], b"").is_ok_and(|r| r.status == 200)
         })
@@ -195,7 +201,7 @@ impl Cell {
     /// until then the lead may still move.
     fn settle(&self) {
         let end = Instant::now() + Duration::from_secs(30);
-        while !(self.leader() == Some(0) && (1..3).all(|i| self.knows_leader(i, 1))) {
+        while !(self.leader() == Some(0) && (1..self.nodes.len()).all(|i| self.knows_leader(i, 1))) {
             assert!(Instant::now() < end, "the first voter did not come to lead in 30 s");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -298,6 +304,57 @@ fn a_cell_acknowledges_through_its_leader_survives_a_kill_and_catches_up() {
     cell.nodes[leader].start_again();
     cell.up[leader] = true;
     for i in 0..3 {
+        cell.serves_all(i);
+    }
+}
+
+/// Five real nodes: the leader and another killed, the other three go on
+/// acknowledging; a third killed, and the two left answer an append 503
+/// with `Retry-After` within the timeout while still serving what was
+/// committed. The disk of one of the three down is lost: the appends made
+/// while two were down are then held by two of five only; it comes back
+/// with `--cell-join` (copying from the two running), the other two
+/// (stale) come back too, and no acknowledged append is lost: every node
+/// serves every one (the stale pair cannot elect one of theirs without
+/// the two holding them, and the node that lost its data votes for no
+/// one holding a log before it caught up).
+#[test]
+fn a_cell_of_five_survives_two_down_and_acknowledges_nothing_with_three_down() {
+    let mut cell = Cell::of(5, &["--segment-bytes", "65536"]);
+    cell.create();
+    let big = "f".repeat(2000);
+    for i in 0..50 {
+        cell.append(&format!("{i} {big}"), Duration::from_secs(10)).expect("append");
+    }
+    cell.settle();
+    for i in [0, 1] {
+        cell.nodes[i].kill9();
+        cell.up[i] = false;
+    }
+    let killed = Instant::now();
+    let by = cell.append("two of five down", Duration::from_secs(20)).expect("three of five acknowledge");
+    eprintln!("nodes 1 and 2 (the leader) killed: node {} acknowledged after {:?}", by + 1, killed.elapsed());
+    for i in 0..20 {
+        cell.append(&format!("on three of five {i} {big}"), Duration::from_secs(10)).expect("append");
+    }
+    cell.nodes[2].kill9();
+    cell.up[2] = false;
+    let asked = Instant::now();
+    let r = cell.nodes[3].conn().request("POST", STREAM, &[("content-type", "text/plain")], b"no majority");
+    assert_eq!(r.status, 503, "two of five: {}", r.summary());
+    assert!(r.header("retry-after").is_some(), "a 503 without Retry-After");
+    assert!(asked.elapsed() < Duration::from_secs(12), "answered after {:?}", asked.elapsed());
+    for i in [3, 4] {
+        cell.serves_all(i);
+    }
+    wipe(&cell, 2);
+    cell.nodes[2].add_args(&["--cell-join"]);
+    for i in [2, 0, 1] {
+        cell.nodes[i].start_again();
+        cell.up[i] = true;
+    }
+    cell.append("all five back", Duration::from_secs(30)).expect("no acknowledgement in 30 s with all five back");
+    for i in 0..5 {
         cell.serves_all(i);
     }
 }

@@ -91,8 +91,9 @@ pub struct CellConfig {
     /// The secret the voters share.
     pub secret: Secret,
     /// `--cell-join`: with no segments, this node copies its peers' before
-    /// it takes part, waiting for a peer however long (it never starts
-    /// empty: its disk was lost, and its peers hold what it acknowledged).
+    /// it takes part, waiting however long until a peer offers segments or
+    /// every peer answered (its disk was lost, and a peer that is down may
+    /// hold what it acknowledged).
     pub join: bool,
 }
 

@@ -297,11 +297,12 @@ pub async fn copy_best<S: SegmentStore>(
 /// is still opening answers "not ready" and is asked again. A peer this
 /// replica's dial to failed (down: a new cell's first node finds every one
 /// so) is not waited for, unless `patient` (`--cell-join`): a replica whose
-/// disk was lost must not start empty while its peers are down, since they
-/// may have reclaimed entries it acknowledged (reclamation waits only for
-/// what every voter held), and then nothing could give them to it; it
-/// waits for a peer's answer however long, saying so every
-/// `STILL_WAITING`. None asked when there are no peers.
+/// disk was lost must not start empty while a peer that may hold segments
+/// is down, since it may have reclaimed entries this one acknowledged
+/// (reclamation waits only for what every voter held), and then nothing
+/// could give them to it; it waits until a peer offers segments or every
+/// peer answered (a new cell: all hold nothing), however long, saying so
+/// every `STILL_WAITING`. None asked when there are no peers.
 pub async fn manifests(
     links: &Links,
     peers: &[u64],
@@ -310,7 +311,7 @@ pub async fn manifests(
     sleep: &Sleep,
 ) -> Vec<(u64, Manifest)> {
     let started = Instant::now();
-    let mut asking = Asking { started, answered_at: None, offered_at: None, patient, wait };
+    let mut asking = Asking { started, offered_at: None, patient, wait };
     let (mut offers, mut pending): (Vec<(u64, Manifest)>, _) = (Vec::new(), peers.to_vec());
     let mut said = started;
     while !asking.settled(pending.is_empty(), Instant::now()) {
@@ -324,7 +325,6 @@ pub async fn manifests(
             }
             match links.fetch(peer, vec![ASK_MANIFEST], MANIFEST_TIMEOUT).await.map(|a| decode_manifest(&a)) {
                 Ok(Ok(Some(m))) => {
-                    asking.answered_at.get_or_insert_with(Instant::now);
                     if !m.is_empty() {
                         asking.offered_at.get_or_insert_with(Instant::now);
                     }
@@ -338,11 +338,11 @@ pub async fn manifests(
             }
         }
         pending = unanswered;
-        if asking.answered_at.is_none() && said.elapsed() >= STILL_WAITING {
+        if asking.offered_at.is_none() && !pending.is_empty() && said.elapsed() >= STILL_WAITING {
             said = Instant::now();
             tracing::warn!(
-                "segment shipping (--cell-join): no segments here and no peer answered in {:?} (down, or opening \
-                 its log): waiting for one",
+                "segment shipping (--cell-join): no segments here, none offered in {:?}, and nodes {pending:?} \
+                 have not answered (down, or opening their logs): waiting for them",
                 started.elapsed()
             );
         }
@@ -356,7 +356,6 @@ pub async fn manifests(
 /// Where asking for manifests stands.
 struct Asking {
     started: Instant,
-    answered_at: Option<Instant>,
     offered_at: Option<Instant>,
     patient: bool,
     wait: Duration,
@@ -365,12 +364,10 @@ struct Asking {
 impl Asking {
     /// Whether asking may stop: every peer answered (or, not `patient`, is
     /// down); or one offered segments [`OTHERS_GRACE`] ago (the others may
-    /// offer more); or `wait` passed: since the start, or, `patient`, since
-    /// the first answer (never before one).
+    /// offer more); or, not `patient`, `wait` passed since the start.
     fn settled(&self, all: bool, now: Instant) -> bool {
-        let waited_from = if self.patient { self.answered_at } else { Some(self.started) };
         all || self.offered_at.is_some_and(|t| now >= t + OTHERS_GRACE)
-            || waited_from.is_some_and(|t| now >= t + self.wait)
+            || (!self.patient && now >= self.started + self.wait)
     }
 }
 
@@ -506,30 +503,26 @@ mod tests {
     }
 
     #[test]
-    fn a_patient_replica_stops_asking_only_once_a_peer_answered() {
+    fn a_patient_replica_stops_asking_only_on_an_offer_or_every_answer() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let asking = |patient, answered: Option<u64>, offered: Option<u64>| Asking {
+        let asking = |patient, offered: Option<u64>| Asking {
             started: t0,
-            answered_at: answered.map(at),
             offered_at: offered.map(at),
             patient,
             wait: Duration::from_secs(5),
         };
-        // No answer yet: patient, never, however long; else after `wait`.
-        assert!(!asking(true, None, None).settled(false, at(3_600_000)));
-        assert!(!asking(false, None, None).settled(false, at(4_999)));
-        assert!(asking(false, None, None).settled(false, at(5_000)));
+        // No offer yet (none answered, or some answered empty: another may
+        // hold segments): patient, never, however long; else after `wait`.
+        assert!(!asking(true, None).settled(false, at(3_600_000)));
+        assert!(!asking(false, None).settled(false, at(4_999)));
+        assert!(asking(false, None).settled(false, at(5_000)));
         // Every peer answered: at once, empty or not.
-        assert!(asking(true, Some(0), None).settled(true, t0));
-        // One answered empty after a minute: patient, the others `wait`
-        // more from that answer.
-        assert!(!asking(true, Some(60_000), None).settled(false, at(64_999)));
-        assert!(asking(true, Some(60_000), None).settled(false, at(65_000)));
+        assert!(asking(true, None).settled(true, t0));
         // One offered segments: the others OTHERS_GRACE more.
         for patient in [true, false] {
-            assert!(!asking(patient, Some(0), Some(0)).settled(false, at(499)));
-            assert!(asking(patient, Some(0), Some(0)).settled(false, at(500)));
+            assert!(!asking(patient, Some(0)).settled(false, at(499)));
+            assert!(asking(patient, Some(0)).settled(false, at(500)));
         }
     }
 

@@ -110,7 +110,8 @@ fn start_links(id: usize, cell: &CellConfig) -> Result<(Links, Inbox), String> {
 /// A replica with no segment (a new node, a lost disk, or a shipping cut
 /// short, whose copies are removed first) copies its peers' sealed
 /// segments (`cell::ship`) before its log opens: with `--cell-join` it
-/// waits for a peer's answer however long (`ship::manifests`). Where no
+/// waits however long for an offer or every peer's answer
+/// (`ship::manifests`). Where no
 /// peer offers any (a new cell), or every copy fails, it starts empty,
 /// and its leader sends it entries instead. The `ship-state` file says "shipping" from
 /// the first copy until it ends, so a boot that finds it so starts over.

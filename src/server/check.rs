@@ -86,8 +86,8 @@ fn cell(cfg: &Config, out: &mut String) {
     if cell.join {
         let _ = writeln!(
             out,
-            "cell join        yes: a shard with no segments waits for a peer, however long, and copies its peers' \
-             sealed segments before it takes part"
+            "cell join        yes: a shard with no segments waits, however long, until a peer offers its sealed \
+             segments (or every peer holds none), and copies them before it takes part"
         );
     }
     let _ = match super::cell_refusal(cfg) {
