@@ -881,7 +881,7 @@ fn a_deleted_streams_segments_go_on_every_node_through_the_log() {
 /// All three down, node 3's disk lost, node 3 started first with
 /// `--cell-join`: it waits for a peer to answer instead of starting empty
 /// (its peers reclaimed the entries it would need: nothing could give
-/// them to it). Nodes 1 and 2 started 6 s later: it copies their segments
+/// them to it). Nodes 1 and 2 started 3 s later: it copies their segments
 /// and catches up.
 fn lost_disk_while_the_peers_are_down(cell: &mut Cell) {
     for i in 0..3 {
@@ -892,7 +892,7 @@ fn lost_disk_while_the_peers_are_down(cell: &mut Cell) {
     let (first_two, third) = cell.nodes.split_at_mut(2);
     std::thread::scope(|s| {
         let alone = s.spawn(|| third[0].start_again());
-        std::thread::sleep(Duration::from_secs(6));
+        std::thread::sleep(Duration::from_secs(3));
         assert!(!alone.is_finished(), "node 3 started empty with no peer up (it could never be caught up)");
         for n in first_two.iter_mut() {
             n.start_again();

@@ -18,8 +18,9 @@
 //! - [`fetch_segment`] asks chunk after chunk, one in flight, checks each,
 //!   and writes them into a segment store at the offsets they came from;
 //!   the file is durable and byte for byte the peer's when it returns Ok.
-//! - [`manifests`] asks every peer for its manifest until one answered
-//!   (however long that takes: see its doc), then the others a while more;
+//! - [`manifests`] asks every peer for its manifest until all answered,
+//!   or one offered segments (the others get a moment more), or a
+//!   deadline passed (never, with `--cell-join`: see its doc);
 //!   [`copy_best`] copies the longest one's segments; the receiver's log
 //!   then opens on them as a log missing nothing but its newest entries,
 //!   which its leader sends as entries.
@@ -258,7 +259,7 @@ const MANIFEST_TIMEOUT: Duration = Duration::from_secs(2);
 const ASK_AGAIN: Duration = Duration::from_millis(50);
 /// How much longer the other peers are waited for once one offered segments.
 const OTHERS_GRACE: Duration = Duration::from_millis(500);
-/// How often a replica that no peer answered yet says it still waits.
+/// How often a replica waiting for its peers (`--cell-join`) says so.
 const STILL_WAITING: Duration = Duration::from_secs(10);
 
 /// Copies the segments of the longest manifest among `offers` into `into`

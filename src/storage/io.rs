@@ -59,8 +59,8 @@ pub trait SegmentStore {
     }
     /// [`SegmentStore::create`] for a segment every byte of which is
     /// written next (one copied whole from a peer): its space is allocated,
-    /// not zero-filled, so its bytes are written once. Backends that do
-    /// not zero-fill create it as `create` does.
+    /// not zero-filled, so its bytes are written once. By default (backends
+    /// without a disk) as `create`.
     async fn create_unfilled(&self, no: u64, len: u64) -> io::Result<Self::File> {
         self.create(no, len).await
     }
