@@ -196,6 +196,19 @@ impl Cell {
         (cell, 0)
     }
 
+    /// A cell of 64 KiB segments holding the stream with `n` appends of
+    /// 4 KB (so about `n / 16` sealed segments), settled.
+    fn with_segments(n: usize) -> Cell {
+        let mut cell = Cell::start_with(&["--segment-bytes", "65536"]);
+        cell.create();
+        let big = "x".repeat(4000);
+        for i in 0..n {
+            cell.append(&format!("{i} {big}"), Duration::from_secs(10)).expect("append");
+        }
+        cell.settle();
+        cell
+    }
+
     /// Waits (up to 30 s) until the first voter leads and every node knows
     /// it: the cell steers its lead there once that node has caught up, and
     /// until then the lead may still move.
@@ -658,6 +671,12 @@ fn caught_up(cell: &Cell, node: usize) -> Duration {
     }
 }
 
+/// The sealed segments, and their bytes, `node` copied at boot.
+fn shipped(node: &Server) -> (f64, f64) {
+    let segments = metric(node, "ringstream_cell_shipped_segments_total{shard=\"0\"}");
+    (segments, metric(node, "ringstream_cell_shipped_bytes_total{shard=\"0\"}"))
+}
+
 fn metric(node: &Server, name: &str) -> f64 {
     node.metrics().into_iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no {name}")).1
 }
@@ -670,13 +689,7 @@ fn metric(node: &Server, name: &str) -> f64 {
 /// every acknowledged append, and it votes again once caught up.
 #[test]
 fn a_voter_that_lost_its_disk_gets_its_peers_sealed_segments_whole() {
-    let mut cell = Cell::start_with(&["--segment-bytes", "65536"]);
-    cell.create();
-    let big = "x".repeat(4000);
-    for i in 0..300 {
-        cell.append(&format!("{i} {big}"), Duration::from_secs(10)).expect("append");
-    }
-    cell.settle();
+    let mut cell = Cell::with_segments(300);
     cell.nodes[2].kill9();
     wipe(&cell, 2);
     let restarted = Instant::now();
@@ -685,8 +698,7 @@ fn a_voter_that_lost_its_disk_gets_its_peers_sealed_segments_whole() {
         cell.append(&format!("while node 3 comes back {i}"), Duration::from_secs(10)).expect("append");
     }
     let took = caught_up(&cell, 2);
-    let segments = metric(&cell.nodes[2], "ringstream_cell_shipped_segments_total{shard=\"0\"}");
-    let bytes = metric(&cell.nodes[2], "ringstream_cell_shipped_bytes_total{shard=\"0\"}");
+    let (segments, bytes) = shipped(&cell.nodes[2]);
     eprintln!(
         "node 3 copied {segments} sealed segments ({bytes} bytes) at boot and caught up {:?} after its restart ({took:?} after the 20 appends)",
         restarted.elapsed()
@@ -724,13 +736,7 @@ fn segment_files(cell: &Cell, i: usize) -> Vec<(String, Vec<u8>)> {
 /// copied are printed.
 #[test]
 fn a_node_replaced_on_another_address_under_its_id_catches_up() {
-    let mut cell = Cell::start_with(&["--segment-bytes", "65536"]);
-    cell.create();
-    let big = "r".repeat(4000);
-    for i in 0..100 {
-        cell.append(&format!("{i} {big}"), Duration::from_secs(10)).expect("append");
-    }
-    cell.settle();
+    let mut cell = Cell::with_segments(100);
     cell.nodes[2].kill9();
     cell.up[2] = false;
     wipe(&cell, 2);
@@ -756,8 +762,7 @@ fn a_node_replaced_on_another_address_under_its_id_catches_up() {
         cell.append(&format!("while node 3 joins {k}"), Duration::from_secs(20)).expect("append");
     }
     caught_up(&cell, 2);
-    let segments = metric(&cell.nodes[2], "ringstream_cell_shipped_segments_total{shard=\"0\"}");
-    let bytes = metric(&cell.nodes[2], "ringstream_cell_shipped_bytes_total{shard=\"0\"}");
+    let (segments, bytes) = shipped(&cell.nodes[2]);
     eprintln!(
         "node 3 moved from {old} to {moved}: copied {segments} segments ({bytes} bytes) and caught up {:?} after its start",
         restarted.elapsed()
