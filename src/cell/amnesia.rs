@@ -10,13 +10,19 @@
 //! replicated, would tell it to commit entries it no longer has (raft-rs
 //! then stops the process) and would never send them again. Three rules:
 //!
-//! - **Votes wait** ([`VoteGuard`]): a replica that starts in term 0, its
-//!   log empty or copied from its peers at boot (a new cell's first boot,
-//!   or a lost disk, segment shipping or not: it cannot tell), gives no vote to a candidate that holds a log until it has caught up
-//!   with a leader (its commit index reached the one the first leader it
-//!   heard announced), nor takes over when a leader bids it to. Candidates
-//!   with empty logs (a new cell's first election) get its vote, as there
-//!   is nothing to lose.
+//! - **Votes and campaigns wait** ([`VoteGuard`]): a replica that starts
+//!   in term 0, its log empty or copied from its peers at boot (a new
+//!   cell's first boot, or a lost disk, segment shipping or not: it cannot
+//!   tell), gives no vote to a candidate that holds a log until it has
+//!   caught up with a leader (its commit index reached the one the first
+//!   leader it heard announced), nor takes over when a leader bids it to,
+//!   nor, holding a log itself, stands for election: copied segments end
+//!   where its peers' sealed ones did, short of entries it may have
+//!   acknowledged before its disk was lost, and stale voters would elect
+//!   it over them (a five-node cell did, in CI: the leader it became wrote
+//!   over acknowledged appends). Candidates with empty logs (a new cell's
+//!   first election) get its vote, and it stands with an empty log, as
+//!   there is nothing to lose.
 //! - **A heartbeat commits only what matches** ([`clamp_heartbeat`]): it
 //!   may advance the commit index to this replica's last entry only if that
 //!   entry is of the leader's term (then the logs match up to it), else not
@@ -66,6 +72,13 @@ impl VoteGuard {
         }
     }
 
+    /// Whether this replica may stand for election, its log ending at
+    /// `last_index`: not while it waits for a leader to catch it up, if it
+    /// holds a log (what it holds may end short of what it acknowledged).
+    pub fn may_campaign(&self, last_index: u64) -> bool {
+        *self == VoteGuard::Open || last_index == 0
+    }
+
     /// Notes a message of kind `kind` stepped from the current leader,
     /// carrying `commit`: the first append names the commit index to catch
     /// up to (a heartbeat's commit is only what the leader believes this
@@ -74,6 +87,18 @@ impl VoteGuard {
         if *self == VoteGuard::AwaitLeader && kind == MessageType::MsgAppend {
             *self = VoteGuard::AwaitCommit(commit);
         }
+    }
+
+    /// Notes that this replica won an election; true when that opens the
+    /// guard. A majority elected it knowing its log, and a leader's log
+    /// holds every committed entry (it can only have stood with an empty
+    /// log: a new cell's first election), so there is nothing left to
+    /// catch up to; left closed, it would withhold its vote from its
+    /// successor once it stepped down, and stand for no election either.
+    pub fn elected(&mut self) -> bool {
+        let was = *self;
+        *self = VoteGuard::Open;
+        was != VoteGuard::Open
     }
 
     /// Notes this replica's commit index; true when that opens the guard.
@@ -140,6 +165,18 @@ pub fn lost_entries(m: &Message, matched: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_waiting_for_a_leader_stands_for_election_only_with_an_empty_log() {
+        for guard in [VoteGuard::AwaitLeader, VoteGuard::AwaitCommit(70)] {
+            assert!(guard.may_campaign(0), "an empty log: a new cell's first election");
+            assert!(!guard.may_campaign(65), "copied segments may end short of what it acknowledged");
+        }
+        assert!(VoteGuard::Open.may_campaign(65));
+        let mut first_leader = VoteGuard::AwaitLeader;
+        assert!(first_leader.elected(), "a new cell's first leader opens its guard");
+        assert!(!first_leader.elected() && first_leader.may_campaign(65));
+    }
 
     #[test]
     fn a_heartbeat_past_its_log_makes_a_replica_say_it_lost_entries() {

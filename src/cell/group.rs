@@ -214,10 +214,22 @@ impl<S: GroupStore> Group<S> {
         })
     }
 
-    /// One tick of the owner's timer; true when the group has work.
+    /// One tick of the owner's timer; true when the group has work. A
+    /// replica that may have lost entries it acknowledged and holds a log
+    /// does not tick towards an election (`VoteGuard::may_campaign`): its
+    /// election clock stands still until a leader caught it up.
     pub fn tick(&mut self) -> bool {
         self.ticks += 1;
-        self.node.tick()
+        let leads = self.node.raft.state == StateRole::Leader;
+        if !leads && !self.votes.may_campaign(self.node.raft.raft_log.last_index()) {
+            return false;
+        }
+        let work = self.node.tick();
+        // A lone voter wins its election within the tick.
+        if self.role() == StateRole::Leader {
+            self.votes.elected();
+        }
+        work
     }
 
     /// A message from a peer, under the rules for a voter that lost its
@@ -250,6 +262,9 @@ impl<S: GroupStore> Group<S> {
                 self.node.raft.id,
                 self.commit()
             );
+        }
+        if self.role() == StateRole::Leader && self.votes.elected() {
+            tracing::info!("replica {}: elected: it votes as Raft says from now on", self.node.raft.id);
         }
         stepped
     }
@@ -552,6 +567,33 @@ mod tests {
         gs[0].node.campaign().unwrap();
         settle(gs);
         assert_eq!(gs[0].role(), StateRole::Leader);
+    }
+
+    /// A replica starting in term 0 (its data lost) with a log (segments
+    /// copied from its peers) stands for no election however long it hears
+    /// nothing; with an empty log it does (a new cell's first election).
+    #[test]
+    fn a_replica_that_lost_its_data_and_holds_a_log_does_not_campaign() {
+        let campaigns = |entries: u64| {
+            let store = MemStorage::new_with_conf_state((vec![1, 2, 3], vec![]));
+            let log: Vec<Entry> = (1..=entries).map(|index| Entry { term: 1, index, ..Entry::default() }).collect();
+            store.wl().append(&log).unwrap();
+            let mut g = Group::new(&config(3, 0), store, &logger()).unwrap();
+            let mut sent = Vec::new();
+            for _ in 0..100 {
+                g.tick();
+                sent.extend(drain(&mut g).0);
+            }
+            let vote = |m: &Message| {
+                matches!(
+                    m.get_msg_type(),
+                    raft::prelude::MessageType::MsgRequestPreVote | raft::prelude::MessageType::MsgRequestVote
+                )
+            };
+            sent.iter().any(vote)
+        };
+        assert!(!campaigns(65), "it stood for election holding a log it cannot vouch for");
+        assert!(campaigns(0), "an empty replica of a new cell stands for election");
     }
 
     #[test]
