@@ -7,7 +7,10 @@
 //! - an unanswered request fails at its deadline, not before;
 //! - replica 2 stopped (as a killed process stops) while a request waits:
 //!   the wait ends within a second (its connection broke), long before the
-//!   request's 10 s deadline, and later requests fail at once.
+//!   request's 10 s deadline, and later requests fail at once;
+//! - replica 2 never sends to replica 1 (as a follower never writes to
+//!   another follower) yet, replica 1 restarted, finds its link to the old
+//!   process closed and dials the new one: the new one's request is answered.
 
 use futures_lite::future;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -47,14 +50,14 @@ fn links(me: u64, addrs: &[SocketAddr]) -> Links {
     Links::start(LinkConfig { me, group: 0, listen, peers, secret }).unwrap().0
 }
 
-#[test]
-fn forwards_are_answered_bounded_and_end_when_the_leader_goes() {
-    let addrs = free_addrs(2);
+/// Replica 2 on an executor of its own, serving forwards until the flag
+/// returned is set.
+fn serve_reversed(addrs: &[SocketAddr]) -> (glommio::ExecutorJoinHandle<()>, Arc<AtomicBool>) {
     let stop = Arc::new(AtomicBool::new(false));
-    let (server_addrs, halt) = (addrs.clone(), stop.clone());
+    let (addrs, halt) = (addrs.to_vec(), stop.clone());
     let server = LocalExecutorBuilder::new(Placement::Unbound)
         .spawn(move || async move {
-            let l = links(2, &server_addrs);
+            let l = links(2, &addrs);
             l.serve_forwards(Rc::new(Reverses));
             while !halt.load(Ordering::Relaxed) {
                 glommio::timer::sleep(Duration::from_millis(5)).await;
@@ -62,6 +65,13 @@ fn forwards_are_answered_bounded_and_end_when_the_leader_goes() {
             // Dropping the links closes every connection, as a kill does.
         })
         .unwrap();
+    (server, stop)
+}
+
+#[test]
+fn forwards_are_answered_bounded_and_end_when_the_leader_goes() {
+    let addrs = free_addrs(2);
+    let (server, stop) = serve_reversed(&addrs);
     let client = LocalExecutorBuilder::new(Placement::Unbound)
         .spawn(move || async move {
             let l = links(1, &addrs);
@@ -107,5 +117,43 @@ fn forwards_are_answered_bounded_and_end_when_the_leader_goes() {
         })
         .unwrap();
     client.join().unwrap();
+    server.join().unwrap();
+}
+
+/// Replica 1 on an executor of its own (as a process): its links up, then
+/// one forward answered; everything it opened closes when it ends.
+fn run_replica_1(addrs: &[SocketAddr], up_within: Duration) -> Duration {
+    let addrs = addrs.to_vec();
+    LocalExecutorBuilder::new(Placement::Unbound)
+        .spawn(move || async move {
+            let l = links(1, &addrs);
+            let started = Instant::now();
+            let answer = loop {
+                match l.forward(2, b"abc".to_vec(), Duration::from_secs(2)).await {
+                    Err(ForwardError::NotConnected(2)) if started.elapsed() < up_within => {
+                        glommio::timer::sleep(Duration::from_millis(10)).await
+                    }
+                    other => break other,
+                }
+            };
+            assert_eq!(answer.expect("replica 2 answers"), b"cba");
+            started.elapsed()
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+#[test]
+fn a_peer_that_never_sends_dials_a_restarted_replica_again() {
+    let addrs = free_addrs(2);
+    let (server, stop) = serve_reversed(&addrs);
+    run_replica_1(&addrs, Duration::from_secs(5));
+    // Replica 2's link to the first run is idle now, and that run is gone.
+    std::thread::sleep(Duration::from_secs(1));
+    let took = run_replica_1(&addrs, Duration::from_secs(5));
+    eprintln!("the restarted replica was answered {took:?} after it started");
+    assert!(took < Duration::from_secs(3), "answered only after {took:?}");
+    stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
 }

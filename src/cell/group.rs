@@ -226,10 +226,15 @@ impl<S: GroupStore> Group<S> {
         }
         let work = self.node.tick();
         // A lone voter wins its election within the tick.
-        if self.role() == StateRole::Leader {
-            self.votes.elected();
-        }
+        self.open_if_elected();
         work
+    }
+
+    /// A replica that leads now won an election: its vote guard opens.
+    fn open_if_elected(&mut self) {
+        if self.role() == StateRole::Leader && self.votes.elected() {
+            tracing::info!("replica {}: elected: it votes as Raft says from now on", self.node.raft.id);
+        }
     }
 
     /// A message from a peer, under the rules for a voter that lost its
@@ -263,9 +268,7 @@ impl<S: GroupStore> Group<S> {
                 self.commit()
             );
         }
-        if self.role() == StateRole::Leader && self.votes.elected() {
-            tracing::info!("replica {}: elected: it votes as Raft says from now on", self.node.raft.id);
-        }
+        self.open_if_elected();
         stepped
     }
 

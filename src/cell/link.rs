@@ -15,7 +15,9 @@
 //! accepted connection (its newest). A broken link is dialled again with a
 //! backoff from [`BACKOFF_MIN`] to [`BACKOFF_MAX`]; one whose data goes
 //! unacknowledged for [`CELL_LINK_STALL_MS`] (a broken path) counts as
-//! broken (TCP_USER_TIMEOUT). Dropping [`Links`]
+//! broken (TCP_USER_TIMEOUT), and so does one the peer closed, found while
+//! the link is idle (a replica that never writes to a peer still redials
+//! it once it restarts). Dropping [`Links`]
 //! ends every task and closes every connection. A node dials from its own
 //! peer address (when it names one: not `0.0.0.0`), so a link between two
 //! nodes is always between their two addresses, as firewalls see it.
@@ -64,6 +66,9 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// how long apart (it waits at most ~100 ms, far below a forward's deadline).
 const ANSWER_TRIES: u32 = 10;
 const ANSWER_RETRY: Duration = Duration::from_millis(10);
+/// How long a dialled link stays idle before [`closed`] watches it for the
+/// peer closing it (a watch armed only when idle costs a busy link nothing).
+const IDLE_WATCH: Duration = Duration::from_millis(500);
 /// What one read from a peer takes at most.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -674,9 +679,16 @@ impl Dialer {
         }
     }
 
-    /// Writes queued frames until a write fails (that frame dropped).
+    /// Writes queued frames until a write fails (that frame dropped) or
+    /// the peer closes the link.
     async fn send_all(&self, mut io: TcpStream, queued: &LocalReceiver<Queued>, stats: &LinkStats) {
-        while let Some(Queued { bytes, forward }) = queued.recv().await {
+        loop {
+            let next = futures_lite::future::or(async { Some(queued.recv().await) }, async {
+                closed(&io).await;
+                None
+            })
+            .await;
+            let Some(Some(Queued { bytes, forward })) = next else { return };
             self.bytes.set(self.bytes.get() - bytes.len());
             if forward.is_some_and(|id| !self.exchange.waiting.borrow().contains_key(&id)) {
                 LinkStats::bump(&stats.dropped);
@@ -704,6 +716,18 @@ impl Dialer {
             Err(_) => Err("the handshake timed out".to_string()),
         }
     }
+}
+
+/// Ends when the peer has closed `io` (its process gone, say), looked for
+/// once the link has been idle for [`IDLE_WATCH`]. The peer never sends on
+/// a link this replica dialled, so anything to read means it is closed. A
+/// replica that never writes to a peer (a follower to another follower)
+/// would otherwise never find out that the peer restarted, keep the dead
+/// link, and never carry the answers the new process asks for.
+async fn closed(io: &TcpStream) {
+    glommio::timer::sleep(IDLE_WATCH).await;
+    let mut byte = [0u8; 1];
+    let _ = io.peek(&mut byte).await;
 }
 
 /// Makes the kernel drop `io` once data written to it goes unacknowledged

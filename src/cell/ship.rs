@@ -242,6 +242,8 @@ pub enum ShipError {
     Refused { segment: u64, offset: u64, why: String },
     #[error("segment {segment}: writing it: {source}")]
     Io { segment: u64, source: std::io::Error },
+    #[error("no peer offered a segment")]
+    NoOffer,
 }
 
 /// What [`copy_best`] copied.
@@ -264,14 +266,14 @@ const STILL_WAITING: Duration = Duration::from_secs(10);
 
 /// Copies the segments of the longest manifest among `offers` into `into`
 /// (which holds none), trying the next longest when a copy fails (what it
-/// copied removed first). None when no peer offered a segment. On Err, the
-/// last failure, `into` may still hold part of a copy: the caller removes
-/// what it holds before it goes on without.
+/// copied removed first); empty manifests are skipped. On Err, the last
+/// failure (or `NoOffer`), `into` may still hold part of a copy: the
+/// caller removes what it holds before it goes on without.
 pub async fn copy_best<S: SegmentStore>(
     links: &Links,
     mut offers: Vec<(u64, Manifest)>,
     into: &S,
-) -> Result<Option<Shipped>, ShipError> {
+) -> Result<Shipped, ShipError> {
     // The longest first: the newest last segment, then the most segments.
     offers.sort_by_key(|(_, m)| std::cmp::Reverse((m.last().map(|l| l.0), m.len())));
     let mut failure = None;
@@ -280,7 +282,7 @@ pub async fn copy_best<S: SegmentStore>(
         match copy_manifest(links, from, &manifest, into).await {
             Ok(bytes) => {
                 let took = started.elapsed();
-                return Ok(Some(Shipped { from, segments: manifest.len(), bytes, took }));
+                return Ok(Shipped { from, segments: manifest.len(), bytes, took });
             }
             Err(e) => {
                 tracing::warn!("segment shipping from node {from} failed: {e}; trying another peer");
@@ -291,7 +293,7 @@ pub async fn copy_best<S: SegmentStore>(
             }
         }
     }
-    failure.map_or(Ok(None), Err)
+    Err(failure.unwrap_or(ShipError::NoOffer))
 }
 
 /// The manifests of `peers`, asked until settled (`Asking`). A peer whose log

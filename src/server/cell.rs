@@ -146,7 +146,7 @@ async fn ship_if_empty(
     // goes down: the manifests are asked for again, a few times.
     for attempt in 1..=SHIP_ATTEMPTS {
         let offers = ship::manifests(links, &peers, wait, cell.join, &sleep).await;
-        if offers.iter().all(|(_, m)| m.is_empty()) {
+        if !offers.iter().any(|(_, m)| !m.is_empty()) {
             tracing::info!("shard {id}: no segments, and no peer offered any: it starts empty");
             break;
         }
@@ -155,7 +155,7 @@ async fn ship_if_empty(
             shipping = true;
         }
         match ship::copy_best(links, offers, store).await {
-            Ok(Some(s)) => {
+            Ok(s) => {
                 tracing::info!(
                     "shard {id}: copied {} sealed segments ({} bytes) from node {} in {:?}; its leader sends the rest",
                     s.segments,
@@ -166,7 +166,6 @@ async fn ship_if_empty(
                 slot.shipped(s.segments, s.bytes);
                 break;
             }
-            Ok(None) => break,
             Err(e) => {
                 let held = store.list().await.map_err(io("listing the segments"))?;
                 remove_all(store, &held).await.map_err(io("removing the segments of a failed shipping"))?;

@@ -290,38 +290,38 @@ impl<S: SegmentStore> Shard<S> {
                 if !claims_freshness(liveness(&again), &reply) {
                     return reply;
                 }
-                self.run_caught_up(to_leader, again, reply).await
+                self.run_caught_up(to_leader, again, Some(reply)).await
             }
         }
     }
 
-    /// A follower's read whose answer `here` claims freshness (a 404, the
-    /// tail, the current snapshot): run again once this replica applied
-    /// everything the leader had committed when it was asked, so it claims
-    /// no less than the leader would, without the leader serving it. Unable
-    /// to catch up (no leader reachable, too many reads waiting), the data
-    /// it read, no longer claiming the tail, or 503.
-    async fn run_caught_up(&self, to_leader: &dyn Forwarder, req: ShardRequest, here: Reply) -> Reply {
+    /// A follower's read run here once this replica applied everything the
+    /// leader had committed when it was asked, so that its answer claims no
+    /// less than the leader's would (a 404, the tail, the current
+    /// snapshot), without the leader serving it. A replica that took over
+    /// meanwhile confirms its lead instead. Unable to catch up (no leader
+    /// reachable, too many reads waiting): `here`, what the read answered
+    /// before catching up, no longer claiming the tail, or else 503.
+    async fn run_caught_up(&self, to_leader: &dyn Forwarder, req: ShardRequest, here: Option<Reply>) -> Reply {
         if !self.leads() && to_leader.caught_up().await && !self.leads() {
             return self.handle(req).await;
         }
         if self.leads() {
-            // It took over meanwhile: its answer needs confirming.
             return self.run_confirmed(to_leader, req).await;
         }
-        let failed = Error::Unavailable(format!(
+        let failed = Err(Error::Unavailable(format!(
             "shard {}: this replica could not catch up with its group's leader to answer (retry)",
             self.id
-        ));
-        unconfirmed(Err(failed), here)
+        )));
+        match here {
+            Some(here) => unconfirmed(failed, here),
+            None => failed,
+        }
     }
 
-    /// A live read on a follower: served from what this replica applied,
-    /// once it caught up with what the leader had committed when the read
-    /// came, so that its answer claims no less than the leader's would. An
-    /// SSE catch-up round that claims nothing (data short of the tail)
-    /// needs no wait. Unable to catch up (no leader reachable), it serves
-    /// the data it read, no longer claiming the tail, or answers 503.
+    /// A live read on a follower, served here once caught up
+    /// ([`Self::run_caught_up`]). An SSE catch-up round that claims nothing
+    /// (data short of the tail) needs no wait.
     async fn run_live_here(&self, to_leader: &dyn Forwarder, req: ShardRequest) -> Reply {
         self.report_access(to_leader, &req);
         let live = liveness(&req);
@@ -334,21 +334,7 @@ impl<S: SegmentStore> Shard<S> {
             }
             here = Some(reply);
         }
-        if to_leader.caught_up().await {
-            return self.handle(req).await;
-        }
-        if self.leads() {
-            // It took over meanwhile: its answer needs confirming.
-            return self.run_confirmed(to_leader, req).await;
-        }
-        let failed = Err(Error::Unavailable(format!(
-            "shard {}: this replica could not catch up with its group's leader for a live read (retry)",
-            self.id
-        )));
-        match here {
-            Some(here) => unconfirmed(failed, here),
-            None => failed,
-        }
+        self.run_caught_up(to_leader, req, here).await
     }
 
     /// On the leader: runs `req` here and, if its answer claims freshness,

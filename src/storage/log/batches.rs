@@ -268,7 +268,7 @@ impl<S: SegmentStore> LocalLog<S> {
             return Ok(Some(m));
         }
         let Some(no) = st.marks.segment_of(index) else { return Ok(None) };
-        if st.older.as_ref().is_none_or(|(cached, _)| *cached != no) {
+        if !covers(st.older.as_ref(), no, index) {
             let closes = closes_in(no, held_bytes(&st, no, 0)?)?;
             st.older = Some((no, closes));
         }
@@ -776,6 +776,15 @@ fn held_bytes<F>(st: &State<F>, no: u64, position: u64) -> Result<&[u8]> {
     }
 }
 
+/// Whether `cached`, the closes of one segment read earlier, holds entry
+/// `index` of segment `no`. Closes cached from the active segment end
+/// where it ended then: an entry closed in it since is past them, and
+/// the segment is read again (trusting them failed a lagging follower's
+/// read of such an entry as corrupt).
+fn covers(cached: Option<&(u64, Vec<BatchMark>)>, no: u64, index: u64) -> bool {
+    cached.is_some_and(|(segment, closes)| *segment == no && closes.last().is_some_and(|m| m.close.index >= index))
+}
+
 /// The marks of the batches closed in segment `no`, in order.
 fn closes_in(no: u64, bytes: &[u8]) -> Result<Vec<BatchMark>> {
     let mut out = Vec::new();
@@ -877,6 +886,21 @@ mod tests {
         seg.resize(seg.len() + 4096, 0);
         assert_eq!(closes_in(2, &seg).unwrap(), want);
         assert!(closes_in(3, &seg).is_err(), "another segment's bytes");
+    }
+
+    #[test]
+    fn cached_closes_cover_only_what_they_held_when_read() {
+        let mark = |index| BatchMark {
+            close: BatchClose { term: 1, index, start: (4, index * 10) },
+            end: BatchEnd { segment: 4, pos: index * 10 + 8 },
+        };
+        let cached = (4, vec![mark(7), mark(8), mark(9)]);
+        assert!(covers(Some(&cached), 4, 7));
+        assert!(covers(Some(&cached), 4, 9));
+        assert!(!covers(Some(&cached), 4, 10), "closed in the segment after it was read");
+        assert!(!covers(Some(&cached), 5, 8), "another segment");
+        assert!(!covers(Some(&(4, Vec::new())), 4, 1));
+        assert!(!covers(None, 4, 8));
     }
 
     #[test]
