@@ -47,8 +47,8 @@ use std::path::{Path, PathBuf};
 /// append is acknowledged only once its batch is durable on a majority of
 /// them. Any node takes any request: a follower forwards writes (and what
 /// only the leader can vouch for) to the leader and serves reads from its
-/// committed records. For now a cell serves one shard per node (--shards
-/// 1) and does not tier. Without them the server is a single node.
+/// committed records. Shard i of every node forms Raft group i. For now a
+/// cell does not tier. Without them the server is a single node.
 ///
 /// Subscriptions (`{root}/__ds/`): webhooks are signed with the Ed25519 key
 /// in `webhook-signing.key` in the data directory (made at the first start;
@@ -237,9 +237,14 @@ pub struct Cli {
     /// (all at most 65535). In a cell an append is acknowledged only once
     /// its batch is durable (O_DIRECT|O_DSYNC, or fdatasync) on a majority
     /// of the voters, and reads show only what a majority holds. Any node
-    /// takes any request (followers forward writes to the leader). Each
-    /// node dials its peers from its own address in this list. For now:
-    /// --shards 1 only, no --tier. Default: none (a single node).
+    /// takes any request (followers forward writes to the leader). Every
+    /// group is steered to be led by the first voter of the list that is
+    /// up; with more than one shard a node, requests that span groups
+    /// (creates, deletes, bucket requests, listings, subscriptions, writes
+    /// to a bucket with a quota) answer 503 while no node leads every group
+    /// (a failover, seconds). Each node dials its peers from its own
+    /// address in this list. For now: no --tier. Default: none (a single
+    /// node).
     #[arg(long, env = "RINGSTREAM_CELL", value_name = "ID@HOST:PORT,...")]
     pub cell: Option<String>,
 

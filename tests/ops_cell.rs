@@ -2,9 +2,9 @@
 //! `--node-id`, `--cell` and `--cell-secret-file` as flags,
 //! `RINGSTREAM_*` variables and TOML keys; `--check-config` prints a valid
 //! cell (never the secret) and refuses each kind of mistake with exit 78
-//! naming the setting; `--help` explains them; a start with `--cell` is
-//! refused (exit 78) until the cell is served; without them nothing
-//! changes. The rules themselves are unit-tested in src/cell/config.rs and
+//! naming the setting; `--help` explains them; a start with `--cell` and
+//! what a cell does not do yet (`--tier`) is refused (exit 78); without
+//! them nothing changes. The rules themselves are unit-tested in src/cell/config.rs and
 //! src/cli.rs.
 
 mod common;
@@ -89,12 +89,9 @@ fn check_config_prints_a_valid_cell_and_passes() {
     assert!(out.contains("voter 2          127.0.0.2:7001, groups 0-1 on ports 7001-7002, this node"), "{out}");
     assert!(out.contains("voter 3          127.0.0.3:7001, groups 0-1 on ports 7001-7002\n"), "{out}");
     assert!(out.contains(&format!("cell secret      {}: read, 29 bytes", secret.display())), "{out}");
-    // The default is two shards, more than a cell serves yet.
-    assert!(
-        out.contains("WARNING: a start exits 78: --cell: a cell serves one shard per node")
-            && out.ends_with("configuration ok\n"),
-        "{out}"
-    );
+    // Two shards a node: two groups, nothing refused.
+    assert!(!out.contains("WARNING") && out.ends_with("configuration ok\n"), "{out}");
+    assert!(out.contains("cell             any node takes any request"), "{out}");
 
     // Five voters, one of them by name; the last port of the last group is 65535.
     let five = "1@127.0.0.1:1,2@localhost:2,3@127.0.0.3:3,4@127.0.0.4:4,5@127.0.0.5:65534";
@@ -211,21 +208,13 @@ fn what_a_cell_does_not_do_yet_is_refused_and_without_one_nothing_changes() {
     let root = TempDir::new("cell-serve");
     let secret = secret_file(root.path(), "secret", SECRET, 0o600);
     let data = root.path().join("data");
-    let args = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "2", "--no-pin"];
     let cell = ["--node-id", "1", "--cell", THREE, "--cell-secret-file", s(&secret)];
-    let (code, out, err) = run(&[&args[..], &cell].concat(), &[]);
-    assert_eq!(code, Some(EX_CONFIG), "{out}{err}");
-    assert_eq!(
-        err,
-        "ringstream: configuration error: --cell: a cell serves one shard per node for now \
-         (issue 33 in progress); start with --shards 1\n"
-    );
-    assert!(out.is_empty() && !data.exists(), "a refused start touched nothing: {out}");
     let one = ["--listen", "127.0.0.1:0", "--data-dir", s(&data), "--shards", "1", "--no-pin"];
     let tier = ["--tier", "s3"];
     let (code, out, err) = run(&[&one[..], &cell, &tier].concat(), &[]);
     assert_eq!(code, Some(EX_CONFIG), "{out}{err}");
     assert!(err.contains("a cell does not tier yet") || err.contains("--tier"), "{err}");
+    assert!(out.is_empty() && !data.exists(), "a refused start touched nothing: {out}");
 
     let (code, out, err) = check_config(root.path(), &[], &[]);
     assert_eq!(code, Some(0), "{out}{err}");

@@ -37,6 +37,9 @@
 //! - [`ship`]: segment shipping's transfer: a sealed segment file copied
 //!   whole from a peer's log, chunk by chunk, each CRC-checked, into a
 //!   segment store.
+//! - [`unity`]: whether a node with more than one shard leads every group
+//!   and its shards told one another again what a single node's keep in
+//!   memory (what lets a request that crosses groups run there).
 //! - [`store`]: a group's Raft log kept in its shard's segments (a batched
 //!   log: an entry is a group-commit batch where it lies), and its term and
 //!   vote in a two-slot file beside them.
@@ -59,4 +62,5 @@ pub mod observe;
 pub mod replica;
 pub mod ship;
 pub mod store;
+pub mod unity;
 pub mod wire;

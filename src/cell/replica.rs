@@ -79,6 +79,9 @@ pub trait Applier {
     /// record applied: what it decides alone from then on (expiry) must not
     /// rest on what it could not see as a follower.
     fn lead_begins(&self);
+    /// The shard stopped writing: its replica no longer leads (called
+    /// before a rebuild, if there is one).
+    fn lead_ends(&self) {}
 }
 
 /// What others on the executor may read of the replica.
@@ -99,6 +102,9 @@ pub struct Status {
     /// tick (0 otherwise). Reclamation deletes no segment an entry after it
     /// began in.
     pub held_by_all: Rc<Cell<u64>>,
+    /// The replica every group of the cell is steered to be led by (its
+    /// owner may change it as peers come and go).
+    pub preferred: Cell<Option<u64>>,
 }
 
 pub struct Replica<S: SegmentStore> {
@@ -108,8 +114,6 @@ pub struct Replica<S: SegmentStore> {
     written: VecDeque<Written>,
     status: Rc<Status>,
     applier: Option<Rc<dyn Applier>>,
-    /// The replica every group of the cell is steered to be led by.
-    preferred: Option<u64>,
     /// The shard's state holds the log's records up to here: committed
     /// ones applied, and while it leads, all it wrote.
     applied_to: BatchEnd,
@@ -142,7 +146,6 @@ impl<S: SegmentStore> Replica<S> {
             written: VecDeque::new(),
             status: Rc::default(),
             applier: None,
-            preferred: None,
             applied_to,
             board: None,
             proposed: VecDeque::new(),
@@ -179,7 +182,7 @@ impl<S: SegmentStore> Replica<S> {
     /// Steers leadership to replica `id` whenever it is up to date (so the
     /// groups of a cell are led by one node where they can be).
     pub fn prefer(&mut self, id: u64) {
-        self.preferred = Some(id);
+        self.status.preferred.set(Some(id));
     }
 
     pub fn tick(&mut self) {
@@ -187,7 +190,7 @@ impl<S: SegmentStore> Replica<S> {
         self.ticks += 1;
         self.status.confirms.expire(self.ticks);
         self.status.catch_ups.expire(self.ticks);
-        if let Some(id) = self.preferred {
+        if let Some(id) = self.status.preferred.get() {
             self.group.lead_toward(id);
         }
         self.status.held_by_all.set(self.group.held_by_all());
@@ -351,6 +354,7 @@ impl<S: SegmentStore> Replica<S> {
         self.status.confirms.lead_ends();
         let committed = committed_end(&self.log)?;
         let Some(applier) = self.applier.clone() else { return Ok(()) };
+        applier.lead_ends();
         if self.log.tail_position() > committed {
             // From the oldest segment held: older ones were reclaimed.
             let records = self.log.records_between(self.log.held_start(), committed)?;

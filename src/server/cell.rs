@@ -14,11 +14,13 @@ use crate::cell::config::CellConfig;
 use crate::cell::link::{ForwardHandler, Inbox, LinkConfig, Links};
 use crate::cell::replica::{self, Applier, Replica, Sleep, Status};
 use crate::cell::ship::{self, Source};
+use crate::cell::unity::Unity;
 use crate::limits::{
     CELL_CONFIRM_TICKS, CELL_ENTRY_BYTES_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_LEADER_WAIT_MS, CELL_SHIP_BOOT_WAIT_MS,
     CELL_TICK_MS,
 };
 use crate::shard::forward::{Forwarder, Unsent};
+use crate::shard::message::{Control, RetellStep};
 use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::io::SegmentStore;
@@ -214,7 +216,6 @@ async fn remove_all(store: &DiskStore, segments: &[(u64, u64)]) -> std::io::Resu
     Ok(())
 }
 
-/// The shard as its replica's applier.
 /// The shard is its replica's applier: here, where the cell and the shard
 /// meet (neither knows the other).
 impl<S: SegmentStore> Applier for Shard<S> {
@@ -229,12 +230,40 @@ impl<S: SegmentStore> Applier for Shard<S> {
     }
 }
 
+/// The shard as its replica's applier, which with more than one shard a
+/// node also tells the node's unity of each change of its lead.
+struct Applies {
+    shard: Rc<Shard<DiskStore>>,
+    unity: Option<Arc<Unity>>,
+}
+
+impl Applier for Applies {
+    fn apply(&self, records: &[Recovered]) -> Result<(), String> {
+        self.shard.apply_committed(records)
+    }
+    fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
+        self.shard.rebuild(committed)
+    }
+    fn lead_begins(&self) {
+        self.shard.lead_begins();
+        if let Some(u) = &self.unity {
+            u.set_leads(self.shard.id, true);
+        }
+    }
+    fn lead_ends(&self) {
+        if let Some(u) = &self.unity {
+            u.set_leads(self.shard.id, false);
+        }
+    }
+}
+
 /// The shard's way to its group's leader: the links, to whichever replica
 /// the replica knows leads.
 struct ToLeader {
     me: u64,
     links: Rc<Links>,
     status: Rc<Status>,
+    unity: Option<Arc<Unity>>,
 }
 
 impl Forwarder for ToLeader {
@@ -296,6 +325,10 @@ impl Forwarder for ToLeader {
         })
     }
 
+    fn whole(&self) -> bool {
+        self.unity.as_ref().is_none_or(|u| u.whole())
+    }
+
     /// Fire and forget, to the leader if it is connected now.
     fn notify(&self, request: Vec<u8>) {
         let Some(leader) = self.status.leader.get().filter(|&l| l != self.me && self.links.is_connected(l)) else {
@@ -328,19 +361,32 @@ impl ForwardHandler for RunsForwards {
 }
 
 /// Connects the shard and its replica, starts the replica's loop on this
-/// executor. The first voter of `--cell` is the one every group is steered
-/// to be led by, so one node leads them all. The replica publishes its
-/// state, and the bytes its links carry, to `slot`.
-pub(super) fn start(cell: &CellConfig, joined: Joined, shard: &Rc<Shard<DiskStore>>, slot: Arc<Slot>) {
+/// executor. Every group is steered to be led by one node: the first voter
+/// of `--cell`, or with more than one shard a node (`unity`) the first
+/// voter of `--cell` that is up (this node, or one whose link to this
+/// replica is up), so that the groups come together again on one node
+/// while the first is down. The replica publishes its state, and the bytes
+/// its links carry, to `slot`.
+pub(super) fn start(
+    cell: &CellConfig,
+    joined: Joined,
+    shard: &Rc<Shard<DiskStore>>,
+    slot: Arc<Slot>,
+    unity: Option<Arc<Unity>>,
+) {
     let Joined { mut replica, links, inbox } = joined;
-    replica.set_applier(shard.clone());
+    replica.set_applier(Rc::new(Applies { shard: shard.clone(), unity: unity.clone() }));
     replica.publish_to(slot.clone());
     replica.prefer(cell.voters[0].id);
     shard.set_writable(replica.status().leading.clone());
     shard.set_held_by_all(replica.status().held_by_all.clone());
     let links = Rc::new(links);
     links.serve_forwards(Rc::new(RunsForwards(Rc::downgrade(shard))));
-    shard.set_forwarder(Rc::new(ToLeader { me: cell.node_id, links: links.clone(), status: replica.status() }));
+    if unity.is_some() {
+        steer_to_first_up(cell, links.clone(), replica.status());
+    }
+    let status = replica.status();
+    shard.set_forwarder(Rc::new(ToLeader { me: cell.node_id, links: links.clone(), status, unity }));
     let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
     glommio::spawn_local(async move {
         let stop = Cell::new(false);
@@ -350,6 +396,50 @@ pub(super) fn start(cell: &CellConfig, joined: Joined, shard: &Rc<Shard<DiskStor
         replica::run(replica, received, &out, &sleep, tick, &stop).await;
     })
     .detach();
+}
+
+/// Every tick: the first voter of `--cell` that is up, as this replica
+/// sees it, becomes the one its group is steered to.
+fn steer_to_first_up(cell: &CellConfig, links: Rc<Links>, status: Rc<Status>) {
+    let (me, voters): (u64, Vec<u64>) = (cell.node_id, cell.voters.iter().map(|v| v.id).collect());
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(Duration::from_millis(CELL_TICK_MS)).await;
+            let up = voters.iter().copied().find(|&v| v == me || links.is_connected(v));
+            status.preferred.set(up);
+        }
+    })
+    .detach();
+}
+
+/// On one shard of a node with more than one (`unity`): whenever the node
+/// has come to lead every group, every shard goes through each step of
+/// the retelling (`Shard::retell`), all through one before any begins the
+/// next; then requests that span groups run here again.
+pub(super) fn retell_when_whole(shard: Rc<Shard<DiskStore>>, shards: usize, unity: Arc<Unity>) {
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(Duration::from_millis(CELL_TICK_MS)).await;
+            let Some(generation) = unity.due() else { continue };
+            match retell_all(&shard, shards).await {
+                Ok(()) => {
+                    unity.told(generation);
+                    tracing::info!("this node leads every group: its shards told one another again what they keep");
+                }
+                Err(e) => tracing::warn!("this node leads every group, and retelling failed ({e}): it tries again"),
+            }
+        }
+    })
+    .detach();
+}
+
+async fn retell_all(shard: &Shard<DiskStore>, shards: usize) -> Result<(), crate::protocol::Error> {
+    for step in RetellStep::ALL {
+        for target in 0..shards {
+            shard.ask(target, |done| Control::Retell { step, done }).await??;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

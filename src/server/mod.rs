@@ -64,13 +64,10 @@ pub(crate) fn config_error(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(ConfigError(msg.into()))
 }
 
-/// What a cell does not do yet (issue 33 in progress): a start with `--cell`
-/// and one of these stops (exit 78).
+/// What a cell does not do yet (issue 34): a start with `--cell` and one of
+/// these stops (exit 78).
 pub(super) fn cell_refusal(cfg: &Config) -> Option<&'static str> {
     cfg.cell.as_ref()?;
-    if cfg.shards > 1 {
-        return Some("--cell: a cell serves one shard per node for now (issue 33 in progress); start with --shards 1");
-    }
     if cfg.tier.is_some() {
         return Some("--cell: a cell does not tier yet (issue 34); run it without --tier");
     }
@@ -106,6 +103,9 @@ struct Process {
     /// What each shard's replica publishes (`--cell`), read by every
     /// shard's HTTP edge for `/cellz`, `/leaderz` and metrics; None: off.
     cell: Option<Arc<crate::cell::board::Board>>,
+    /// In a cell of more than one shard a node: whether it leads every
+    /// group and its shards told one another again since (`cell::unity`).
+    unity: Option<Arc<crate::cell::unity::Unity>>,
     /// Subscriptions: the webhook signing key and the delivery thread.
     subs: (Arc<arc_swap::ArcSwap<crate::protocol::subs::sign::KeySet>>, crate::tier::outbound::Outbound),
     /// Single node: the data directory, whose webhook key files a SIGHUP
@@ -150,6 +150,7 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
         auth,
         tier,
         cell: cfg.cell.as_ref().map(|c| Arc::new(crate::cell::board::Board::new(c.node_id, n))),
+        unity: (cfg.cell.is_some() && n > 1).then(|| Arc::new(crate::cell::unity::Unity::new(n))),
         subs: (keys, outbound),
         webhook_keys_dir: cfg.cell.is_none().then(|| cfg.data_dir.clone()),
     });

@@ -112,7 +112,7 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     glommio::spawn_local(async move { log.run_preparer().await }).detach();
     if let (Some(cell), Some(joined), Some(board)) = (&b.cfg.cell, joined, &b.process.cell) {
         b.step("starting its replica");
-        super::cell::start(cell, joined, &shard, board.slot(id));
+        super::cell::start(cell, joined, &shard, board.slot(id), b.process.unity.clone());
     }
     b.step("joining the mesh");
     let (mesh, edge, remote) = join_mesh(link, &shard, b.process.auth.clone());
@@ -131,6 +131,9 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     match b.cfg.cell {
         None => start_background(&shard),
         Some(_) => start_expiry(&shard),
+    }
+    if let (0, Some(unity)) = (id, &b.process.unity) {
+        super::cell::retell_when_whole(shard.clone(), b.cfg.shards, unity.clone());
     }
     glommio::spawn_local(shard.clone().run_subscriptions()).detach();
     if let Some(t) = &b.cfg.tier {

@@ -37,6 +37,9 @@ impl<S: SegmentStore> Shard<S> {
                 self.registry.borrow_mut().set(id, matcher);
                 let _ = done.send(());
             }
+            Control::Retell { step, done } => {
+                let _ = done.send(self.retell(step).await);
+            }
             Control::SubTail { id, path, tail, creation, done } => {
                 self.sub_tail(&id, &path, tail, &creation);
                 let _ = done.send(());

@@ -64,6 +64,27 @@ pub trait Forwarder {
     /// Sends a request whose answer nobody waits for (dropped when no
     /// leader is reachable now).
     fn notify(&self, request: Vec<u8>);
+    /// Whether requests that span groups may run on this node now: it
+    /// leads every group and its shards told one another again since
+    /// (`Shard::retell`). A node of one shard always may.
+    fn whole(&self) -> bool {
+        true
+    }
+}
+
+/// Whether `req` reads or changes what other shards keep of it, so that in
+/// a cell of more than one shard a node it runs only where one node leads
+/// every group ([`Forwarder::whole`]): bucket requests and listings, the
+/// subscription API, a create (its bucket, a fork's source), a delete (the
+/// references to a stream, a fork's source). A write to a bucket with a
+/// quota spans groups too (its counters count every shard): the shard adds
+/// that.
+fn spans_groups(req: &ShardRequest) -> bool {
+    match req {
+        ShardRequest::Stream { op, .. } => matches!(op, StreamOp::Create(_) | StreamOp::Delete),
+        ShardRequest::Subs(r) => r.op != SubOp::Jwks,
+        ShardRequest::Bucket { .. } | ShardRequest::ListBucket { .. } => true,
+    }
 }
 
 /// Why a forwarded request got no answer.
@@ -337,9 +358,29 @@ impl<S: SegmentStore> Shard<S> {
         self.run_caught_up(to_leader, req, here).await
     }
 
+    /// Whether `req` spans groups ([`spans_groups`], or a write to a bucket
+    /// whose quota counters count every shard).
+    fn spans_groups(&self, req: &ShardRequest) -> bool {
+        spans_groups(req)
+            || matches!(req, ShardRequest::Stream { key, .. } if super::writes(req) && self.usage_of(&key.bucket).is_some())
+    }
+
+    /// Whether this node may run requests that span groups now
+    /// ([`Forwarder::whole`]; always outside a cell).
+    pub(in crate::shard) fn whole(&self) -> bool {
+        self.forwarder.borrow().as_ref().is_none_or(|f| f.whole())
+    }
+
     /// On the leader: runs `req` here and, if its answer claims freshness,
     /// gives it once the replica confirmed that it still leads, else 503.
     async fn run_confirmed(&self, cell: &dyn Forwarder, req: ShardRequest) -> Reply {
+        if !cell.whole() && self.spans_groups(&req) {
+            return Err(Error::Unavailable(format!(
+                "shard {}: this node does not lead every group of the cell now (a failover under way), \
+                 and the request spans groups (retry)",
+                self.id
+            )));
+        }
         // Taken before the state is read; only awaited if needed.
         let confirmation = cell.confirmation();
         let live = liveness(&req);
@@ -501,6 +542,40 @@ mod tests {
         };
         assert_eq!(road(&subs(SubOp::Jwks)), Road::HereFirst, "every node holds the cell's key");
         assert_eq!(road(&subs(SubOp::Get)), Road::Leader);
+    }
+
+    #[test]
+    fn creates_deletes_buckets_listings_and_subscriptions_span_groups() {
+        let create = CreateReq {
+            content_type: None,
+            lifetime: Lifetime::Forever,
+            closed: false,
+            body: Vec::new(),
+            if_match: None,
+            fork: None,
+        };
+        assert!(spans_groups(&stream(StreamOp::Create(create))), "its bucket, a fork's source");
+        assert!(spans_groups(&stream(StreamOp::Delete)), "references to it, its source");
+        assert!(spans_groups(&ShardRequest::Bucket { bucket: "b".into(), op: BucketOp::Get }));
+        let list = crate::protocol::ListReq { prefix: String::new(), after: None, limit: 10 };
+        assert!(spans_groups(&ShardRequest::ListBucket { bucket: "b".into(), list }));
+        let append = AppendReq {
+            content_type: None,
+            body: vec![1],
+            close: false,
+            stream_seq: None,
+            producer: None,
+            if_match: None,
+        };
+        assert!(!spans_groups(&stream(StreamOp::Append(append))), "without a quota, one group");
+        assert!(!spans_groups(&read(Live::No)));
+        assert!(!spans_groups(&stream(StreamOp::Head { if_none_match: None })));
+        let subs = |op: SubOp| {
+            let root = crate::protocol::subs::Root::V1;
+            ShardRequest::Subs(crate::protocol::subs::SubRequest { root, id: String::new(), op, origin: String::new() })
+        };
+        assert!(spans_groups(&subs(SubOp::Get)));
+        assert!(!spans_groups(&subs(SubOp::Jwks)), "the cell's key, on every node");
     }
 
     #[test]

@@ -97,9 +97,33 @@ pub enum Control {
     /// From a subscription's owner to every shard: what it selects now
     /// (None: it is gone).
     SubRegistry { id: SubId, matcher: Option<Matcher>, done: oneshot::Sender<()> },
+    /// In a cell of more than one shard a node that came to lead every
+    /// group: one step of telling one another again what a single node's
+    /// shards keep of each other (`Shard::retell`); every shard ends a step
+    /// before any begins the next.
+    Retell { step: RetellStep, done: oneshot::Sender<Result<(), Error>> },
     /// To a subscription's owner: a stream it selects (of creation
     /// `creation`, its incarnation token) has data up to `tail`.
     SubTail { id: SubId, path: String, tail: Offset, creation: String, done: oneshot::Sender<()> },
+}
+
+/// The steps of [`Control::Retell`], in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetellStep {
+    /// Forget what the other shards told this one (bucket presence,
+    /// references to this shard's streams, subscriptions' matchers) and
+    /// this shard's share of the quota counters.
+    Forget,
+    /// Tell the others this shard's buckets, subscriptions and forks, and
+    /// count its streams into the quota counters.
+    Tell,
+    /// Tell each subscription that selects a stream of this shard its tail
+    /// (every shard's matchers are whole by then).
+    Tails,
+}
+
+impl RetellStep {
+    pub const ALL: [RetellStep; 3] = [RetellStep::Forget, RetellStep::Tell, RetellStep::Tails];
 }
 
 /// One shard's part of a listing: its first `limit` matching streams after

@@ -24,6 +24,7 @@ mod ops;
 mod producers;
 mod records;
 mod recover;
+mod retell;
 pub mod router;
 mod state;
 mod stream;
@@ -240,12 +241,22 @@ impl<S: SegmentStore> Shard<S> {
         )))
     }
 
+    /// Whether `key`'s bucket exists, as this shard knows. In a cell of
+    /// more than one shard a node that does not lead every group (a
+    /// follower), a shard learns of no bucket another group created since
+    /// its boot, but it applies its own streams' records: one it holds
+    /// (even soft-deleted) was created in a bucket that existed.
+    fn bucket_holds(&self, key: &StreamKey) -> bool {
+        let st = self.state.borrow();
+        st.buckets_known.contains(&key.bucket) || (!self.whole() && st.get(key).is_some())
+    }
+
     /// Handles one request owned by this shard.
     pub async fn handle(&self, req: ShardRequest) -> Reply {
         self.admits(&req)?;
         match req {
             ShardRequest::Stream { key, surface, if_incarnation, op } => {
-                if surface == Surface::Ds && !self.state.borrow().buckets_known.contains(&key.bucket) {
+                if surface == Surface::Ds && !self.bucket_holds(&key) {
                     return Err(Error::NotFound);
                 }
                 self.stream_op(key, if_incarnation, op).await

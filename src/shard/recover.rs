@@ -150,7 +150,10 @@ impl<S: SegmentStore> Shard<S> {
                 touched.push(r.header.stream_id);
             }
         }
-        if replay.forks_changed {
+        // With more than one shard a node a fork's source may be on another
+        // shard: the node counts them again once it leads every group
+        // (`Shard::retell`).
+        if replay.forks_changed && self.shards == 1 {
             self.recount_fork_refs();
         }
         touched.sort_unstable();
@@ -164,7 +167,7 @@ impl<S: SegmentStore> Shard<S> {
         Ok(())
     }
 
-    /// In a cell (one shard a node, so every fork's source is here): the
+    /// In a cell of one shard a node (so every fork's source is here): the
     /// references each source holds, counted again from the forks the
     /// state holds, once applied records created or removed forks (the
     /// references are not logged). A replica that comes to lead must know

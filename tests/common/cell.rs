@@ -1,6 +1,6 @@
 //! A cell of real server processes on loopback: the secret file (mode
 //! 600), free peer ports and the `--cell` flags (`--shards 1`, so one
-//! group). Shared by `tests/cell_process.rs` and `tests/cell_observe.rs`.
+//! group, unless started with more). Shared by `tests/cell_process.rs` and `tests/cell_observe.rs`.
 
 use super::{Conn, Server, TempDir};
 use std::net::TcpListener;
@@ -27,6 +27,22 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     held.iter().map(|l| l.local_addr().unwrap().port()).collect()
 }
 
+/// `n` ports free now, each with the `run - 1` ports after it free too
+/// (a node of `run` shards listens for its groups on consecutive ports),
+/// no two runs overlapping; picked as [`free_ports`] picks.
+pub fn free_port_runs(n: usize, run: u16) -> Vec<u16> {
+    let mut picked: Vec<u16> = Vec::new();
+    while picked.len() < n {
+        let first = free_ports(1)[0];
+        let Some(last) = first.checked_add(run - 1) else { continue };
+        let overlaps = picked.iter().any(|&p| first < p + run && p <= last);
+        if !overlaps && (first..=last).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            picked.push(first);
+        }
+    }
+    picked
+}
+
 /// Starts nodes 1..=n of a cell; the directory holds the secret file.
 pub fn start(n: usize) -> (TempDir, Vec<Server>) {
     start_with(n, &[])
@@ -34,21 +50,27 @@ pub fn start(n: usize) -> (TempDir, Vec<Server>) {
 
 /// Starts nodes 1..=n of a cell, each with the flags `extra` too.
 pub fn start_with(n: usize, extra: &[&str]) -> (TempDir, Vec<Server>) {
+    start_sharded(n, 1, extra)
+}
+
+/// Starts nodes 1..=n of a cell of `shards` shards a node (so `shards`
+/// groups), each with the flags `extra` too.
+pub fn start_sharded(n: usize, shards: u16, extra: &[&str]) -> (TempDir, Vec<Server>) {
     let dir = TempDir::new("cell");
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "a cell secret of some length\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let voters: Vec<String> =
-        free_ports(n).iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
+        free_port_runs(n, shards).iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
     let voters = voters.join(",");
-    let nodes = (1..=n).map(|id| start_node(id, &voters, &secret, extra)).collect();
+    let nodes = (1..=n).map(|id| start_node(id, shards, &voters, &secret, extra)).collect();
     (dir, nodes)
 }
 
-fn start_node(id: usize, voters: &str, secret: &Path, extra: &[&str]) -> Server {
-    let id = id.to_string();
+fn start_node(id: usize, shards: u16, voters: &str, secret: &Path, extra: &[&str]) -> Server {
+    let (id, shards) = (id.to_string(), shards.to_string());
     let secret = secret.to_str().unwrap();
-    let mut flags = vec!["--shards", "1", "--node-id", &id, "--cell", voters, "--cell-secret-file", secret];
+    let mut flags = vec!["--shards", &shards, "--node-id", &id, "--cell", voters, "--cell-secret-file", secret];
     flags.extend_from_slice(extra);
     Server::start_with(&flags)
 }

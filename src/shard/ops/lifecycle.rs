@@ -67,7 +67,12 @@ impl<S: SegmentStore> Shard<S> {
         for (_, s) in self.state.borrow_mut().iter_mut() {
             s.last_access_ms = s.last_access_ms.max(now);
         }
-        self.recount_usage();
+        // With more than one shard a node, the counters count every
+        // shard's streams: the node recounts them all once it leads every
+        // group (`Shard::retell`).
+        if self.shards == 1 {
+            self.recount_usage();
+        }
         self.subs_lead_begins();
     }
 

@@ -57,12 +57,17 @@ impl<S: SegmentStore> Shard<S> {
         if self.stopping.get() {
             return;
         }
-        if self.leads() {
+        // Expiry and collection decide on fork references, which other
+        // shards count: only on a node whole again (one shard a node, or
+        // leading every group and retold).
+        if self.leads() && self.whole() {
             self.expire_due().await;
             // Soft-deleted sources whose last fork went: a leader that
             // failed between that fork's delete and the source's
             // collection left it to its successor.
             self.collect_unreferenced().await;
+        }
+        if self.leads() {
             self.decide_reclaim().await;
         }
         self.remove_reclaimed().await;

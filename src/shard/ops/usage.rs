@@ -58,6 +58,21 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
+    /// In a cell of more than one shard a node (`Shard::retell`): this
+    /// shard's streams counted into counters every shard zeroed first.
+    pub(in crate::shard) fn count_usage_share(&self) {
+        let counted = self.counted.borrow();
+        if counted.is_empty() {
+            return;
+        }
+        for (key, s) in self.state.borrow_mut().iter_mut() {
+            s.usage = counted.get(&key.bucket).filter(|_| !s.soft_deleted).cloned();
+            if let Some(u) = &s.usage {
+                u.add(1, s.stored_bytes());
+            }
+        }
+    }
+
     /// The counter this shard counts `bucket`'s streams into, if any.
     pub(in crate::shard) fn usage_of(&self, bucket: &str) -> Option<Arc<BucketUsage>> {
         let counted = self.counted.borrow();

@@ -1,0 +1,225 @@
+//! A cell of three real processes with two shards a node (two groups),
+//! with a bucket owned by one shard holding streams on the other and a
+//! fork whose source is on the other shard, so that every request below
+//! spans groups. Through followers, then after the leader is killed (the
+//! two groups come together on the first node up), then after it is back
+//! (they come back to it):
+//! - a create in the bucket is taken, one in a bucket that does not exist
+//!   is 404, a delete of the non-empty bucket is 409, the listing holds
+//!   every stream: the new leader's shards know the bucket its other shard
+//!   applied as a follower;
+//! - the fork's source, deleted, is soft (410) while the fork reads it, and
+//!   gone once the fork is deleted: the source's shard counts the reference
+//!   of a fork on the other shard.
+//!
+//! Also through a leader kill: a bucket quota over streams of both shards
+//! holds (every shard counts its streams into the counters again), and a
+//! webhook subscription selecting streams of both shards is delivered the
+//! appends of both (every shard holds its matcher and tells the owner its
+//! tails). Each of these fails with the matching part of the retelling
+//! left out (`shard/retell.rs`).
+
+mod common;
+
+use common::{Response, Server};
+use ringstream::protocol::StreamKey;
+use ringstream::shard::router::{shard_for, shard_for_bucket};
+use std::time::{Duration, Instant};
+
+const SHARDS: usize = 2;
+
+/// A name with `prefix` whose stream in `bucket` is on shard `shard`.
+fn stream_on(bucket: &str, prefix: &str, shard: usize) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|s| shard_for(&StreamKey { bucket: bucket.into(), stream: s.clone() }, SHARDS) == shard)
+        .unwrap()
+}
+
+/// `method path` through node `i`, sent again while it answers 503 (a
+/// failover under way), for at most 20 s.
+fn call(nodes: &[Server], i: usize, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = nodes[i].conn().try_request(method, path, headers, body);
+        match r {
+            Ok(r) if r.status != 503 || Instant::now() > end => return r,
+            Err(e) if Instant::now() > end => panic!("node {}: {method} {path}: {e}", i + 1),
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// The node among `up` whose /leaderz is 200 (it leads both groups),
+/// waited for at most 20 s.
+fn united(nodes: &[Server], up: &[usize]) -> usize {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        for &i in up {
+            let r = nodes[i].conn().try_request("GET", "/leaderz", &[], b"");
+            if r.is_ok_and(|r| r.status == 200) {
+                return i;
+            }
+        }
+        assert!(Instant::now() < end, "no node of {up:?} led both groups in 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_cell_of_two_shards_a_node_keeps_what_spans_groups_through_failovers() {
+    let (_dir, mut nodes) = common::cell::start_sharded(3, SHARDS as u16, &[]);
+    let bucket = (0..).map(|i| format!("bucket{i}")).find(|b| shard_for_bucket(b, SHARDS) == 0).unwrap();
+    let (source, fork) = (stream_on(&bucket, "src", 1), stream_on(&bucket, "fork", 0));
+    let (late, later) = (stream_on(&bucket, "late", 1), stream_on(&bucket, "later", 1));
+    let path = |s: &str| format!("/ds/{bucket}/{s}");
+    let text = [("content-type", "text/plain")];
+    united(&nodes, &[0]);
+
+    // Through followers.
+    let r = call(&nodes, 1, "PUT", &format!("/ds/{bucket}"), &[], b"");
+    assert_eq!(r.status, 201, "the bucket: {}", r.summary());
+    assert_eq!(call(&nodes, 2, "PUT", &path(&source), &text, b"").status, 201);
+    let r = call(&nodes, 1, "POST", &path(&source), &text, b"inherited");
+    assert!(matches!(r.status, 200 | 204), "the append: {}", r.summary());
+    let from = path(&source);
+    let forked = [("content-type", "text/plain"), ("stream-forked-from", from.as_str())];
+    let r = call(&nodes, 2, "PUT", &path(&fork), &forked, b"");
+    assert_eq!(r.status, 201, "the fork: {}", r.summary());
+    for i in 0..3 {
+        let end = Instant::now() + Duration::from_secs(10);
+        while call(&nodes, i, "GET", &format!("{}?offset=-1", path(&fork)), &[], b"").status != 200 {
+            assert!(Instant::now() < end, "node {} never served the fork", i + 1);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    // The leader killed: the groups come together on node 2.
+    nodes[0].kill9();
+    // Node 3 may win an election first; the groups are steered to node 2.
+    united(&nodes, &[1]);
+    let r = call(&nodes, 2, "PUT", &path(&late), &text, b"");
+    assert_eq!(r.status, 201, "a create in the bucket of the other group: {}", r.summary());
+    let r = call(&nodes, 2, "PUT", "/ds/nobucket/x", &text, b"");
+    assert_eq!(r.status, 404, "a create in no bucket: {}", r.summary());
+    let r = call(&nodes, 2, "DELETE", &format!("/ds/{bucket}"), &[], b"");
+    assert_eq!(r.status, 409, "the bucket holds streams on the other group: {}", r.summary());
+    let listed = call(&nodes, 2, "GET", &format!("/ds/{bucket}/streams"), &[], b"").text();
+    for s in [&source, &fork, &late] {
+        assert!(listed.contains(s.as_str()), "the listing lacks {s}: {listed}");
+    }
+    assert_eq!(call(&nodes, 2, "DELETE", &path(&source), &[], b"").status, 204);
+    let r = call(&nodes, 2, "GET", &format!("{}?offset=-1", path(&source)), &[], b"");
+    assert_eq!(r.status, 410, "the source a fork on the other group reads was not soft-deleted: {}", r.summary());
+    let r = call(&nodes, 1, "GET", &format!("{}?offset=-1", path(&fork)), &[], b"");
+    assert_eq!((r.status, r.text()), (200, "inherited".to_string()), "the fork reads what it inherited");
+
+    // Node 1 back: the groups go back to it, and it knows all of the above.
+    nodes[0].restart();
+    assert_eq!(united(&nodes, &[0]), 0, "the first voter leads both groups again");
+    let end = Instant::now() + Duration::from_secs(20);
+    while nodes[1].conn().try_request("GET", "/leaderz", &[], b"").is_ok_and(|r| r.status == 200) {
+        assert!(Instant::now() < end, "node 2 still leads a group");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = call(&nodes, 0, "PUT", &path(&later), &text, b"");
+    assert_eq!(r.status, 201, "a create through the first voter again: {}", r.summary());
+    assert_eq!(call(&nodes, 2, "DELETE", &path(&fork), &[], b"").status, 204);
+    let end = Instant::now() + Duration::from_secs(10);
+    while call(&nodes, 0, "GET", &format!("{}?offset=-1", path(&source)), &[], b"").status != 404 {
+        assert!(Instant::now() < end, "the source outlived its last fork by 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A bucket's `max_streams` quota over streams on both shards holds
+/// through a failover: the new leader's shards count every stream of the
+/// bucket, whichever group applied it as a follower.
+#[test]
+fn a_quota_over_both_shards_holds_through_a_failover() {
+    use common::auth::{bearer, Grant, Quota};
+    const ADMIN: Grant = Grant { name: "admin", token: "cell-shards-token", buckets: &["*"], rights: &["admin"] };
+    let dir = common::TempDir::new("cell-shards-quota");
+    let file = dir.path().join("auth.toml");
+    common::auth::write(&file, &[ADMIN], &[Quota { bucket: "cellq", max_streams: Some(4), max_bytes: None }]);
+    let (_dir, mut nodes) = common::cell::start_sharded(3, SHARDS as u16, &["--auth-file", file.to_str().unwrap()]);
+    let auth = bearer(ADMIN.token);
+    let (bare, text) =
+        ([("authorization", auth.as_str())], [("authorization", auth.as_str()), ("content-type", "text/plain")]);
+    united(&nodes, &[0]);
+    assert_eq!(call(&nodes, 1, "PUT", "/ds/cellq", &bare, b"").status, 201);
+    let names: Vec<String> =
+        [0, 1, 0, 1, 0].iter().enumerate().map(|(i, &sh)| stream_on("cellq", &format!("q{i}x"), sh)).collect();
+    for n in &names[..4] {
+        assert_eq!(call(&nodes, 2, "PUT", &format!("/ds/cellq/{n}"), &text, b"").status, 201, "stream {n}");
+    }
+    let fifth = format!("/ds/cellq/{}", names[4]);
+    assert_eq!(call(&nodes, 2, "PUT", &fifth, &text, b"").status, 429, "the fifth stream through the first leader");
+    nodes[0].kill9();
+    united(&nodes, &[1]);
+    let r = call(&nodes, 2, "PUT", &fifth, &text, b"");
+    assert_eq!(r.status, 429, "the fifth stream through the new leader: {}", r.summary());
+    assert_eq!(call(&nodes, 2, "DELETE", &format!("/ds/cellq/{}", names[1]), &bare, b"").status, 204);
+    assert_eq!(
+        call(&nodes, 2, "PUT", &fifth, &text, b"").status,
+        201,
+        "the room a delete on the other shard gave back"
+    );
+    let sixth = format!("/ds/cellq/{}", stream_on("cellq", "q6x", 1));
+    assert_eq!(call(&nodes, 2, "PUT", &sixth, &text, b"").status, 429, "and no more");
+}
+
+/// Whether some delivery `receiver` got names stream `path` at `tail`,
+/// waiting up to 20 s.
+fn delivered_at(receiver: &common::webhook::Receiver, path: &str, tail: &str) -> bool {
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end {
+        let got = receiver.got.lock().unwrap().clone();
+        let names = |d: &common::webhook::Delivered| {
+            d.json()["streams"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["path"] == path && s["tail_offset"] == tail))
+        };
+        if got.iter().any(names) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
+/// A webhook subscription selecting streams of both shards is delivered
+/// the appends of both by the node that leads, before and after a leader
+/// kill: the new leader's shards hold every subscription's matcher and
+/// tell its owner their streams' tails.
+#[test]
+fn a_subscription_over_both_shards_is_delivered_through_a_failover() {
+    let receiver = common::webhook::Receiver::start(r#"{"done":true}"#);
+    let (_dir, mut nodes) = common::cell::start_sharded(3, SHARDS as u16, &[]);
+    united(&nodes, &[0]);
+    let sub =
+        format!(r#"{{"type":"webhook","pattern":"*","webhook":{{"url":"{}"}},"lease_ttl_ms":1000}}"#, receiver.url);
+    let r = call(&nodes, 1, "PUT", "/v1/stream/__ds/subscriptions/s1", &[], sub.as_bytes());
+    assert_eq!(r.status, 201, "the subscription through a follower: {}", r.summary());
+    let text = [("content-type", "text/plain")];
+    let streams = [stream_on("_default", "w", 0), stream_on("_default", "w", 1)];
+    let append = |nodes: &[Server], s: &str, body: &[u8]| {
+        let r = call(nodes, 2, "POST", &format!("/v1/stream/{s}"), &text, body);
+        assert!(matches!(r.status, 200 | 204), "an append to {s}: {}", r.summary());
+        r.sno()
+    };
+    for s in &streams {
+        assert_eq!(call(&nodes, 2, "PUT", &format!("/v1/stream/{s}"), &text, b"").status, 201);
+        let tail = append(&nodes, s, b"<before>");
+        assert!(delivered_at(&receiver, s, &tail), "no delivery of {s} at {tail} from the first leader");
+    }
+    nodes[0].kill9();
+    united(&nodes, &[1]);
+    // A create spans groups: taken once the new leader's shards retold.
+    let r = call(&nodes, 2, "PUT", &format!("/v1/stream/{}", stream_on("_default", "x", 0)), &text, b"");
+    assert_eq!(r.status, 201, "{}", r.summary());
+    for s in &streams {
+        let tail = append(&nodes, s, b"<after>");
+        assert!(delivered_at(&receiver, s, &tail), "no delivery of {s} at {tail} from the new leader");
+    }
+}
