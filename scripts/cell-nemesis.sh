@@ -18,19 +18,25 @@
 # a third of the way through, so its segments go through the log while
 # the faults go on; every node must have deleted them after healing.
 #
-#   scripts/cell-nemesis.sh [SECONDS] [--power|--rolling|--wipe] [--reclaim]   # default 600 (release build)
+# `--shards N`: N shards a node (N groups, steered to one leader); the
+# writers' stream is in one group, the deleted stream of --reclaim may be in
+# another (its create and delete span groups).
+#
+#   scripts/cell-nemesis.sh [SECONDS] [--power|--rolling|--wipe] [--reclaim] [--shards N]   # default 600 (release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=600 FAULTS=processes
-for arg in "$@"; do
+while [ $# -gt 0 ]; do
+  arg="$1"; shift
   case "$arg" in
+    --shards) export NEMESIS_SHARDS="${1:?--shards needs a number}"; shift ;;
     --power) FAULTS=power ;;
     --rolling) FAULTS=rolling ;;
     --wipe) FAULTS=wipe ;;
     --reclaim) export NEMESIS_RECLAIM=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     [0-9]*) SECS="$arg" ;;
-    *) echo "cell-nemesis: unknown argument '$arg' (SECONDS, --power, --rolling, --wipe, --reclaim, --help)" >&2; exit 2 ;;
+    *) echo "cell-nemesis: unknown argument '$arg' (SECONDS, --power, --rolling, --wipe, --reclaim, --shards N, --help)" >&2; exit 2 ;;
   esac
 done
 NEMESIS_SECS="$SECS" NEMESIS_FAULTS="$FAULTS" exec cargo test --release --test cell_nemesis -- --ignored --nocapture

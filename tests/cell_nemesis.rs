@@ -604,7 +604,10 @@ fn nemesis() {
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "a nemesis secret of some length\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let ports = common::cell::free_ports(3);
+    // NEMESIS_SHARDS: shards a node (groups); the writers' stream is in one.
+    let shards: u16 = std::env::var("NEMESIS_SHARDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let shards_flag = shards.to_string();
+    let ports = common::cell::free_port_runs(3, shards);
     let voters =
         ports.iter().enumerate().map(|(i, p)| format!("{}@{}:{p}", i + 1, peer_ip(i))).collect::<Vec<_>>().join(",");
     let secret_path = secret.to_str().unwrap().to_string();
@@ -613,7 +616,7 @@ fn nemesis() {
         .map(|id| {
             let id = id.to_string();
             let mut flags =
-                vec!["--shards", "1", "--node-id", &id, "--cell", &voters, "--cell-secret-file", &secret_path];
+                vec!["--shards", &shards_flag, "--node-id", &id, "--cell", &voters, "--cell-secret-file", &secret_path];
             if reclaim {
                 flags.extend(["--segment-bytes", "1048576"]);
             }
