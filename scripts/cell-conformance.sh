@@ -8,12 +8,21 @@
 # leader's, and the TypeScript and Python clients through the follower.
 # Every run must pass.
 #
-# Usage: scripts/cell-conformance.sh [--keep-data]
+# `--shards N`: N shards a node (N groups, led by one node; requests that
+# span groups run there).
+#
+# Usage: scripts/cell-conformance.sh [--keep-data] [--shards N]
 # Environment: RINGSTREAM_BIN (a server binary instead of building one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/server.sh
-[ "${1:-}" = "--keep-data" ] && KEEP_WORK=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --keep-data) KEEP_WORK=1; shift ;;
+    --shards) export CELL_SHARDS="${2:?--shards needs a number}"; shift 2 ;;
+    *) echo "cell-conformance: unknown argument '$1' (--keep-data, --shards N)" >&2; exit 2 ;;
+  esac
+done
 work_dir cell-conformance
 
 # A short long-poll timeout: several tests wait for a 204 inside vitest's limit.

@@ -17,14 +17,16 @@
 #   its exit status (0 after a clean shutdown, 137 after KILL). A server
 #   still running 60 s after the signal is killed and reported, and
 #   SERVER_EXIT is then "hung". Returns 0.
-# cell_start DIR [FLAG...]: a cell of three nodes (`--shards 1`, a secret
+# cell_start DIR [FLAG...]: a cell of three nodes (`--shards 1`, or
+#   CELL_SHARDS, each voter's peer ports a run of that many; a secret
 #   of mode 600, peer ports free on loopback), each started as server_start
 #   does in DIR/nodeN with the FLAGs, then waits (30 s) until it settles:
 #   node 1 (the first voter, which a cell steers its lead to) answers
 #   /leaderz 200 and the others name it as their leader. Sets CELL_URL[1..3]
 #   and CELL_PID[1..3]; the leader is node 1.
 # free_port: prints a free TCP port on loopback.
-# peer_ports N: prints N distinct free ports below the ephemeral range,
+# peer_ports N [RUN]: prints N free ports below the ephemeral range, each
+#   with the RUN - 1 ports after it free too and no two runs overlapping,
 #   for a cell's peer listeners (cell_start uses them).
 # work_dir NAME: sets WORK to a new temporary directory, removed at exit
 #   unless KEEP_WORK=1 then (it is printed instead).
@@ -155,17 +157,29 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # port from that range could go to a node's HTTP listener as well, and the
 # two (both SO_REUSEPORT) would split connections.
 peer_ports() {
-  python3 - "$1" <<'PY'
+  python3 - "$1" "${2:-1}" <<'PY'
 import random, socket, sys
-held = []
-while len(held) < int(sys.argv[1]):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", random.randrange(20000, 32000)))
-    except OSError:
+n, run = int(sys.argv[1]), int(sys.argv[2])
+held, firsts = [], []
+while len(firsts) < n:
+    first = random.randrange(20000, 32000 - run)
+    if any(first < f + run and f < first + run for f in firsts):
         continue
-    held.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in held))
+    got = []
+    for port in range(first, first + run):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            break
+        got.append(s)
+    if len(got) == run:
+        firsts.append(first)
+        held.extend(got)
+    else:
+        for s in got:
+            s.close()
+print(" ".join(str(f) for f in firsts))
 PY
 }
 
@@ -177,10 +191,10 @@ cell_start() {
   mkdir -p "$dir"
   head -c 32 /dev/urandom | base64 >"$dir/secret"
   chmod 600 "$dir/secret"
-  read -r -a ports <<<"$(peer_ports 3)"
+  read -r -a ports <<<"$(peer_ports 3 "${CELL_SHARDS:-1}")"
   for id in 1 2 3; do voters="$voters${voters:+,}$id@127.0.0.1:${ports[id - 1]}"; done
   for id in 1 2 3; do
-    server_start "$dir/node$id" 0 --shards 1 --no-pin --node-id "$id" --cell "$voters" \
+    server_start "$dir/node$id" 0 --shards "${CELL_SHARDS:-1}" --no-pin --node-id "$id" --cell "$voters" \
       --cell-secret-file "$dir/secret" "$@"
     CELL_URL[id]=$SERVER_URL CELL_PID[id]=$SERVER_PID
   done

@@ -175,6 +175,9 @@ pub struct Group<S: GroupStore> {
     /// `LEAD_TOWARD_RETRY_TICKS`.
     ticks: u64,
     handing: Option<(u64, u64, u64)>,
+    /// Since when `lead_toward` has wanted to hand the lead to a replica:
+    /// (term, replica, tick).
+    steering: Option<(u64, u64, u64)>,
     /// Refusals this replica sends its leader of its own accord, with the
     /// next turn's messages ([`amnesia::lost_notice`]), and the tick the
     /// last one was made.
@@ -189,6 +192,15 @@ const LOST_NOTICE_TICKS: u64 = 10;
 /// How long `lead_toward` waits before it tries again a hand-over that did
 /// not take (the replica refused it: one that lost its data, say), in ticks.
 const LEAD_TOWARD_RETRY_TICKS: u64 = 100;
+/// How long `lead_toward` waits for a tick at which the preferred replica
+/// holds the whole log before it takes one a few entries behind: under a
+/// steady stream of proposals such a tick may never come (a node's groups
+/// left led by two nodes would then stay so).
+const LEAD_TOWARD_PATIENCE_TICKS: u64 = 20;
+/// How many entries behind the preferred replica may be then; raft-rs
+/// sends them before it hands over, holding new proposals meanwhile (one
+/// round trip: they are refused, and run again).
+const LEAD_TOWARD_LAG_MAX: u64 = 16;
 
 impl<S: GroupStore> Group<S> {
     /// A replica over `store` (empty, or what survived a restart; its
@@ -209,6 +221,7 @@ impl<S: GroupStore> Group<S> {
             votes,
             ticks: 0,
             handing: None,
+            steering: None,
             notices: Vec::new(),
             noticed_at: None,
         })
@@ -410,20 +423,29 @@ impl<S: GroupStore> Group<S> {
     /// On the leader: hands leadership to `preferred` once it holds the
     /// whole log (so the hand-over costs no catch-up), keeping every group
     /// of a cell led by one node where it can be. A no-op elsewhere, while
-    /// a hand-over runs, or when `preferred` lags or is this replica; under
-    /// a steady stream of proposals `preferred` may lag at every call, so
-    /// the owner calls it on every tick and it acts at the first quiet one.
+    /// a hand-over runs, or when `preferred` lags, is not heard from (down)
+    /// or is this replica. The owner calls it on every tick: under a steady
+    /// stream of proposals `preferred` may lag at every call, so after
+    /// `LEAD_TOWARD_PATIENCE_TICKS` it takes a tick where it lags by at most
+    /// `LEAD_TOWARD_LAG_MAX` entries.
     pub fn lead_toward(&mut self, preferred: u64) {
         let raft = &self.node.raft;
         if raft.state != StateRole::Leader || raft.id == preferred || raft.lead_transferee.is_some() {
             return;
         }
-        let caught_up = raft.prs().get(preferred).is_some_and(|p| p.matched == raft.raft_log.last_index());
-        let refused = self.handing.is_some_and(|(term, to, at)| {
-            term == raft.term && to == preferred && self.ticks < at + LEAD_TOWARD_RETRY_TICKS
-        });
-        if caught_up && !refused {
-            self.handing = Some((raft.term, preferred, self.ticks));
+        let (term, now, last) = (raft.term, self.ticks, raft.raft_log.last_index());
+        let lag = raft.prs().get(preferred).filter(|p| p.recent_active).map(|p| last.saturating_sub(p.matched));
+        let since = match self.steering {
+            Some((t, to, at)) if t == term && to == preferred => at,
+            _ => now,
+        };
+        self.steering = Some((term, preferred, since));
+        let patient = now >= since + LEAD_TOWARD_PATIENCE_TICKS;
+        let ready = lag.is_some_and(|lag| lag == 0 || (patient && lag <= LEAD_TOWARD_LAG_MAX));
+        let refused =
+            self.handing.is_some_and(|(t, to, at)| t == term && to == preferred && now < at + LEAD_TOWARD_RETRY_TICKS);
+        if ready && !refused {
+            self.handing = Some((term, preferred, now));
             self.node.transfer_leader(preferred);
         }
     }
@@ -566,6 +588,15 @@ mod tests {
         }
     }
 
+    /// Replicas 1 to 3, 1 leading, one entry committed everywhere.
+    fn three_with_one_entry() -> Vec<Group<MemStorage>> {
+        let mut gs: Vec<_> = (1..=3).map(|id| group(id, &[1, 2, 3])).collect();
+        elect_one(&mut gs);
+        gs[0].propose(b"one".to_vec()).unwrap();
+        settle(&mut gs);
+        gs
+    }
+
     fn elect_one(gs: &mut [Group<MemStorage>]) {
         gs[0].node.campaign().unwrap();
         settle(gs);
@@ -661,10 +692,7 @@ mod tests {
 
     #[test]
     fn the_leader_shows_each_followers_lag_and_hands_over_to_the_preferred() {
-        let mut gs: Vec<_> = (1..=3).map(|id| group(id, &[1, 2, 3])).collect();
-        elect_one(&mut gs);
-        gs[0].propose(b"one".to_vec()).unwrap();
-        settle(&mut gs);
+        let mut gs = three_with_one_entry();
         let v = gs[0].view();
         assert_eq!((v.role, v.leader, v.commit), (StateRole::Leader, Some(1), v.last_index));
         let lags: Vec<_> = v.followers.iter().map(|f| (f.id, f.lag)).collect();
@@ -674,6 +702,55 @@ mod tests {
         settle(&mut gs);
         assert_eq!(gs[2].role(), StateRole::Leader);
         assert_eq!(gs[0].leader(), Some(3));
+    }
+
+    #[test]
+    fn under_steady_proposals_the_lead_goes_to_a_preferred_replica_a_few_entries_behind() {
+        let mut gs = three_with_one_entry();
+        // Every tick one proposal replica 3 has not yet got: never quiet.
+        let mut handed = None;
+        for tick in 0..2 * LEAD_TOWARD_PATIENCE_TICKS {
+            gs[0].propose(format!("{tick}").into_bytes()).unwrap();
+            drain(&mut gs[0]);
+            gs[0].lead_toward(3);
+            if gs[0].node.raft.lead_transferee == Some(3) {
+                handed = Some(tick);
+                break;
+            }
+            gs[0].tick();
+            settle(&mut gs);
+        }
+        let tick = handed.expect("never handed over");
+        assert!(tick >= LEAD_TOWARD_PATIENCE_TICKS, "handed over at tick {tick}, with replica 3 behind");
+        settle(&mut gs);
+        assert_eq!(gs[2].role(), StateRole::Leader);
+    }
+
+    #[test]
+    fn the_lead_goes_to_no_replica_it_does_not_hear_from() {
+        let mut gs = three_with_one_entry();
+        // Replica 3 goes silent (what is sent to it is lost): after an
+        // election timeout the leader's quorum check counts it inactive,
+        // though it holds the whole log.
+        for _ in 0..3 * 10 {
+            for g in gs.iter_mut().take(2) {
+                g.tick();
+            }
+            loop {
+                let sent: Vec<Message> = gs.iter_mut().take(2).flat_map(|g| drain(g).0).collect();
+                if sent.is_empty() {
+                    break;
+                }
+                for m in sent.into_iter().filter(|m| m.to != 3) {
+                    gs[(m.to - 1) as usize].step(m).unwrap();
+                }
+            }
+        }
+        assert_eq!(gs[0].role(), StateRole::Leader);
+        gs[0].lead_toward(3);
+        assert_eq!(gs[0].node.raft.lead_transferee, None, "handed to a replica that is down");
+        gs[0].lead_toward(2);
+        assert_eq!(gs[0].node.raft.lead_transferee, Some(2), "one it hears from, holding the whole log");
     }
 
     #[test]

@@ -435,7 +435,7 @@ pub async fn run<S: SegmentStore>(
     let mut next_tick = Instant::now() + tick;
     let log = replica.log.clone();
     let status = replica.status();
-    let _stopped = Stopped(status.clone());
+    let _stopped = Stopped(status.clone(), replica.applier.clone());
     while !stop.get() {
         let woken = {
             let message = async { Woken::Message(inbox.next().await.map(Box::new)) };
@@ -482,11 +482,15 @@ pub async fn run<S: SegmentStore>(
 /// Whatever ends the loop, the shard learns that its replica no longer
 /// leads nor knows a leader: it writes nothing more, and every answer
 /// waiting for a confirmation is refused (503) rather than left waiting.
-struct Stopped(Rc<Status>);
+struct Stopped(Rc<Status>, Option<Rc<dyn Applier>>);
 
 impl Drop for Stopped {
     fn drop(&mut self) {
-        self.0.leading.set(false);
+        if self.0.leading.replace(false) {
+            if let Some(applier) = &self.1 {
+                applier.lead_ends();
+            }
+        }
         self.0.leader.set(None);
         self.0.confirms.lead_ends();
     }
