@@ -39,7 +39,7 @@ echo "cell-conformance: the TypeScript client through the follower"
 scripts/ts-client-demo.sh --url "$follower" || status=1
 echo "cell-conformance: the Python client through the follower"
 scripts/python-client.sh --url "$follower" || status=1
-forwarded=$(curl -s "$follower/metrics" | awk '/^ringstream_cell_forwarded_requests_total.*to_leader/ {print $2}')
+forwarded=$(curl -s "$follower/metrics" | awk '/^ringstream_cell_forwarded_requests_total.*to_leader/ {n += $2} END {print n + 0}')
 echo "cell-conformance: the follower forwarded ${forwarded:-0} requests to the leader"
 [ "${forwarded:-0}" -gt 0 ] || { echo "cell-conformance: the follower forwarded nothing" >&2; status=1; }
 exit $status

@@ -8,7 +8,8 @@
 # behind the HAProxy configuration of docs/deploy/ (the conformance suite
 # and the TypeScript client through it, a node killed and restarted), a
 # replicated cell of three (the conformance suite through a follower and on
-# the leader, the TypeScript and Python clients through the follower), the
+# the leader, the TypeScript and Python clients through the follower; with
+# one shard a node, then two), the
 # same cell under writers while nftables cuts links between its nodes in a
 # private network namespace (scripts/cell-partition.sh), the same cell
 # behind HAProxy with TLS and HTTP/2 (docs/deploy/haproxy-cell.cfg) with
@@ -49,6 +50,7 @@ step 300 scripts/loadgen-smoke.sh
 step 300 scripts/check-deploy.sh
 step 600 scripts/multinode.sh
 step 600 scripts/cell-conformance.sh
+step 600 scripts/cell-conformance.sh --shards 2
 step 600 scripts/cell-partition.sh
 step 300 scripts/cell-h2.sh
 step 900 scripts/tiering.sh
