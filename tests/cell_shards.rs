@@ -100,6 +100,11 @@ fn a_cell_of_two_shards_a_node_keeps_what_spans_groups_through_failovers() {
     united(&nodes, &[1]);
     let r = call(&nodes, 2, "PUT", &path(&late), &text, b"");
     assert_eq!(r.status, 201, "a create in the bucket of the other group: {}", r.summary());
+    let whole = |i: usize| {
+        let cellz = call(&nodes, i, "GET", "/cellz", &[], b"");
+        serde_json::from_slice::<serde_json::Value>(&cellz.body).unwrap()["whole"].as_bool()
+    };
+    assert_eq!((whole(1), whole(2)), (Some(true), Some(false)), "/cellz: spanning requests run on node 2 only");
     let r = call(&nodes, 2, "PUT", "/ds/nobucket/x", &text, b"");
     assert_eq!(r.status, 404, "a create in no bucket: {}", r.summary());
     let r = call(&nodes, 2, "DELETE", &format!("/ds/{bucket}"), &[], b"");

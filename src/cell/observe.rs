@@ -3,6 +3,7 @@
 //! the status and writes them out.
 
 use super::board::{role_name, Board, Published};
+use super::unity::Unity;
 use raft::StateRole;
 use serde_json::json;
 
@@ -31,10 +32,16 @@ fn not_leading(p: &Published) -> String {
     }
 }
 
-/// `/cellz`: the node and every group as its replica sees it, as JSON.
-pub fn cellz(board: &Board) -> String {
+/// `/cellz`: the node and every group as its replica sees it, as JSON;
+/// with more than one shard a node also whether requests that span groups
+/// run here now (`whole`: it leads every group, its shards retold).
+pub fn cellz(board: &Board, unity: Option<&Unity>) -> String {
     let groups: Vec<_> = board.groups().iter().enumerate().map(|(group, p)| group_json(group, p)).collect();
-    json!({ "node": board.node(), "groups": groups }).to_string()
+    let mut v = json!({ "node": board.node(), "groups": groups });
+    if let Some(u) = unity {
+        v["whole"] = json!(u.whole());
+    }
+    v.to_string()
 }
 
 fn group_json(group: usize, p: &Published) -> serde_json::Value {
@@ -96,8 +103,9 @@ mod tests {
         let followers = [FollowerView { id: 2, matched: 42, lag: 0 }, FollowerView { id: 3, matched: 30, lag: 12 }];
         board.slot(0).publish_followers(&followers);
         board.slot(1).publish(&scalars(StateRole::Candidate, None, false));
-        let v: serde_json::Value = serde_json::from_str(&cellz(&board)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&cellz(&board, None)).unwrap();
         assert_eq!(v["node"], 1);
+        assert!(v.get("whole").is_none(), "one shard a node: always whole, not shown");
         let g0 = &v["groups"][0];
         assert_eq!(
             g0,
@@ -107,5 +115,13 @@ mod tests {
         let g1 = &v["groups"][1];
         assert_eq!((g1["group"].as_u64(), g1["role"].as_str()), (Some(1), Some("candidate")));
         assert!(g1["leader"].is_null() && g1.get("followers").is_none(), "{g1}");
+        let unity = Unity::new(2);
+        let whole =
+            |u: &Unity| serde_json::from_str::<serde_json::Value>(&cellz(&board, Some(u))).unwrap()["whole"].clone();
+        assert_eq!(whole(&unity), json!(false));
+        unity.set_leads(0, true);
+        unity.set_leads(1, true);
+        unity.told(unity.due().unwrap());
+        assert_eq!(whole(&unity), json!(true));
     }
 }

@@ -139,7 +139,8 @@ impl ConnContext for Ctx {
     }
 
     fn cellz(&self) -> Option<String> {
-        self.process.cell.as_deref().map(crate::cell::observe::cellz)
+        let unity = self.process.unity.as_deref();
+        self.process.cell.as_deref().map(|board| crate::cell::observe::cellz(board, unity))
     }
 
     fn move_to(&self, to: usize, c: MovedConnection) -> Result<(), MovedConnection> {
