@@ -148,7 +148,7 @@ async fn ship_if_empty(
     // goes down: the manifests are asked for again, a few times.
     for attempt in 1..=SHIP_ATTEMPTS {
         let offers = ship::manifests(links, &peers, wait, cell.join, &sleep).await;
-        if !offers.iter().any(|(_, m)| !m.is_empty()) {
+        if offers.iter().all(|(_, m)| m.is_empty()) {
             tracing::info!("shard {id}: no segments, and no peer offered any: it starts empty");
             break;
         }

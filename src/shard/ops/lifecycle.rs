@@ -43,9 +43,11 @@ impl<S: SegmentStore> Shard<S> {
     /// record makes that survive a restart; if the log cannot take it now,
     /// the next access after restart expires it again. With forks it is only
     /// soft-deleted (F95). An expired fork releases its source once its
-    /// delete is durable, as an explicit delete does.
+    /// delete is durable, as an explicit delete does. On a node of a cell
+    /// not whole (more than one shard a node, not leading every group) it
+    /// waits: whether forks read the stream is counted on other groups.
     pub(in crate::shard) async fn expire_if_due(&self, key: &StreamKey) {
-        if !expiry_due(&self.state.borrow(), key, (self.now_ms)()) {
+        if !self.whole() || !expiry_due(&self.state.borrow(), key, (self.now_ms)()) {
             return;
         }
         if let Ok((lsn, Some(source))) = self.delete_now(key) {
