@@ -426,7 +426,15 @@ impl Nemesis {
             if target > 0 && commit(&self.nodes[i]) >= target {
                 break;
             }
-            assert!(back.elapsed() < Duration::from_secs(60), "node {} wiped: not caught up in 60 s", i + 1);
+            if back.elapsed() >= Duration::from_secs(60) {
+                let cellz = |n: usize| self.nodes[n].conn().request("GET", "/cellz", &[], b"").text();
+                panic!(
+                    "node {} wiped: not caught up in 60 s; its /cellz {}; the leader's {}",
+                    i + 1,
+                    cellz(i),
+                    cellz(leader)
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
         let name = "ringstream_cell_shipped_bytes_total{shard=\"0\"}";

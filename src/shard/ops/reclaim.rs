@@ -135,7 +135,7 @@ impl<S: SegmentStore> Shard<S> {
         }
     }
 
-    /// The newest of `sealed` (oldest first) up to which every segment is
+    /// The newest of `sealed` (oldest first; never the newest of all) up to which every segment is
     /// free (no data, no pinned metadata, no delete still needed) and held
     /// by every voter, the entry begun in it included; None if the oldest
     /// is not. A prefix stopped by the voters alone is tried again once
@@ -145,7 +145,12 @@ impl<S: SegmentStore> Shard<S> {
         let bound = self.all_hold();
         let mut on_disk: BTreeSet<u64> = sealed.iter().copied().collect();
         let mut through = None;
-        for &seg in sealed {
+        // The newest sealed segment stays: a replica with no segments (a
+        // lost disk) copies the sealed ones at boot and is sent the entries
+        // after them, so with none left to copy it would need entries the
+        // log no longer holds (raft-rs's snapshot, not built).
+        let (_, keep_newest) = sealed.split_last()?;
+        for &seg in keep_newest {
             let state = self.state.borrow();
             if data.contains(&seg) || pins.contains_key(&seg) || state.delete_still_needed(seg, &on_disk) {
                 break;
