@@ -50,18 +50,12 @@ fn call(nodes: &[Server], i: usize, method: &str, path: &str, headers: &[(&str, 
     }
 }
 
-/// The node among `up` whose /leaderz is 200 (it leads both groups),
-/// waited for at most 20 s.
-fn united(nodes: &[Server], up: &[usize]) -> usize {
+/// Waits (at most 20 s) until node `i`'s /leaderz is 200: it leads both
+/// groups, as the steering brings about.
+fn leads_both(nodes: &[Server], i: usize) {
     let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        for &i in up {
-            let r = nodes[i].conn().try_request("GET", "/leaderz", &[], b"");
-            if r.is_ok_and(|r| r.status == 200) {
-                return i;
-            }
-        }
-        assert!(Instant::now() < end, "no node of {up:?} led both groups in 20 s");
+    while !nodes[i].conn().try_request("GET", "/leaderz", &[], b"").is_ok_and(|r| r.status == 200) {
+        assert!(Instant::now() < end, "node {} did not lead both groups in 20 s", i + 1);
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -74,7 +68,7 @@ fn a_cell_of_two_shards_a_node_keeps_what_spans_groups_through_failovers() {
     let (late, later) = (stream_on(&bucket, "late", 1), stream_on(&bucket, "later", 1));
     let path = |s: &str| format!("/ds/{bucket}/{s}");
     let text = [("content-type", "text/plain")];
-    united(&nodes, &[0]);
+    leads_both(&nodes, 0);
 
     // Through followers.
     let r = call(&nodes, 1, "PUT", &format!("/ds/{bucket}"), &[], b"");
@@ -97,7 +91,7 @@ fn a_cell_of_two_shards_a_node_keeps_what_spans_groups_through_failovers() {
     // The leader killed: the groups come together on node 2.
     nodes[0].kill9();
     // Node 3 may win an election first; the groups are steered to node 2.
-    united(&nodes, &[1]);
+    leads_both(&nodes, 1);
     let r = call(&nodes, 2, "PUT", &path(&late), &text, b"");
     assert_eq!(r.status, 201, "a create in the bucket of the other group: {}", r.summary());
     let whole = |i: usize| {
@@ -121,7 +115,7 @@ fn a_cell_of_two_shards_a_node_keeps_what_spans_groups_through_failovers() {
 
     // Node 1 back: the groups go back to it, and it knows all of the above.
     nodes[0].restart();
-    assert_eq!(united(&nodes, &[0]), 0, "the first voter leads both groups again");
+    leads_both(&nodes, 0); // the first voter leads both groups again
     let end = Instant::now() + Duration::from_secs(20);
     while nodes[1].conn().try_request("GET", "/leaderz", &[], b"").is_ok_and(|r| r.status == 200) {
         assert!(Instant::now() < end, "node 2 still leads a group");
@@ -151,7 +145,7 @@ fn a_quota_over_both_shards_holds_through_a_failover() {
     let auth = bearer(ADMIN.token);
     let (bare, text) =
         ([("authorization", auth.as_str())], [("authorization", auth.as_str()), ("content-type", "text/plain")]);
-    united(&nodes, &[0]);
+    leads_both(&nodes, 0);
     assert_eq!(call(&nodes, 1, "PUT", "/ds/cellq", &bare, b"").status, 201);
     let names: Vec<String> =
         [0, 1, 0, 1, 0].iter().enumerate().map(|(i, &sh)| stream_on("cellq", &format!("q{i}x"), sh)).collect();
@@ -161,7 +155,7 @@ fn a_quota_over_both_shards_holds_through_a_failover() {
     let fifth = format!("/ds/cellq/{}", names[4]);
     assert_eq!(call(&nodes, 2, "PUT", &fifth, &text, b"").status, 429, "the fifth stream through the first leader");
     nodes[0].kill9();
-    united(&nodes, &[1]);
+    leads_both(&nodes, 1);
     let r = call(&nodes, 2, "PUT", &fifth, &text, b"");
     assert_eq!(r.status, 429, "the fifth stream through the new leader: {}", r.summary());
     assert_eq!(call(&nodes, 2, "DELETE", &format!("/ds/cellq/{}", names[1]), &bare, b"").status, 204);
@@ -201,7 +195,7 @@ fn delivered_at(receiver: &common::webhook::Receiver, path: &str, tail: &str) ->
 fn a_subscription_over_both_shards_is_delivered_through_a_failover() {
     let receiver = common::webhook::Receiver::start(r#"{"done":true}"#);
     let (_dir, mut nodes) = common::cell::start_sharded(3, SHARDS as u16, &[]);
-    united(&nodes, &[0]);
+    leads_both(&nodes, 0);
     let sub =
         format!(r#"{{"type":"webhook","pattern":"*","webhook":{{"url":"{}"}},"lease_ttl_ms":1000}}"#, receiver.url);
     let r = call(&nodes, 1, "PUT", "/v1/stream/__ds/subscriptions/s1", &[], sub.as_bytes());
@@ -219,7 +213,7 @@ fn a_subscription_over_both_shards_is_delivered_through_a_failover() {
         assert!(delivered_at(&receiver, s, &tail), "no delivery of {s} at {tail} from the first leader");
     }
     nodes[0].kill9();
-    united(&nodes, &[1]);
+    leads_both(&nodes, 1);
     // A create spans groups: taken once the new leader's shards retold.
     let r = call(&nodes, 2, "PUT", &format!("/v1/stream/{}", stream_on("_default", "x", 0)), &text, b"");
     assert_eq!(r.status, 201, "{}", r.summary());
@@ -229,11 +223,10 @@ fn a_subscription_over_both_shards_is_delivered_through_a_failover() {
     }
 }
 
-/// Each group's commit index as node `i`'s `/cellz` shows it.
+/// Each group's commit index as node `i`'s `/cellz` shows it (0 while it
+/// does not answer).
 fn commits(nodes: &[Server], i: usize) -> Vec<u64> {
-    let cellz = call(nodes, i, "GET", "/cellz", &[], b"");
-    let v: serde_json::Value = serde_json::from_slice(&cellz.body).unwrap_or_default();
-    (0..SHARDS).map(|g| v["groups"][g]["commit"].as_u64().unwrap_or(0)).collect()
+    (0..SHARDS).map(|g| common::cell::group_commit(&nodes[i], g)).collect()
 }
 
 /// A node of two shards whose disk is lost, back with `--cell-join` while
@@ -241,7 +234,7 @@ fn commits(nodes: &[Server], i: usize) -> Vec<u64> {
 #[test]
 fn a_node_of_two_shards_that_lost_its_disk_catches_up_in_both_groups() {
     let (_dir, mut nodes) = common::cell::start_sharded(3, SHARDS as u16, &[]);
-    united(&nodes, &[0]);
+    leads_both(&nodes, 0);
     let text = [("content-type", "text/plain")];
     let stream = format!("/v1/stream/{}", stream_on("_default", "busy", 1));
     assert_eq!(call(&nodes, 0, "PUT", &stream, &text, b"").status, 201);
@@ -253,15 +246,11 @@ fn a_node_of_two_shards_that_lost_its_disk_catches_up_in_both_groups() {
     wait_caught_up(&nodes, 1, Duration::from_secs(15));
 }
 
-/// A group whose every sealed segment held a stream since deleted: once
-/// reclamation ran, a node whose disk is lost still catches up in it (the
-/// newest sealed segment stays for it to copy; with all of them gone it
-/// would have needed entries no log held any more: found by the nemesis,
-/// `--shards 2 --wipe --reclaim`).
-#[test]
-fn a_node_that_lost_its_disk_catches_up_in_a_group_whose_segments_went() {
-    let (_dir, mut nodes) = common::cell::start_sharded(3, SHARDS as u16, &["--segment-bytes", "65536"]);
-    united(&nodes, &[0]);
+/// A cell whose group 0 wrote a 800 KB stream in 64 KiB segments, deleted
+/// it, and reclaimed at least five of its segments on node 2.
+fn start_with_reclaimed_segments() -> (common::TempDir, Vec<Server>) {
+    let (dir, nodes) = common::cell::start_sharded(3, SHARDS as u16, &["--segment-bytes", "65536"]);
+    leads_both(&nodes, 0);
     let text = [("content-type", "text/plain")];
     let big = format!("/v1/stream/{}", stream_on("_default", "big", 0));
     assert_eq!(call(&nodes, 0, "PUT", &big, &text, b"").status, 201);
@@ -279,8 +268,53 @@ fn a_node_that_lost_its_disk_catches_up_in_a_group_whose_segments_went() {
         assert!(Instant::now() < end, "node 2 reclaimed {} segments of group 0 in 30 s", reclaimed(1));
         std::thread::sleep(Duration::from_millis(100));
     }
+    (dir, nodes)
+}
+
+/// In a group whose every sealed segment but the newest went through
+/// reclamation, a node whose disk is lost still catches up in it (the
+/// newest sealed segment stays for it to copy; with all of them gone it
+/// would have needed entries no log held any more: found by the nemesis,
+/// `--shards 2 --wipe --reclaim`).
+#[test]
+fn a_node_that_lost_its_disk_catches_up_in_a_group_whose_segments_went() {
+    let (_dir, mut nodes) = start_with_reclaimed_segments();
     lose_disk_and_rejoin(&mut nodes[1]);
     wait_caught_up(&nodes, 1, Duration::from_secs(20));
+}
+
+/// A node whose disk is lost, started without `--cell-join` while both
+/// its peers are down, starts empty (it cannot tell a new cell from one
+/// whose nodes are down) and, once they are up, needs entries their logs
+/// no longer hold: the leader's `/cellz` says it needs a copy, and the
+/// runbook's way (emptied, started with `--cell-join`) brings it back.
+#[test]
+fn a_node_started_empty_while_its_peers_were_down_is_shown_to_need_a_copy() {
+    let (_dir, mut nodes) = start_with_reclaimed_segments();
+    for node in nodes.iter_mut() {
+        node.kill9();
+    }
+    let dir = nodes[2].data_dir();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    nodes[2].start_again();
+    nodes[0].start_again();
+    nodes[1].start_again();
+    let needs_copy = |nodes: &[Server]| {
+        let cellz = call(nodes, 0, "GET", "/cellz", &[], b"");
+        let v: serde_json::Value = serde_json::from_slice(&cellz.body).unwrap_or_default();
+        let followers = v["groups"][0]["followers"].as_array().cloned().unwrap_or_default();
+        followers.iter().any(|f| f["id"] == 3 && f["needs_copy"] == true)
+    };
+    leads_both(&nodes, 0);
+    let end = Instant::now() + Duration::from_secs(20);
+    while !needs_copy(&nodes) {
+        assert!(Instant::now() < end, "node 1's /cellz never said node 3 needs a copy");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lose_disk_and_rejoin(&mut nodes[2]);
+    wait_caught_up(&nodes, 2, Duration::from_secs(20));
+    assert!(!needs_copy(&nodes), "node 3 copied the segments and caught up");
 }
 
 /// `node` killed, its data directory emptied, started again with
@@ -299,7 +333,8 @@ fn wait_caught_up(nodes: &[Server], i: usize, limit: Duration) {
     let end = Instant::now() + limit;
     loop {
         let (leader, wiped) = (commits(nodes, 0), commits(nodes, i));
-        if wiped.iter().zip(&leader).all(|(w, l)| w >= l) {
+        // Node 1 answering (0 while it does not), and the other as far.
+        if leader.iter().all(|&l| l > 0) && wiped.iter().zip(&leader).all(|(w, l)| w >= l) {
             return;
         }
         assert!(

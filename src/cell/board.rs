@@ -92,6 +92,7 @@ struct FollowerSlot {
     id: AtomicU64,
     matched: AtomicU64,
     lag: AtomicU64,
+    needs_copy: AtomicBool,
 }
 
 /// One group's replica's published state.
@@ -145,6 +146,7 @@ impl Slot {
                 Some(f) => {
                     s.matched.store(f.matched, Relaxed);
                     s.lag.store(f.lag, Relaxed);
+                    s.needs_copy.store(f.needs_copy, Relaxed);
                     s.id.store(f.id, Relaxed);
                 }
                 None => s.id.store(0, Relaxed),
@@ -213,7 +215,12 @@ impl Slot {
                 .iter()
                 .filter_map(|s| {
                     let id = s.id.load(Relaxed);
-                    (id != 0).then(|| FollowerView { id, matched: s.matched.load(Relaxed), lag: s.lag.load(Relaxed) })
+                    (id != 0).then(|| FollowerView {
+                        id,
+                        matched: s.matched.load(Relaxed),
+                        lag: s.lag.load(Relaxed),
+                        needs_copy: s.needs_copy.load(Relaxed),
+                    })
                 })
                 .collect(),
             _ => Vec::new(),
@@ -319,7 +326,10 @@ mod tests {
         assert_eq!(s.read().view.role, StateRole::Follower);
         assert_eq!(s.read().view.leader, None, "0 is no leader");
         s.publish(&scalars(StateRole::Leader, 3));
-        let three = [FollowerView { id: 2, matched: 6, lag: 0 }, FollowerView { id: 3, matched: 1, lag: 5 }];
+        let three = [
+            FollowerView { id: 2, matched: 6, lag: 0, needs_copy: false },
+            FollowerView { id: 3, matched: 1, lag: 5, needs_copy: true },
+        ];
         s.publish_followers(&three);
         let p = s.read();
         assert_eq!((p.view.term, p.view.commit, p.view.last_index, p.applied, p.leading), (3, 5, 6, 4, true));
@@ -350,7 +360,7 @@ mod tests {
     fn the_cell_families_carry_each_group_as_its_shard() {
         let b = Board::new(1, 2);
         b.slot(1).publish(&scalars(StateRole::Leader, 9));
-        b.slot(1).publish_followers(&[FollowerView { id: 3, matched: 2, lag: 4 }]);
+        b.slot(1).publish_followers(&[FollowerView { id: 3, matched: 2, lag: 4, needs_copy: false }]);
         b.slot(1).add_sent(100);
         b.slot(1).add_received(7);
         b.slot(1).committed_after(Duration::from_micros(700));

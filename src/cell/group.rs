@@ -119,6 +119,9 @@ pub struct FollowerView {
     pub matched: u64,
     /// Entries it lacks of the leader's log.
     pub lag: u64,
+    /// It needs entries older than the leader's log holds (reclaimed):
+    /// only a copy of the sealed segments, at its boot, brings it back.
+    pub needs_copy: bool,
 }
 
 /// One turn of the group's output, in the order the owner handles it.
@@ -183,6 +186,9 @@ pub struct Group<S: GroupStore> {
     /// last one was made.
     notices: Vec<Message>,
     noticed_at: Option<u64>,
+    /// On a leader: followers that need entries older than its log's
+    /// first (`reprobe_stranded`), with the ticks each has been so.
+    stranded: BTreeMap<u64, u64>,
 }
 
 /// How often at most a replica that lost entries tells its leader so
@@ -201,6 +207,9 @@ const LEAD_TOWARD_PATIENCE_TICKS: u64 = 20;
 /// sends them before it hands over, holding new proposals meanwhile (one
 /// round trip: they are refused, and run again).
 const LEAD_TOWARD_LAG_MAX: u64 = 16;
+/// How often a leader asks a stranded follower again where its log ends,
+/// in ticks (`reprobe_stranded`).
+const REPROBE_TICKS: u64 = 10;
 
 impl<S: GroupStore> Group<S> {
     /// A replica over `store` (empty, or what survived a restart; its
@@ -224,6 +233,7 @@ impl<S: GroupStore> Group<S> {
             steering: None,
             notices: Vec::new(),
             noticed_at: None,
+            stranded: BTreeMap::new(),
         })
     }
 
@@ -240,7 +250,42 @@ impl<S: GroupStore> Group<S> {
         let work = self.node.tick();
         // A lone voter wins its election within the tick.
         self.open_if_elected();
+        self.reprobe_stranded();
         work
+    }
+
+    /// On a leader, follows the followers that need entries older than its
+    /// log's first (reclaimed segments; raft-rs would send a snapshot,
+    /// which this build does not make): one stays so until its match
+    /// reaches the log's start. raft-rs learns where a follower's log ends
+    /// only from its answer to an append, and it sends none to a follower
+    /// it has nothing to send: one that copied the segments meanwhile (its
+    /// node emptied and started with `--cell-join`) would never be caught
+    /// up. So every `REPROBE_TICKS` the leader probes it again from its own
+    /// last entry; the refusal names where the follower's log ends.
+    fn reprobe_stranded(&mut self) {
+        let raft = &mut self.node.raft;
+        if raft.state != StateRole::Leader {
+            self.stranded.clear();
+            return;
+        }
+        let (me, first, last) = (raft.id, raft.raft_log.first_index(), raft.raft_log.last_index());
+        for (&id, pr) in raft.mut_prs().iter_mut() {
+            if id == me || pr.matched + 1 >= first {
+                self.stranded.remove(&id);
+                continue;
+            }
+            if pr.next_idx >= first && !self.stranded.contains_key(&id) {
+                continue;
+            }
+            let ticks = self.stranded.entry(id).or_insert(0);
+            *ticks += 1;
+            if ticks.is_multiple_of(REPROBE_TICKS) {
+                // (Probing: a snapshot raft-rs asked for is never made.)
+                pr.become_probe();
+                pr.next_idx = last + 1;
+            }
+        }
     }
 
     /// A replica that leads now won an election: its vote guard opens.
@@ -459,7 +504,12 @@ impl<S: GroupStore> Group<S> {
                 .prs()
                 .iter()
                 .filter(|(id, _)| **id != raft.id)
-                .map(|(id, p)| FollowerView { id: *id, matched: p.matched, lag: last_index.saturating_sub(p.matched) })
+                .map(|(id, p)| FollowerView {
+                    id: *id,
+                    matched: p.matched,
+                    lag: last_index.saturating_sub(p.matched),
+                    needs_copy: self.stranded.contains_key(id) || p.next_idx < raft.raft_log.first_index(),
+                })
                 .collect(),
             _ => Vec::new(),
         };
@@ -628,6 +678,73 @@ mod tests {
         };
         assert!(!campaigns(65), "it stood for election holding a log it cannot vouch for");
         assert!(campaigns(0), "an empty replica of a new cell stands for election");
+    }
+
+    /// Ticks every replica `ticks` times, delivering what they send;
+    /// raft-rs's snapshots (the cell's store never makes one) are dropped.
+    fn run_ticks(gs: &mut [Group<MemStorage>], ticks: usize) {
+        for _ in 0..ticks {
+            let mut inflight = Vec::new();
+            for g in gs.iter_mut() {
+                g.tick();
+                inflight.extend(drain(g).0);
+            }
+            for m in inflight.into_iter().filter(|m| m.get_msg_type() != raft::prelude::MessageType::MsgSnapshot) {
+                gs[(m.to - 1) as usize].step(m).unwrap();
+            }
+        }
+    }
+
+    /// Replica 3 as the leader (whichever it is: replica 3's refusal may
+    /// have had the lead handed over) sees it; the other follower must not
+    /// need a copy.
+    fn third_as_leader_sees_it(gs: &[Group<MemStorage>]) -> FollowerView {
+        let view = gs.iter().map(|g| g.view()).find(|v| v.role == StateRole::Leader).expect("a leader");
+        assert!(view.followers.iter().all(|f| f.id == 3 || !f.needs_copy), "{view:?}");
+        view.followers.into_iter().find(|f| f.id == 3).expect("replica 3 follows")
+    }
+
+    /// A follower that lost its data catches up from the leader's entries.
+    /// Where the leaders' logs no longer begin at the first entry (their
+    /// oldest segments reclaimed) it is shown as needing a copy; once it
+    /// holds one (its node emptied and started with `--cell-join`), the
+    /// leader finds where its log ends and sends it the rest.
+    #[test]
+    fn a_follower_behind_the_leaders_first_entry_needs_a_copy_then_catches_up() {
+        let five_entries = || {
+            let mut gs = three_with_one_entry();
+            for i in 0..4 {
+                gs[0].propose(format!("entry {i}").into_bytes()).unwrap();
+            }
+            settle(&mut gs);
+            gs
+        };
+        let mut gs = five_entries();
+        let commit = gs[0].commit();
+        gs[2] = group(3, &[1, 2, 3]);
+        run_ticks(&mut gs, 10);
+        let f = third_as_leader_sees_it(&gs);
+        assert!(!f.needs_copy && f.matched >= commit, "the leader sends a wiped follower every entry: {f:?}");
+
+        let mut gs = five_entries();
+        let ctx = raft::GetEntriesContext::empty(false);
+        let copy = gs[1].store().entries(1, commit + 1, None, ctx).unwrap();
+        for g in &gs[..2] {
+            g.store().wl().compact(commit).unwrap();
+        }
+        gs[2] = group(3, &[1, 2, 3]);
+        run_ticks(&mut gs, 10);
+        let f = third_as_leader_sees_it(&gs);
+        assert!(f.needs_copy && f.matched < commit, "entries the leader no longer holds: {f:?}");
+
+        let store = MemStorage::new_with_conf_state((vec![1, 2, 3], vec![]));
+        store.wl().append(&copy).unwrap();
+        gs[2] = Group::new(&config(3, 0), store, &logger()).unwrap();
+        gs[0].propose(b"after the copy".to_vec()).ok();
+        gs[1].propose(b"after the copy".to_vec()).ok();
+        run_ticks(&mut gs, 3 * REPROBE_TICKS as usize);
+        let f = third_as_leader_sees_it(&gs);
+        assert!(!f.needs_copy && f.matched > commit, "the copy and the entries after it: {f:?}");
     }
 
     #[test]

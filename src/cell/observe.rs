@@ -57,8 +57,11 @@ fn group_json(group: usize, p: &Published) -> serde_json::Value {
         "writable": p.leading,
     });
     if v.role == StateRole::Leader {
-        let followers: Vec<_> =
-            v.followers.iter().map(|f| json!({ "id": f.id, "match": f.matched, "lag": f.lag })).collect();
+        let followers: Vec<_> = v
+            .followers
+            .iter()
+            .map(|f| json!({ "id": f.id, "match": f.matched, "lag": f.lag, "needs_copy": f.needs_copy }))
+            .collect();
         g["followers"] = json!(followers);
     }
     g
@@ -100,7 +103,10 @@ mod tests {
     fn cellz_names_each_group_and_a_leaders_followers() {
         let board = Board::new(1, 2);
         board.slot(0).publish(&scalars(StateRole::Leader, Some(1), true));
-        let followers = [FollowerView { id: 2, matched: 42, lag: 0 }, FollowerView { id: 3, matched: 30, lag: 12 }];
+        let followers = [
+            FollowerView { id: 2, matched: 42, lag: 0, needs_copy: false },
+            FollowerView { id: 3, matched: 30, lag: 12, needs_copy: true },
+        ];
         board.slot(0).publish_followers(&followers);
         board.slot(1).publish(&scalars(StateRole::Candidate, None, false));
         let v: serde_json::Value = serde_json::from_str(&cellz(&board, None)).unwrap();
@@ -110,7 +116,8 @@ mod tests {
         assert_eq!(
             g0,
             &json!({"group": 0, "role": "leader", "term": 7, "leader": 1, "commit": 40, "last_index": 42, "applied": 39,
-                "writable": true, "followers": [{"id": 2, "match": 42, "lag": 0}, {"id": 3, "match": 30, "lag": 12}]})
+                "writable": true, "followers": [{"id": 2, "match": 42, "lag": 0, "needs_copy": false},
+                    {"id": 3, "match": 30, "lag": 12, "needs_copy": true}]})
         );
         let g1 = &v["groups"][1];
         assert_eq!((g1["group"].as_u64(), g1["role"].as_str()), (Some(1), Some("candidate")));

@@ -27,7 +27,7 @@
 use super::board::{Scalars, Slot};
 use super::catch_up::CatchUps;
 use super::confirm::Confirms;
-use super::group::{self, Group, Refused};
+use super::group::{self, FollowerView, Group, Refused};
 use super::store::{LogStore, StoreError};
 use crate::storage::io::SegmentStore;
 use crate::storage::log::{BatchEnd, LocalLog};
@@ -124,6 +124,9 @@ pub struct Replica<S: SegmentStore> {
     proposed: VecDeque<(u64, Instant)>,
     /// Ticks so far: the clock of confirmation rounds' deadlines.
     ticks: u64,
+    /// On a leader: the followers it said need a copy of the segments
+    /// (said once each, until they no longer do).
+    need_copy: Vec<u64>,
 }
 
 impl<S: SegmentStore> Replica<S> {
@@ -150,6 +153,7 @@ impl<S: SegmentStore> Replica<S> {
             board: None,
             proposed: VecDeque::new(),
             ticks: 0,
+            need_copy: Vec::new(),
         })
     }
 
@@ -194,12 +198,37 @@ impl<S: SegmentStore> Replica<S> {
             self.group.lead_toward(id);
         }
         self.status.held_by_all.set(self.group.held_by_all());
+        let followers = match self.group.role() {
+            StateRole::Leader => self.group.view().followers,
+            _ => Vec::new(),
+        };
+        self.say_who_needs_a_copy(&followers);
         if let Some(board) = &self.board {
-            let followers = match self.group.role() {
-                StateRole::Leader => self.group.view().followers,
-                _ => Vec::new(),
-            };
             board.publish_followers(&followers);
+        }
+    }
+
+    /// On a leader, says once (an error in the log; `/cellz` shows it as
+    /// `needs_copy`) when a follower needs entries this log no longer
+    /// holds: started with no data while its peers were down, it did not
+    /// copy their segments, and no entry can bring it back. Emptied and
+    /// started with `--cell-join` while they are up, it copies them.
+    fn say_who_needs_a_copy(&mut self, followers: &[FollowerView]) {
+        self.need_copy.retain(|id| followers.iter().any(|f| f.id == *id && f.needs_copy));
+        for f in followers {
+            if !f.needs_copy || self.need_copy.contains(&f.id) {
+                continue;
+            }
+            tracing::error!(
+                "replica {}: replica {} needs entries older than this log holds (their segments were reclaimed): \
+                 it started with no data while its peers were down, so it copied none; stop node {}, empty its \
+                 data directory and start it with --cell-join, and it copies their sealed segments \
+                 (docs/operations.md, a node that lost its disk)",
+                self.id,
+                f.id,
+                f.id
+            );
+            self.need_copy.push(f.id);
         }
     }
 

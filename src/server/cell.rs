@@ -239,13 +239,13 @@ struct Applies {
 
 impl Applier for Applies {
     fn apply(&self, records: &[Recovered]) -> Result<(), String> {
-        self.shard.apply_committed(records)
+        Applier::apply(&*self.shard, records)
     }
     fn rebuild(&self, committed: &[Recovered]) -> Result<(), String> {
-        self.shard.rebuild(committed)
+        Applier::rebuild(&*self.shard, committed)
     }
     fn lead_begins(&self) {
-        self.shard.lead_begins();
+        Applier::lead_begins(&*self.shard);
         if let Some(u) = &self.unity {
             u.set_leads(self.shard.id, true);
         }

@@ -78,10 +78,16 @@ fn start_node(id: usize, shards: u16, voters: &str, secret: &Path, extra: &[&str
 /// Group 0's commit index as `node`'s `/cellz` shows it; 0 while it does
 /// not answer (down, or booting).
 pub fn commit_index(node: &Server) -> u64 {
+    group_commit(node, 0)
+}
+
+/// Group `group`'s commit index as `node`'s `/cellz` shows it; 0 while it
+/// does not answer (down, or booting).
+pub fn group_commit(node: &Server, group: usize) -> u64 {
     let Ok(mut c) = Conn::try_connect(node.port()) else { return 0 };
     let Ok(r) = c.try_request("GET", "/cellz", &[], b"") else { return 0 };
     let cellz: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
-    cellz["groups"][0]["commit"].as_u64().unwrap_or(0)
+    cellz["groups"][group]["commit"].as_u64().unwrap_or(0)
 }
 
 /// The segment files of shard 0 under data directory `dir`, by name,
