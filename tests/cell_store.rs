@@ -7,13 +7,14 @@
 
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
-use raft::prelude::{Entry, HardState};
+use raft::prelude::{ConfState, Entry, EntryType, HardState};
 use raft::{GetEntriesContext, Storage};
 use ringstream::cell::group::GroupStore;
 use ringstream::cell::store::LogStore;
 use ringstream::limits::SEGMENT_BYTES_MIN;
 use ringstream::storage::io::SegmentStore;
 use ringstream::storage::log::{Batch, LocalLog};
+use ringstream::storage::record::KIND_CONF;
 use ringstream::storage::sim_file::SimStore;
 use ringstream::storage::{LogConfig, RecordHeader};
 use std::rc::Rc;
@@ -216,4 +217,56 @@ fn a_log_missing_its_oldest_segments_is_a_raft_log_from_its_first_whole_entry() 
     let group = ringstream::cell::group::Group::new(&cfg, store, &logger).expect("raft-rs starts over it");
     assert_eq!(group.last_index(), 40);
     drop(log);
+}
+
+/// A membership change is an entry of its own kind whose batch is one
+/// record the shard never sees: raft-rs gets it back as a conf-change
+/// entry (the change in `data`, the batch in `context`), a follower writes
+/// the same bytes from it, and the membership it led to is kept across a
+/// restart with its index (a store that never saw one keeps the cell's
+/// voters, in the file's older form).
+#[test]
+fn a_membership_change_is_an_entry_of_its_own_and_the_members_are_kept() {
+    let disk = SimStore::new();
+    let (mut store, log) = open(&disk);
+    let first = lead(&log, 1, 1, b"one");
+    store.append(std::slice::from_ref(&first));
+    let change = b"a ConfChangeV2, opaque to the log".to_vec();
+    let h = RecordHeader { kind: KIND_CONF, stream_id: 0, incarnation: 0, stream_offset: 0, body_len: 0 };
+    log.append(h, &change).unwrap();
+    let batch = log.pending_batch().unwrap().encode();
+    log.close_batch(1, 2, log.tail_position()).unwrap();
+    let conf = Entry {
+        entry_type: EntryType::EntryConfChangeV2.into(),
+        term: 1,
+        index: 2,
+        data: change,
+        context: batch,
+        ..Entry::default()
+    };
+    store.append(std::slice::from_ref(&conf));
+    let both = store.entries(1, 3, None, GetEntriesContext::empty(false)).unwrap();
+    assert_eq!(both, vec![first, conf], "read back as they were proposed");
+
+    let follower_disk = SimStore::new();
+    let (mut follower, follower_log) = open(&follower_disk);
+    follower.append(&both);
+    assert!(follower.failed().is_none());
+    assert_eq!(follower.entries(1, 3, None, GetEntriesContext::empty(false)).unwrap(), both);
+    persist(&mut follower, &follower_log);
+    log.commit_to(2);
+    persist(&mut store, &log);
+    let (_, records, _, _) = block_on(LocalLog::open_batched(disk.crash_image(None), cfg())).unwrap();
+    assert_eq!(records.iter().map(|r| r.header.kind).collect::<Vec<_>>(), vec![1], "the shard's record only");
+    let bytes = |d: &SimStore| d.crash_image(None).map(0).unwrap().bytes().to_vec();
+    assert_eq!(bytes(&follower_disk), bytes(&disk), "the same bytes");
+
+    let (back, _) = open(&disk.crash_image(None));
+    assert_eq!((back.initial_state().unwrap().conf_state.voters, back.conf_index()), (vec![1, 2, 3], 0));
+    let members = ConfState { voters: vec![1, 2, 3], learners: vec![4], ..ConfState::default() };
+    store.set_conf_state(&members, 2);
+    persist(&mut store, &log);
+    let (back, _) = open(&disk.crash_image(None));
+    assert_eq!((back.initial_state().unwrap().conf_state, back.conf_index()), (members, 2));
+    assert_eq!(back.initial_state().unwrap().hard_state, store.initial_state().unwrap().hard_state);
 }

@@ -18,7 +18,7 @@
 
 use super::amnesia::{self, LogTip, VoteGuard};
 use crate::limits::{CELL_APPLY_BYTES_PER_TURN, CELL_ENTRY_BYTES_MAX, CELL_UNCOMMITTED_BYTES_MAX};
-use raft::prelude::{Entry, HardState, Message};
+use raft::prelude::{ConfChangeV2, ConfState, Entry, EntryType, HardState, Message};
 use raft::{Config, RawNode, StateRole, Storage};
 use std::collections::BTreeMap;
 
@@ -33,6 +33,11 @@ pub trait GroupStore: Storage {
     fn append(&mut self, entries: &[Entry]);
     /// The term, vote and commit index to keep.
     fn set_hard_state(&mut self, hs: &HardState);
+    /// The membership to keep, which the change of entry `index` led to.
+    fn set_conf_state(&mut self, cs: &ConfState, index: u64);
+    /// The index of the change the kept membership results from (0: none).
+    /// A committed change at or below it is in the membership already.
+    fn conf_index(&self) -> u64;
 }
 
 /// raft-rs's in-memory store, for what keeps replicas in memory: unit
@@ -44,6 +49,14 @@ impl GroupStore for raft::storage::MemStorage {
     }
     fn set_hard_state(&mut self, hs: &HardState) {
         self.wl().set_hardstate(hs.clone());
+    }
+    fn set_conf_state(&mut self, cs: &ConfState, _index: u64) {
+        self.wl().set_conf_state(cs.clone());
+    }
+    /// None recorded: every committed change is applied as it is handed
+    /// out (a replica kept in memory is not handed one out twice).
+    fn conf_index(&self) -> u64 {
+        0
     }
 }
 
@@ -393,6 +406,59 @@ impl<S: GroupStore> Group<S> {
         Ok(p)
     }
 
+    /// Proposes a membership change (one at a time) as one entry, `batch`
+    /// being the encoded batch of its log record, which followers write;
+    /// answered by index like any proposal. Refused while an earlier change
+    /// is not yet applied.
+    pub fn propose_conf_change(&mut self, batch: Vec<u8>, cc: ConfChangeV2) -> Result<Proposal, Refused> {
+        if !self.may_change_members() {
+            return Err(match self.node.raft.state {
+                StateRole::Leader => Refused::Busy,
+                _ => Refused::NotLeader { leader: self.leader() },
+            });
+        }
+        self.node.propose_conf_change(batch, cc).map_err(|_| Refused::Busy)?;
+        let p = Proposal { index: self.node.raft.raft_log.last_index(), term: self.node.raft.term };
+        self.pending.insert(p.index, p.term);
+        Ok(p)
+    }
+
+    /// Whether a membership change may be proposed here now: it leads, and
+    /// no change it holds is still to be applied.
+    pub fn may_change_members(&self) -> bool {
+        self.node.raft.state == StateRole::Leader && !self.node.raft.has_pending_conf()
+    }
+
+    /// The members as this replica applied them.
+    pub fn members(&self) -> ConfState {
+        self.node.raft.prs().conf().to_conf_state()
+    }
+
+    /// Applies the membership changes among committed `entries` that the
+    /// kept membership does not hold yet (a restarted replica is handed out
+    /// again entries after its saved commit index), and keeps the result.
+    /// A change raft-rs finds invalid is skipped, by every replica alike.
+    fn apply_conf_changes(&mut self, entries: &[Entry]) {
+        let me = self.node.raft.id;
+        for e in entries.iter().filter(|e| e.get_entry_type() == EntryType::EntryConfChangeV2) {
+            if e.index <= self.node.store().conf_index() {
+                continue;
+            }
+            let applied = <ConfChangeV2 as prost::Message>::decode(&e.data[..])
+                .map_err(|err| err.to_string())
+                .and_then(|cc| self.node.apply_conf_change(&cc).map_err(|err| err.to_string()));
+            match applied {
+                Ok(cs) => {
+                    tracing::info!("replica {me}: members from entry {} on: {cs:?}", e.index);
+                    self.node.mut_store().set_conf_state(&cs, e.index);
+                }
+                Err(why) => {
+                    tracing::error!("replica {me}: the membership change of entry {} is skipped: {why}", e.index)
+                }
+            }
+        }
+    }
+
     /// Asks for the index a linearizable read must wait for: the leader
     /// confirms with a heartbeat round to a majority that it still leads
     /// (raft-rs's `ReadOnlyOption::Safe`), through the leader if this
@@ -437,9 +503,9 @@ impl<S: GroupStore> Group<S> {
         w.send.append(&mut self.notices);
         self.node.advance_append_async(rd);
         w.answers = self.answer(&w.apply, w.role);
-        // Applied as soon as handed out: raft-rs uses the applied index only
-        // for membership changes, which cells do not make yet; with them,
-        // the owner's applied index goes here (`advance_apply_to`).
+        self.apply_conf_changes(&w.apply);
+        // Applied as soon as handed out: raft-rs uses the applied index
+        // only for membership changes, applied just above.
         self.node.advance_apply();
         Some(w)
     }
@@ -745,6 +811,61 @@ mod tests {
         run_ticks(&mut gs, 3 * REPROBE_TICKS as usize);
         let f = third_as_leader_sees_it(&gs);
         assert!(!f.needs_copy && f.matched > commit, "the copy and the entries after it: {f:?}");
+    }
+
+    /// A change of the members, one at a time: proposed on the leader only,
+    /// committed by the voters, then applied (and kept) by every replica.
+    #[test]
+    fn a_membership_change_is_applied_by_every_replica_once_committed() {
+        use raft::prelude::{ConfChangeSingle, ConfChangeType};
+        let change = |t: ConfChangeType, id: u64| ConfChangeV2 {
+            changes: vec![ConfChangeSingle { change_type: t.into(), node_id: id }],
+            ..ConfChangeV2::default()
+        };
+        // Replica 4 is not there to answer: what is sent to it is lost.
+        let settle_without_4 = |gs: &mut [Group<MemStorage>]| {
+            let mut answers = Vec::new();
+            loop {
+                let mut inflight = Vec::new();
+                for g in gs.iter_mut() {
+                    let (m, a) = drain(g);
+                    inflight.extend(m.into_iter().filter(|m| m.to != 4));
+                    answers.extend(a);
+                }
+                if inflight.is_empty() {
+                    return answers;
+                }
+                for m in inflight {
+                    gs[(m.to - 1) as usize].step(m).unwrap();
+                }
+            }
+        };
+        let mut gs = three_with_one_entry();
+        let learner = change(ConfChangeType::AddLearnerNode, 4);
+        assert_eq!(
+            gs[1].propose_conf_change(b"batch".to_vec(), learner.clone()),
+            Err(Refused::NotLeader { leader: Some(1) })
+        );
+        let p = gs[0].propose_conf_change(b"batch".to_vec(), learner.clone()).unwrap();
+        assert_eq!(gs[0].propose_conf_change(b"batch".to_vec(), learner), Err(Refused::Busy), "one at a time");
+        assert!(gs.iter().all(|g| g.members().learners.is_empty()), "applied only once committed");
+        let answers = settle_without_4(&mut gs);
+        assert!(answers.contains(&Answer::Committed { index: p.index }), "{answers:?}");
+        for g in &gs {
+            assert_eq!((g.members().voters, g.members().learners), (vec![1, 2, 3], vec![4]));
+            assert_eq!(g.store().initial_state().unwrap().conf_state.learners, vec![4], "kept");
+        }
+        assert!(gs[0].may_change_members(), "the next change may go");
+        gs[0].propose_conf_change(b"batch".to_vec(), change(ConfChangeType::AddNode, 4)).unwrap();
+        settle_without_4(&mut gs);
+        for g in &gs {
+            let mut voters = g.members().voters;
+            voters.sort_unstable();
+            assert_eq!((voters, g.members().learners), (vec![1, 2, 3, 4], vec![]));
+        }
+        // Three of four voters commit without the fourth.
+        let p = gs[0].propose(b"after".to_vec()).unwrap();
+        assert!(settle_without_4(&mut gs).contains(&Answer::Committed { index: p.index }));
     }
 
     #[test]

@@ -31,9 +31,11 @@ use super::group::{self, FollowerView, Group, Refused};
 use super::store::{LogStore, StoreError};
 use crate::storage::io::SegmentStore;
 use crate::storage::log::{BatchEnd, LocalLog};
+use crate::storage::record::KIND_CONF;
+use crate::storage::RecordHeader;
 use crate::storage::Recovered;
 use futures_util::stream::{Stream, StreamExt};
-use raft::prelude::Message;
+use raft::prelude::{ConfChangeV2, ConfState, Message};
 use raft::StateRole;
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -254,6 +256,54 @@ impl<S: SegmentStore> Replica<S> {
             self.log.poison(e);
         }
         Ok(())
+    }
+
+    /// On the leader, proposes a membership change, one at a time: what the
+    /// shard appended before it is proposed first, as its own entry, then
+    /// the change goes into the log as one record (`KIND_CONF`), its own
+    /// batch. Returns the change's index (answered, like any entry, once
+    /// committed; applied by every replica as it is, `Group::ready`).
+    /// Refused, nothing left in the log, when it does not lead, an earlier
+    /// change is not yet applied, or the shard's records cannot be proposed
+    /// now (busy).
+    pub async fn propose_conf_change(&mut self, cc: ConfChangeV2) -> Result<u64, Refused> {
+        if !self.group.may_change_members() {
+            return Err(match self.group.role() {
+                StateRole::Leader => Refused::Busy,
+                _ => Refused::NotLeader { leader: self.group.leader() },
+            });
+        }
+        self.propose()?;
+        if self.log.has_unclosed() {
+            return Err(Refused::Busy);
+        }
+        let header = RecordHeader { kind: KIND_CONF, stream_id: 0, incarnation: 0, stream_offset: 0, body_len: 0 };
+        self.log.append(header, &prost::Message::encode_to_vec(&cc)).map_err(|_| Refused::Busy)?;
+        let end = self.log.tail_position();
+        let proposed = match self.log.pending_batch() {
+            Ok(batch) => self.group.propose_conf_change(batch.encode(), cc),
+            Err(_) => Err(Refused::Busy),
+        };
+        match proposed {
+            Ok(p) => {
+                if let Err(e) = self.log.close_batch(p.term, p.index, end) {
+                    self.log.poison(e);
+                }
+                Ok(p.index)
+            }
+            Err(refused) => {
+                // The record must not go out in the shard's next batch.
+                if let Err(e) = self.log.cut_back(self.log.last_mark()).await {
+                    self.log.poison(e);
+                }
+                Err(refused)
+            }
+        }
+    }
+
+    /// The members as this replica applied them.
+    pub fn members(&self) -> ConfState {
+        self.group.members()
     }
 
     /// One turn: hands every ready piece of work to the log, commits what

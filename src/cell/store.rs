@@ -17,11 +17,18 @@
 //!   them, no further than the entries applied (so held durably here), and
 //!   is not written for itself: a replica that restarts with an older one
 //!   learns the newer from its leader.
+//! - A membership change is an entry whose batch is one `KIND_CONF` record
+//!   (its body the `ConfChangeV2`): raft-rs gets it back as a conf-change
+//!   entry, the change in `data` and the batch's bytes in `context` (a
+//!   follower writes those). The membership it leads to is written into
+//!   the same file with the index of the change; until one was made, the
+//!   voters are the cell's (`--cell`) and the file holds what it always
+//!   did.
 
 use crate::storage::io::SegmentStore;
 use crate::storage::log::{Batch, BatchMark, LocalLog};
 use crate::storage::slots::Slots;
-use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 use std::rc::Rc;
 
@@ -44,8 +51,11 @@ pub struct LogStore<S: SegmentStore> {
     log: Rc<LocalLog<S>>,
     slots: Slots,
     state: RaftState,
-    /// The term or vote changed since they were last written.
+    /// The term, vote or membership changed since they were last written.
     dirty: bool,
+    /// The index of the membership change `state.conf_state` results from
+    /// (0: none was made; the voters are the cell's).
+    conf_index: u64,
     staged: Option<Staged>,
     /// The first failure; the store takes nothing after it.
     failed: Option<StoreError>,
@@ -61,15 +71,17 @@ impl<S: SegmentStore> LogStore<S> {
         let (slots, saved) = Slots::open(log.store(), HARD_STATE_FILE)
             .await
             .map_err(crate::storage::Error::io_at("open the Raft state", 0))?;
-        let mut hard = saved.map(|b| decode_hard_state(&b)).transpose()?.unwrap_or_default();
+        let saved = saved.map(|b| decode_raft_state(&b)).transpose()?;
+        let (mut hard, conf) = saved.unwrap_or_default();
         // Never past the log; never before its first whole entry either: a
         // log whose oldest segments are gone (shipped from a leader, or
         // reclaimed) lost only committed entries, and raft-rs requires the
         // commit index at or past the entry before its first.
         let before_first = log.first_index().map_or(0, |f| f - 1);
         hard.commit = hard.commit.min(log.last_index()).max(before_first);
-        let state = RaftState { hard_state: hard, conf_state: ConfState { voters, ..ConfState::default() } };
-        Ok(LogStore { log, slots, state, dirty: false, staged: None, failed: None, cut_backs: 0 })
+        let (conf_index, conf_state) = conf.unwrap_or((0, ConfState { voters, ..ConfState::default() }));
+        let state = RaftState { hard_state: hard, conf_state };
+        Ok(LogStore { log, slots, state, dirty: false, conf_index, staged: None, failed: None, cut_backs: 0 })
     }
 
     pub fn log(&self) -> &Rc<LocalLog<S>> {
@@ -118,7 +130,8 @@ impl<S: SegmentStore> LogStore<S> {
             // may hold in another version.
             let mut hs = self.state.hard_state.clone();
             hs.commit = hs.commit.min(self.log.committed_index());
-            let bytes = encode_hard_state(&hs);
+            let conf = (self.conf_index > 0).then_some((self.conf_index, &self.state.conf_state));
+            let bytes = encode_raft_state(&hs, conf);
             self.slots
                 .write(self.log.store(), &bytes)
                 .await
@@ -132,7 +145,7 @@ impl<S: SegmentStore> LogStore<S> {
 
     /// A follower's entry, next in the log: its batch copied in.
     fn copy_in(&self, e: &Entry) -> Result<(), StoreError> {
-        let batch = Batch::decode(&e.data)?;
+        let batch = Batch::decode(batch_bytes(e))?;
         self.log.append_batch(&batch, e.term, e.index)?;
         Ok(())
     }
@@ -154,7 +167,18 @@ impl<S: SegmentStore> LogStore<S> {
     fn log_entry(&self, index: u64) -> raft::Result<Entry> {
         let mark = self.log.mark(index).map_err(store_error)?.ok_or(raft::Error::Store(StorageError::Unavailable))?;
         let batch = self.log.batch_of(&mark).map_err(store_error)?;
-        Ok(Entry { term: mark.close.term, index, data: batch.encode(), ..Entry::default() })
+        let term = mark.close.term;
+        Ok(match batch.conf_body() {
+            Some(change) => Entry {
+                entry_type: EntryType::EntryConfChangeV2.into(),
+                term,
+                index,
+                data: change.to_vec(),
+                context: batch.encode(),
+                ..Entry::default()
+            },
+            None => Entry { term, index, data: batch.encode(), ..Entry::default() },
+        })
     }
 
     fn staged_from(&self) -> Option<u64> {
@@ -209,6 +233,16 @@ impl<S: SegmentStore> super::group::GroupStore for LogStore<S> {
         self.dirty |= old.term != hs.term || old.vote != hs.vote;
         self.state.hard_state = hs.clone();
     }
+
+    fn set_conf_state(&mut self, cs: &ConfState, index: u64) {
+        self.state.conf_state = cs.clone();
+        self.conf_index = index;
+        self.dirty = true;
+    }
+
+    fn conf_index(&self) -> u64 {
+        self.conf_index
+    }
 }
 
 impl<S: SegmentStore> Storage for LogStore<S> {
@@ -231,7 +265,7 @@ impl<S: SegmentStore> Storage for LogStore<S> {
                 (Some(from), Some(s)) if index >= from => s.entries[(index - from) as usize].clone(),
                 _ => self.log_entry(index)?,
             };
-            size += e.data.len() as u64;
+            size += (e.data.len() + e.context.len()) as u64;
             // At least one entry, however large (raft-rs's contract).
             if !out.is_empty() && size > max {
                 break;
@@ -274,19 +308,82 @@ fn store_error(e: crate::storage::Error) -> raft::Error {
     raft::Error::Store(StorageError::Other(Box::new(e)))
 }
 
-/// term u64 | vote u64 | commit u64, little-endian.
-fn encode_hard_state(hs: &HardState) -> Vec<u8> {
-    [hs.term, hs.vote, hs.commit].iter().flat_map(|v| v.to_le_bytes()).collect()
+/// The bytes of the batch an entry carries: a membership change's are in
+/// its context (raft-rs reads the change itself from its data).
+fn batch_bytes(e: &Entry) -> &[u8] {
+    if e.get_entry_type() == EntryType::EntryConfChangeV2 {
+        &e.context
+    } else {
+        &e.data
+    }
 }
 
-fn decode_hard_state(bytes: &[u8]) -> Result<HardState, StoreError> {
-    let bad = || {
-        let why = format!("{HARD_STATE_FILE} holds {} bytes, not 24", bytes.len());
+/// A membership as the Raft state file keeps it: the index of the change
+/// it results from, and its members.
+type SavedConf = (u64, ConfState);
+
+/// `term u64 | vote u64 | commit u64`, then, once a membership change was
+/// made, `conf_index u64 | voters u64 | learners u64 | voters_outgoing u64
+/// | learners_next u64 | auto_leave u64 (0 or 1) | the ids, u64 each`, in
+/// that order; little-endian. Without a change the file is the 24 bytes it
+/// always was, which an older build reads.
+fn encode_raft_state(hs: &HardState, conf: Option<(u64, &ConfState)>) -> Vec<u8> {
+    let mut words = vec![hs.term, hs.vote, hs.commit];
+    if let Some((index, cs)) = conf {
+        let lists = [&cs.voters, &cs.learners, &cs.voters_outgoing, &cs.learners_next];
+        words.push(index);
+        words.extend(lists.iter().map(|l| l.len() as u64));
+        words.push(u64::from(cs.auto_leave));
+        words.extend(lists.iter().flat_map(|l| l.iter().copied()));
+    }
+    words.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn decode_raft_state(bytes: &[u8]) -> Result<(HardState, Option<SavedConf>), StoreError> {
+    let bad = |why: String| {
+        let why = format!("{HARD_STATE_FILE} ({} bytes): {why}", bytes.len());
         StoreError::io("read the Raft state", 0, std::io::Error::new(std::io::ErrorKind::InvalidData, why))
     };
+    if !bytes.len().is_multiple_of(8) || bytes.len() < 24 {
+        return Err(bad("not whole words, or fewer than 3".into()));
+    }
     let words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-    match words[..] {
-        [term, vote, commit] if bytes.len() == 24 => Ok(HardState { term, vote, commit }),
-        _ => Err(bad()),
+    let hs = HardState { term: words[0], vote: words[1], commit: words[2] };
+    let Some((&index, rest)) = words[3..].split_first() else { return Ok((hs, None)) };
+    let (counts, rest) = rest.split_at_checked(5).ok_or_else(|| bad("a membership cut short".into()))?;
+    if counts[..4].iter().sum::<u64>() != rest.len() as u64 || counts[4] > 1 {
+        return Err(bad("a membership whose counts do not add up".into()));
+    }
+    let mut ids = rest.iter().copied();
+    let mut list = |n: u64| ids.by_ref().take(n as usize).collect::<Vec<u64>>();
+    let cs = ConfState {
+        voters: list(counts[0]),
+        learners: list(counts[1]),
+        voters_outgoing: list(counts[2]),
+        learners_next: list(counts[3]),
+        auto_leave: counts[4] == 1,
+    };
+    Ok((hs, Some((index, cs))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_raft_state_reads_back_with_or_without_members_and_refuses_what_does_not_add_up() {
+        let hs = HardState { term: 7, vote: 2, commit: 40 };
+        let old = encode_raft_state(&hs, None);
+        assert_eq!(old.len(), 24, "the form older builds read");
+        assert_eq!(decode_raft_state(&old).unwrap(), (hs.clone(), None));
+        let cs = ConfState { voters: vec![1, 2, 3], learners: vec![4], ..ConfState::default() };
+        let new = encode_raft_state(&hs, Some((12, &cs)));
+        assert_eq!(decode_raft_state(&new).unwrap(), (hs, Some((12, cs))));
+        for bad in [&new[..new.len() - 8], &new[..32], &new[..20], &new[..new.len() - 1]] {
+            assert!(decode_raft_state(bad).is_err(), "{} bytes read as a state", bad.len());
+        }
+        let mut flag = new.clone();
+        flag[32 + 32..32 + 40].copy_from_slice(&2u64.to_le_bytes());
+        assert!(decode_raft_state(&flag).is_err(), "auto_leave is 0 or 1");
     }
 }

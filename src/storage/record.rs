@@ -48,6 +48,12 @@ pub const SEAL_FRAMED_BYTES: usize = RECORD_HEADER_BYTES + 8;
 /// replica writes it itself, byte for byte the same, so recovery rebuilds
 /// the entry table from the segments and cuts a batch that has none.
 pub const KIND_BATCH: u8 = 0xFC;
+/// A membership change of a replicated log, the whole of its batch: the
+/// layer that replicates the log (`cell/`) writes it and reads it back as a
+/// consensus entry of its own kind; its body is that layer's, opaque here.
+/// Recovery and [`super::log::LocalLog::records_between`] never hand it to
+/// the layer above the log.
+pub const KIND_CONF: u8 = 0xFB;
 /// Bytes a batch close occupies (header + 16-byte body).
 pub const BATCH_CLOSE_FRAMED_BYTES: usize = RECORD_HEADER_BYTES + 16;
 

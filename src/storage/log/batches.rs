@@ -72,6 +72,25 @@ impl Batch {
         self.parts.iter().map(|p| p.bytes.len()).sum()
     }
 
+    /// The body of the batch's one record when that is a membership change
+    /// (`KIND_CONF`; a seal before it aside); None for any other batch.
+    pub fn conf_body(&self) -> Option<&[u8]> {
+        let mut found = None;
+        for p in &self.parts {
+            let mut at = 0;
+            while at < p.bytes.len() {
+                let (h, body, framed) = record::decode(p.segment, &p.bytes[at..]).ok()?;
+                match h.kind {
+                    record::KIND_SEAL => {}
+                    record::KIND_CONF if found.is_none() => found = Some(&p.bytes[at..][body]),
+                    _ => return None,
+                }
+                at += framed;
+            }
+        }
+        found
+    }
+
     /// `format u8 | parts u32 | (segment u64 | pos u64 | len u32 | bytes)*`,
     /// little-endian; an empty batch is no bytes at all (the data of the
     /// consensus library's own empty entries).
@@ -303,7 +322,7 @@ impl<S: SegmentStore> LocalLog<S> {
             while at < end {
                 let corrupt = Error::Corrupt { segment: no, position: at as u64 };
                 let (header, _, framed) = record::decode(no, &bytes[at..]).map_err(|_| corrupt)?;
-                if header.kind < record::KIND_BATCH {
+                if header.kind < record::KIND_CONF {
                     out.push(Recovered {
                         header,
                         loc: RecordLoc { segment: no, pos: at as u64, body_len: header.body_len },

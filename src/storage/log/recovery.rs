@@ -202,7 +202,7 @@ fn scan(no: u64, bytes: &[u8], out: &mut Vec<Recovered>) -> Scan {
                 // not our state (a record written twice still verifies).
                 // The shard's replay checks each stream's records are
                 // contiguous and fails the boot if not.
-                if h.kind != record::KIND_PAD {
+                if h.kind != record::KIND_PAD && h.kind != record::KIND_CONF {
                     let loc = RecordLoc { segment: no, pos: pos as u64, body_len: h.body_len };
                     out.push(Recovered { header: h, loc });
                 }
