@@ -8,7 +8,7 @@
 mod common;
 
 use common::{Conn, Server};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 const STREAM: &str = "/v1/stream/observed";
@@ -105,6 +105,9 @@ fn leaderz_cellz_and_metrics_follow_the_leader_through_a_kill() {
     let fg = &cellz(&nodes[follower])["groups"][0];
     assert_eq!((fg["role"].as_str(), fg["leader"].as_u64()), (Some("follower"), Some(leader_id)), "{fg}");
     assert!(fg.get("followers").is_none(), "a follower lists no followers: {fg}");
+    for group in [g, fg] {
+        assert_eq!((&group["voters"], &group["learners"]), (&json!([1, 2, 3]), &json!([])), "{group}");
+    }
     assert_eq!(metric(l, "ringstream_cell_leading{shard=\"0\"}"), 1.0);
     assert_eq!(metric(&nodes[follower], "ringstream_cell_leading{shard=\"0\"}"), 0.0);
     assert!(metric(l, "ringstream_cell_commit_seconds_count{shard=\"0\"}") >= 20.0, "each append is an entry here");

@@ -84,6 +84,14 @@ pub struct Published {
     pub leading: bool,
     /// The last committed entry whose records its shard has applied.
     pub applied: u64,
+    pub members: Members,
+}
+
+/// A group's members as its replica applied them, each list sorted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Members {
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
 }
 
 /// A follower's progress as its leader published it; id 0: no one.
@@ -124,6 +132,10 @@ pub struct Slot {
     shipped_bytes: AtomicU64,
     /// Bytes of sealed segments sent to peers copying them.
     served_segment_bytes: AtomicU64,
+    /// Its members, voters then learners, each list ending at its first
+    /// 0 (a reader in the middle of a change may see a mix of the two).
+    voters: [AtomicU64; CELL_VOTERS_MAX],
+    learners: [AtomicU64; CELL_VOTERS_MAX],
 }
 
 impl Slot {
@@ -206,6 +218,16 @@ impl Slot {
         self.served_segment_bytes.fetch_add(bytes, Relaxed);
     }
 
+    /// The replica's members, at each tick (at most `CELL_VOTERS_MAX` of
+    /// each kind are shown).
+    pub fn publish_members(&self, members: &Members) {
+        for (slots, ids) in [(&self.voters, &members.voters), (&self.learners, &members.learners)] {
+            for (i, slot) in slots.iter().enumerate() {
+                slot.store(ids.get(i).copied().unwrap_or(0), Relaxed);
+            }
+        }
+    }
+
     /// What was last published (followers only while it leads).
     pub fn read(&self) -> Published {
         let role = role_of(self.role.load(Relaxed));
@@ -237,6 +259,7 @@ impl Slot {
             },
             leading: self.leading.load(Relaxed),
             applied: self.applied.load(Relaxed),
+            members: Members { voters: ids(&self.voters), learners: ids(&self.learners) },
         }
     }
 }
@@ -302,6 +325,11 @@ pub fn role_name(r: StateRole) -> &'static str {
         StateRole::Leader => "leader",
         StateRole::PreCandidate => "pre_candidate",
     }
+}
+
+/// The ids of a members' list, up to its first 0.
+fn ids(slots: &[AtomicU64]) -> Vec<u64> {
+    slots.iter().map(|s| s.load(Relaxed)).take_while(|&id| id != 0).collect()
 }
 
 #[cfg(test)]

@@ -55,6 +55,8 @@ fn group_json(group: usize, p: &Published) -> serde_json::Value {
         "last_index": v.last_index,
         "applied": p.applied,
         "writable": p.leading,
+        "voters": p.members.voters,
+        "learners": p.members.learners,
     });
     if v.role == StateRole::Leader {
         let followers: Vec<_> = v
@@ -70,7 +72,7 @@ fn group_json(group: usize, p: &Published) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::board::Scalars;
+    use crate::cell::board::{Members, Scalars};
     use crate::cell::group::FollowerView;
 
     fn scalars(role: StateRole, leader: Option<u64>, leading: bool) -> Scalars {
@@ -108,6 +110,7 @@ mod tests {
             FollowerView { id: 3, matched: 30, lag: 12, needs_copy: true },
         ];
         board.slot(0).publish_followers(&followers);
+        board.slot(0).publish_members(&Members { voters: vec![1, 2, 3], learners: vec![4] });
         board.slot(1).publish(&scalars(StateRole::Candidate, None, false));
         let v: serde_json::Value = serde_json::from_str(&cellz(&board, None)).unwrap();
         assert_eq!(v["node"], 1);
@@ -116,7 +119,8 @@ mod tests {
         assert_eq!(
             g0,
             &json!({"group": 0, "role": "leader", "term": 7, "leader": 1, "commit": 40, "last_index": 42, "applied": 39,
-                "writable": true, "followers": [{"id": 2, "match": 42, "lag": 0, "needs_copy": false},
+                "writable": true, "voters": [1, 2, 3], "learners": [4],
+                "followers": [{"id": 2, "match": 42, "lag": 0, "needs_copy": false},
                     {"id": 3, "match": 30, "lag": 12, "needs_copy": true}]})
         );
         let g1 = &v["groups"][1];

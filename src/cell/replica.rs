@@ -24,7 +24,7 @@
 //! No glommio here: the owner gives the loop its inbox (a stream of
 //! messages), its outbox and a timer.
 
-use super::board::{Scalars, Slot};
+use super::board::{Members, Scalars, Slot};
 use super::catch_up::CatchUps;
 use super::confirm::Confirms;
 use super::group::{self, FollowerView, Group, Refused};
@@ -207,6 +207,12 @@ impl<S: SegmentStore> Replica<S> {
         self.say_who_needs_a_copy(&followers);
         if let Some(board) = &self.board {
             board.publish_followers(&followers);
+            let cs = self.group.members();
+            let sorted = |mut ids: Vec<u64>| {
+                ids.sort_unstable();
+                ids
+            };
+            board.publish_members(&Members { voters: sorted(cs.voters), learners: sorted(cs.learners) });
         }
     }
 
