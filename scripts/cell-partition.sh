@@ -13,20 +13,28 @@
 # acknowledged append once at its offset on every node, the same stream
 # everywhere, byte-identical segment files.
 #
-#   scripts/cell-partition.sh [SECONDS] [--all] [--release]
+# With --shards N (N > 1), also the groups' leaders split: group 1's links
+# cut between the leader and both followers (group 0's kept), so no node
+# leads both; a request that spans groups (a bucket's create) must be
+# refused (503) through every node while it lasts, and taken within 20 s
+# of the heal.
+#
+#   scripts/cell-partition.sh [SECONDS] [--all] [--release] [--shards N]
 #       SECONDS: how long faults come (default 40: each partition twice);
 #       --release: a release build (for long runs; CI uses the debug one
-#       `cargo test` built).
+#       `cargo test` built); --shards N: N shards a node (NEMESIS_SHARDS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=40 FAULTS=partitions PROFILE=()
-for arg in "$@"; do
+while [ $# -gt 0 ]; do
+  arg="$1"; shift
   case "$arg" in
+    --shards) export NEMESIS_SHARDS="${1:?--shards needs a number}"; shift ;;
     --all) FAULTS=all ;;
     --release) PROFILE=(--release) ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     [0-9]*) SECS="$arg" ;;
-    *) echo "cell-partition: unknown argument '$arg' (SECONDS, --all, --release, --help)" >&2; exit 2 ;;
+    *) echo "cell-partition: unknown argument '$arg' (SECONDS, --all, --release, --shards N, --help)" >&2; exit 2 ;;
   esac
 done
 # Built outside: inside the namespace there is no network for cargo.

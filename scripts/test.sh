@@ -11,7 +11,8 @@
 # the leader, the TypeScript and Python clients through the follower; with
 # one shard a node, then two), the
 # same cell under writers while nftables cuts links between its nodes in a
-# private network namespace (scripts/cell-partition.sh), the same cell
+# private network namespace (scripts/cell-partition.sh; with two shards a
+# node also a cut that splits the groups' leaders), the same cell
 # behind HAProxy with TLS and HTTP/2 (docs/deploy/haproxy-cell.cfg) with
 # curl and ten SSE readers in headless Chromium (scripts/cell-h2.sh), tiered
 # storage against a real SeaweedFS (scripts/tiering.sh: budget, kill -9
@@ -52,6 +53,7 @@ step 600 scripts/multinode.sh
 step 600 scripts/cell-conformance.sh
 step 600 scripts/cell-conformance.sh --shards 2
 step 600 scripts/cell-partition.sh
+step 600 scripts/cell-partition.sh --shards 2
 step 300 scripts/cell-h2.sh
 step 900 scripts/tiering.sh
 echo "test.sh: every step passed in $SECONDS s" >&2

@@ -117,6 +117,7 @@ enum Fault {
     LeaderOutboundDropped,
     SplitFollowers,
     WipeFollower,
+    SplitLeaders,
 }
 
 const PROCESS_FAULTS: [Fault; 7] = [
@@ -149,19 +150,26 @@ fn faults() -> Vec<Fault> {
     let which = std::env::var("NEMESIS_FAULTS")
         .unwrap_or_else(|_| if partitions_possible { "all" } else { "processes" }.to_string());
     let wants_partitions = which == "all" || which == "partitions";
+    // With more than one group, also one that splits the groups' leaders.
+    let split_leaders: &[Fault] = if shards() > 1 { &[Fault::SplitLeaders] } else { &[] };
     assert!(
         partitions_possible || !wants_partitions,
         "NEMESIS_FAULTS={which} needs a private network namespace: run scripts/cell-partition.sh"
     );
     match which.as_str() {
         "processes" => PROCESS_FAULTS.to_vec(),
-        "partitions" => PARTITION_FAULTS.to_vec(),
+        "partitions" => PARTITION_FAULTS.iter().chain(split_leaders).copied().collect(),
         "power" => POWER_FAULTS.to_vec(),
         "rolling" => ROLLING_FAULTS.to_vec(),
         "wipe" => WIPE_FAULTS.to_vec(),
-        "all" => PROCESS_FAULTS.iter().chain(&PARTITION_FAULTS).copied().collect(),
+        "all" => PROCESS_FAULTS.iter().chain(&PARTITION_FAULTS).chain(split_leaders).copied().collect(),
         other => panic!("NEMESIS_FAULTS={other}: not processes, power, rolling, wipe, partitions or all"),
     }
+}
+
+/// NEMESIS_SHARDS: shards a node (groups); the writers' stream is in one.
+fn shards() -> u16 {
+    std::env::var("NEMESIS_SHARDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
 }
 
 /// Node `i`'s address for its peers: its own loopback address inside a
@@ -207,6 +215,8 @@ struct Nemesis {
     refills: Vec<(Duration, f64)>,
     /// The nodes that start with `--cell-join` (since their first wipe).
     joins: [bool; 3],
+    /// Each node's first peer port (group *i* listens on it plus *i*).
+    peer_ports: Vec<u16>,
 }
 
 impl Nemesis {
@@ -344,6 +354,16 @@ impl Nemesis {
                 }
                 self.leader_replaced(leader, &others);
             }
+            Fault::SplitLeaders => {
+                // Group 1's links between the leader and both followers cut,
+                // group 0's kept: the followers elect a leader of group 1,
+                // the leader keeps group 0, and no node leads both.
+                let ports = self.peer_ports.iter().map(|p| (p + 1).to_string()).collect::<Vec<_>>().join(",");
+                for &o in &others {
+                    netns(&["cut_ports", &peer_ip(leader), &peer_ip(o), &ports]);
+                }
+                self.spanning_requests_refused(leader);
+            }
             Fault::SplitFollowers => {
                 // Each follower still hears the leader: the cell goes on.
                 netns(&["cut_both", &peer_ip(others[0]), &peer_ip(others[1])]);
@@ -351,12 +371,57 @@ impl Nemesis {
                 Self::pause(Duration::from_millis(1000));
             }
         }
-        if PARTITION_FAULTS.contains(&fault) {
+        if PARTITION_FAULTS.contains(&fault) || fault == Fault::SplitLeaders {
             netns(&["heal_all"]);
+        }
+        if fault == Fault::SplitLeaders {
+            self.spanning_requests_run_again();
         }
         *self.faults.entry(fault.name()).or_default() += 1;
         Self::pause(Duration::from_millis(1000));
         self.spans.push((fault.name(), began, Instant::now()));
+    }
+
+    /// The groups' leaders split (`SplitLeaders`): within 10 s node
+    /// `leader` no longer leads both groups, and then for 2 s a request
+    /// that spans groups (a bucket's create) is refused through every node
+    /// (503: it runs only where one node leads every group), never taken.
+    fn spanning_requests_refused(&mut self, leader: usize) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while self.leads(leader) {
+            assert!(Instant::now() < end, "node {} still leads both groups 10 s into the split", leader + 1);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let bucket = format!("/ds/split-{}", self.faults.get(Fault::SplitLeaders.name()).copied().unwrap_or(0));
+        let end = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < end {
+            for i in (0..3).filter(|&i| self.up[i]) {
+                let Ok(mut c) = Conn::try_connect(self.nodes[i].port()) else { continue };
+                if let Ok(r) = c.try_request("PUT", &bucket, &[], b"") {
+                    assert_eq!(
+                        r.status,
+                        503,
+                        "node {}: a bucket create while the leaders were split: {}",
+                        i + 1,
+                        r.summary()
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// After a split of the leaders healed: within 20 s one node leads
+    /// both groups again and a request that spans groups runs.
+    fn spanning_requests_run_again(&mut self) {
+        let bucket = format!("/ds/healed-{}", self.faults.get(Fault::SplitLeaders.name()).copied().unwrap_or(0));
+        let began = Instant::now();
+        let taken = through_any(&self.shared.ports, "PUT", &bucket, b"", &[201, 200]);
+        assert!(
+            taken.is_some() && began.elapsed() < Duration::from_secs(20),
+            "no node took a bucket create within 20 s of the split's heal ({:?})",
+            began.elapsed()
+        );
     }
 
     /// The leader cut off from both followers (however the links were
@@ -466,6 +531,7 @@ impl Fault {
             Fault::LeaderOutboundDropped => "leader's packets to followers dropped (TCP stalls both ways)",
             Fault::SplitFollowers => "followers cut from each other",
             Fault::WipeFollower => "a follower's disk lost and replaced",
+            Fault::SplitLeaders => "group 1 cut between the leader and the followers (the leaders split)",
         }
     }
 }
@@ -612,8 +678,7 @@ fn nemesis() {
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "a nemesis secret of some length\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    // NEMESIS_SHARDS: shards a node (groups); the writers' stream is in one.
-    let shards: u16 = std::env::var("NEMESIS_SHARDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let shards = shards();
     let shards_flag = shards.to_string();
     let ports = common::cell::free_port_runs(3, shards);
     let voters =
@@ -646,6 +711,7 @@ fn nemesis() {
         kinds,
         refills: Vec::new(),
         joins: [false; 3],
+        peer_ports: ports.clone(),
     };
     // NEMESIS_RECLAIM: 20 MB of a stream (40 segments of 1 MiB) before the
     // writers' stream, deleted a third of the way through the faults: its

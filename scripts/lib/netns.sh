@@ -15,15 +15,18 @@
 #       the same namespace, so a script may re-exec itself through `run`.
 #   scripts/lib/netns.sh cut A B        drop every IPv4 packet from A to B
 #   scripts/lib/netns.sh cut_both A B   cut A B and cut B A
+#   scripts/lib/netns.sh cut_ports A B P,Q   drop every TCP packet between A
+#                                       and B, either way, to or from port
+#                                       P or Q (one group's links of a cell)
 #   scripts/lib/netns.sh heal A B       undo cut A B
 #   scripts/lib/netns.sh heal_all       undo every cut
 #   scripts/lib/netns.sh show           print the cuts (nft's listing)
 #
-# cut, cut_both, heal, heal_all and show work only inside a namespace made by
+# cut, cut_both, cut_ports, heal, heal_all and show work only inside a namespace made by
 # `run` (they refuse anywhere else, so they never touch the host's firewall);
 # there they run $NFT as the namespace's root, whose CAP_NET_ADMIN over its
 # own network namespace is all nftables asks for. Sourced, this file defines
-# the same as functions: netns_run, netns_cut, netns_cut_both, netns_heal,
+# the same as functions: netns_run, netns_cut, netns_cut_both, netns_cut_ports, netns_heal,
 # netns_heal_all, netns_show, and netns_inside (true inside such a namespace).
 #
 # The cuts are one nft table, `inet ringstream_partition`, with a chain on the
@@ -118,6 +121,19 @@ NFT
 
 netns_cut_both() { netns_cut "$1" "$2" && netns_cut "$2" "$1"; }
 
+netns_cut_ports() {
+  _netns_require && _netns_addr "$1" && _netns_addr "$2" || return 1
+  [[ "$3" =~ ^[0-9]+(,[0-9]+)*$ ]] || _netns_die "ports must be N or N,M,...: '$3'" || return 1
+  "$NFT" -f - <<NFT
+add table inet $NETNS_TABLE
+add chain inet $NETNS_TABLE input { type filter hook input priority filter; policy accept; }
+add rule inet $NETNS_TABLE input ip saddr $1 ip daddr $2 tcp dport { $3 } drop
+add rule inet $NETNS_TABLE input ip saddr $1 ip daddr $2 tcp sport { $3 } drop
+add rule inet $NETNS_TABLE input ip saddr $2 ip daddr $1 tcp dport { $3 } drop
+add rule inet $NETNS_TABLE input ip saddr $2 ip daddr $1 tcp sport { $3 } drop
+NFT
+}
+
 netns_heal() {
   _netns_require && _netns_addr "$1" && _netns_addr "$2" || return 1
   local h
@@ -156,7 +172,10 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     cut|cut_both|heal)
       [ $# -eq 2 ] || { _netns_die "usage: netns.sh $cmd A B" || exit 2; }
       "netns_$cmd" "$1" "$2" ;;
+    cut_ports)
+      [ $# -eq 3 ] || { _netns_die "usage: netns.sh cut_ports A B P[,Q...]" || exit 2; }
+      netns_cut_ports "$1" "$2" "$3" ;;
     heal_all|show) "netns_$cmd" ;;
-    *) echo "usage: netns.sh run CMD [ARG...] | cut A B | cut_both A B | heal A B | heal_all | show" >&2; exit 2 ;;
+    *) echo "usage: netns.sh run CMD [ARG...] | cut A B | cut_both A B | cut_ports A B PORTS | heal A B | heal_all | show" >&2; exit 2 ;;
   esac
 fi

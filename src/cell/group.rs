@@ -202,6 +202,8 @@ pub struct Group<S: GroupStore> {
     /// On a leader: followers that need entries older than its log's
     /// first (`reprobe_stranded`), with the ticks each has been so.
     stranded: BTreeMap<u64, u64>,
+    /// The tick each peer was last heard from (`steer_target`).
+    heard: BTreeMap<u64, u64>,
 }
 
 /// How often at most a replica that lost entries tells its leader so
@@ -220,6 +222,10 @@ const LEAD_TOWARD_PATIENCE_TICKS: u64 = 20;
 /// sends them before it hands over, holding new proposals meanwhile (one
 /// round trip: they are refused, and run again).
 const LEAD_TOWARD_LAG_MAX: u64 = 16;
+/// How recently a voter must have been heard from for `lead_toward` to
+/// steer to it, in ticks: an election timeout (a leader hears each
+/// follower at every other tick).
+const STEER_HEARD_TICKS: u64 = 10;
 /// How often a leader asks a stranded follower again where its log ends,
 /// in ticks (`reprobe_stranded`).
 const REPROBE_TICKS: u64 = 10;
@@ -247,6 +253,7 @@ impl<S: GroupStore> Group<S> {
             notices: Vec::new(),
             noticed_at: None,
             stranded: BTreeMap::new(),
+            heard: BTreeMap::new(),
         })
     }
 
@@ -312,6 +319,7 @@ impl<S: GroupStore> Group<S> {
     /// data ([`super::amnesia`]). Messages of an older term or for a
     /// replica that has moved on are ignored by raft-rs itself.
     pub fn step(&mut self, mut msg: Message) -> raft::Result<()> {
+        self.heard.insert(msg.from, self.ticks);
         if !self.votes.admits(&msg) {
             tracing::debug!(
                 "replica {}: {:?} from {} withheld: not caught up yet",
@@ -531,6 +539,24 @@ impl<S: GroupStore> Group<S> {
         out
     }
 
+    /// The voter `lead_toward` steers to: `preferred` while this replica
+    /// hears from it, else the lowest voter it hears from (itself
+    /// included). The owner's `preferred` is the first voter whose link is
+    /// up, and a partition that drops packets leaves a TCP connection up
+    /// for minutes: the replicas that still hear from that voter and those
+    /// that do not would steer their groups apart, and no node would lead
+    /// them all until the partition healed. What each leader hears from,
+    /// the same on both sides of such a cut, brings them together.
+    fn steer_target(&self, preferred: u64) -> u64 {
+        let raft = &self.node.raft;
+        let hears =
+            |id: u64| id == raft.id || self.heard.get(&id).is_some_and(|&t| self.ticks <= t + STEER_HEARD_TICKS);
+        if hears(preferred) {
+            return preferred;
+        }
+        raft.prs().conf().voters().ids().iter().filter(|&id| hears(id)).min().unwrap_or(raft.id)
+    }
+
     /// On the leader: hands leadership to `preferred` once it holds the
     /// whole log (so the hand-over costs no catch-up), keeping every group
     /// of a cell led by one node where it can be. A no-op elsewhere, while
@@ -540,6 +566,7 @@ impl<S: GroupStore> Group<S> {
     /// `LEAD_TOWARD_PATIENCE_TICKS` it takes a tick where it lags by at most
     /// `LEAD_TOWARD_LAG_MAX` entries.
     pub fn lead_toward(&mut self, preferred: u64) {
+        let preferred = self.steer_target(preferred);
         let raft = &self.node.raft;
         if raft.state != StateRole::Leader || raft.id == preferred || raft.lead_transferee.is_some() {
             return;
@@ -989,6 +1016,40 @@ mod tests {
         assert_eq!(gs[0].node.raft.lead_transferee, None, "handed to a replica that is down");
         gs[0].lead_toward(2);
         assert_eq!(gs[0].node.raft.lead_transferee, Some(2), "one it hears from, holding the whole log");
+    }
+
+    /// A leader steered toward a voter it has stopped hearing from (cut
+    /// off, though the links may still look up) steers toward the lowest
+    /// voter it hears from instead, as the other side of the cut does.
+    #[test]
+    fn a_leader_steered_toward_a_voter_it_does_not_hear_from_steers_toward_the_lowest_it_hears() {
+        let mut gs: Vec<_> = (1..=3).map(|id| group(id, &[1, 2, 3])).collect();
+        gs[2].node.campaign().unwrap();
+        settle(&mut gs);
+        assert_eq!(gs[2].role(), StateRole::Leader);
+        // Replica 1 cut off from the other two.
+        let settle_without_1 = |gs: &mut [Group<MemStorage>]| loop {
+            let sent: Vec<Message> = gs.iter_mut().skip(1).flat_map(|g| drain(g).0).collect();
+            if sent.is_empty() {
+                break;
+            }
+            for m in sent.into_iter().filter(|m| m.to != 1) {
+                gs[(m.to - 1) as usize].step(m).unwrap();
+            }
+        };
+        for _ in 0..3 * STEER_HEARD_TICKS {
+            for g in gs.iter_mut().skip(1) {
+                g.tick();
+            }
+            settle_without_1(&mut gs);
+        }
+        assert_eq!(gs[2].role(), StateRole::Leader);
+        gs[2].lead_toward(1);
+        assert_eq!(gs[2].node.raft.lead_transferee, Some(2), "steered toward the lowest voter it hears from");
+        settle_without_1(&mut gs);
+        assert_eq!(gs[1].role(), StateRole::Leader);
+        gs[1].lead_toward(1);
+        assert_eq!(gs[1].node.raft.lead_transferee, None, "it is the lowest it hears from: it keeps the lead");
     }
 
     #[test]
