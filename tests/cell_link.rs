@@ -329,3 +329,61 @@ fn links_refuse_a_peer_without_the_secret_and_take_one_with_it() {
         .join()
         .unwrap();
 }
+
+/// A peer added at run time (a member added to the cell): before, a
+/// replica neither sends to it nor lets it connect; once added on both
+/// sides, frames go both ways; once removed, none is sent to it.
+#[test]
+fn a_peer_added_at_run_time_is_linked_both_ways_and_unlinked_when_removed() {
+    LocalExecutorBuilder::new(Placement::Unbound)
+        .spawn(|| async {
+            let addrs = free_addrs(2);
+            let secret = Rc::new(Secret::new(vec![7; 32]).unwrap());
+            let one = LinkConfig { me: 1, group: 0, listen: addrs[0], peers: vec![], secret: secret.clone() };
+            let (links_1, frames_1) = Links::start(one).unwrap();
+            let four = LinkConfig { me: 4, group: 0, listen: addrs[1], peers: vec![(1, addrs[0])], secret };
+            let (links_4, frames_4) = Links::start(four).unwrap();
+            let heartbeat = |from: u64, to: u64, term: u64| {
+                let mut m = raft::eraftpb::Message { from, to, term, ..Default::default() };
+                m.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
+                m
+            };
+
+            assert!(!links_1.send(heartbeat(1, 4, 1)), "sent to a peer it does not know");
+            assert!(links_4.send(heartbeat(4, 1, 1)), "queued for its dialler");
+            for _ in 0..100 {
+                if links_1.stats().refused.get() > 0 {
+                    break;
+                }
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(links_1.stats().refused.get() > 0, "a replica not a member connected");
+            assert_eq!(links_1.stats().received.get(), 0);
+
+            links_1.add_peer(4, addrs[1]);
+            assert!(links_1.send(heartbeat(1, 4, 2)));
+            let got = glommio::timer::timeout(Duration::from_secs(5), async { Ok(frames_4.recv().await) }).await;
+            let got = got.ok().flatten().expect("replica 4 hears replica 1");
+            assert_eq!((got.from, got.term), (1, 2));
+            // Replica 4's dialler tries again (backing off) and is let in now.
+            let mut got = None;
+            for term in 3..100 {
+                links_4.send(heartbeat(4, 1, term));
+                got = glommio::timer::timeout(Duration::from_millis(200), async { Ok(frames_1.recv().await) })
+                    .await
+                    .ok()
+                    .flatten();
+                if got.is_some() {
+                    break;
+                }
+            }
+            assert_eq!(got.map(|m| m.from), Some(4), "replica 1 hears replica 4");
+
+            links_1.remove_peer(4);
+            assert!(!links_1.send(heartbeat(1, 4, 200)), "sent to a peer removed");
+            assert!(links_1.dialled(4).is_none());
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}

@@ -158,14 +158,15 @@ struct Queued {
 /// The queues of frames to each peer.
 struct Outgoing {
     group: u32,
-    out: HashMap<u64, Queue>,
+    out: RefCell<HashMap<u64, Queue>>,
 }
 
 impl Outgoing {
     /// Queues `frame` for `to`; false when it was dropped (no such peer,
     /// its queue full, or too large for a frame).
     fn queue(&self, to: u64, frame: &Frame) -> bool {
-        let Some(q) = self.out.get(&to) else { return false };
+        let out = self.out.borrow();
+        let Some(q) = out.get(&to) else { return false };
         let mut bytes = Vec::new();
         wire::encode(frame, &mut bytes);
         let len = bytes.len();
@@ -215,10 +216,17 @@ struct Exchange {
 /// [`Links::start`] returns. Dropping it closes every link.
 pub struct Links {
     me: u64,
+    listen: SocketAddr,
+    secret: Rc<Secret>,
     outgoing: Rc<Outgoing>,
     exchange: Rc<Exchange>,
     stats: Rc<LinkStats>,
-    _tasks: Vec<Task<()>>,
+    /// Who may connect: the peers and this replica, shared with the
+    /// acceptor.
+    members: Rc<RefCell<Vec<u64>>>,
+    /// Each peer's dialler (dropped: cancelled).
+    dialers: RefCell<HashMap<u64, Task<()>>>,
+    _acceptor: Task<()>,
 }
 
 impl Links {
@@ -227,8 +235,7 @@ impl Links {
         let listener = TcpListener::bind(cfg.listen)?;
         let stats = Rc::new(LinkStats::default());
         let (arrived, messages) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
-        let mut voters: Vec<u64> = cfg.peers.iter().map(|(id, _)| *id).collect();
-        voters.push(cfg.me);
+        let members = Rc::new(RefCell::new(vec![cfg.me]));
         let exchange = Rc::new(Exchange {
             waiting: RefCell::default(),
             connected: RefCell::default(),
@@ -239,30 +246,63 @@ impl Links {
             dialled: RefCell::default(),
             serving: RefCell::default(),
         });
-        let mut tasks = Vec::new();
-        let mut out = HashMap::new();
-        for (peer, addr) in cfg.peers {
-            let (tx, rx) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
-            let bytes = Rc::new(Cell::new(0));
-            let secret = cfg.secret.clone();
-            let from = dial_from(cfg.listen, addr);
-            let dialer =
-                Dialer { me: cfg.me, peer, addr, from, secret, bytes: bytes.clone(), exchange: exchange.clone() };
-            tasks.push(glommio::spawn_local(dialer.run(rx, stats.clone())));
-            out.insert(peer, Queue { tx, bytes });
-        }
-        let outgoing = Rc::new(Outgoing { group: cfg.group, out });
+        let outgoing = Rc::new(Outgoing { group: cfg.group, out: RefCell::default() });
         let acceptor = Acceptor {
             me: cfg.me,
             group: cfg.group,
-            voters,
+            members: members.clone(),
             secret: cfg.secret.clone(),
             stats: stats.clone(),
             outgoing: outgoing.clone(),
             exchange: exchange.clone(),
         };
-        tasks.push(glommio::spawn_local(acceptor.run(listener, arrived)));
-        Ok((Links { me: cfg.me, outgoing, exchange, stats, _tasks: tasks }, messages))
+        let links = Links {
+            me: cfg.me,
+            listen: cfg.listen,
+            secret: cfg.secret,
+            outgoing,
+            exchange,
+            stats,
+            members,
+            dialers: RefCell::default(),
+            _acceptor: glommio::spawn_local(acceptor.run(listener, arrived)),
+        };
+        for (peer, addr) in cfg.peers {
+            links.add_peer(peer, addr);
+        }
+        Ok((links, messages))
+    }
+
+    /// Links `peer` at `addr` (one of the cell's at the start, or a member
+    /// added since): dials it, and lets it connect. A link it had (at
+    /// another address) goes first.
+    pub fn add_peer(&self, peer: u64, addr: SocketAddr) {
+        if peer == self.me {
+            return;
+        }
+        self.remove_peer(peer);
+        let (tx, rx) = local_channel::new_bounded(CELL_LINK_QUEUE_FRAMES);
+        let bytes = Rc::new(Cell::new(0));
+        let from = dial_from(self.listen, addr);
+        let secret = self.secret.clone();
+        let dialer =
+            Dialer { me: self.me, peer, addr, from, secret, bytes: bytes.clone(), exchange: self.exchange.clone() };
+        self.dialers.borrow_mut().insert(peer, glommio::spawn_local(dialer.run(rx, self.stats.clone())));
+        self.outgoing.out.borrow_mut().insert(peer, Queue { tx, bytes });
+        self.members.borrow_mut().push(peer);
+    }
+
+    /// Unlinks `peer` (a member removed): what is queued for it or sent to
+    /// it from now on is dropped, its dialler ends, and it may no longer
+    /// connect (a connection it holds lasts until it closes).
+    pub fn remove_peer(&self, peer: u64) {
+        if peer == self.me {
+            return;
+        }
+        self.outgoing.out.borrow_mut().remove(&peer);
+        self.dialers.borrow_mut().remove(&peer);
+        self.members.borrow_mut().retain(|&m| m != peer);
+        self.exchange.dialled.borrow_mut().remove(&peer);
     }
 
     /// Queues `message` for its peer (`message.to`); false when it was
@@ -431,7 +471,8 @@ fn random_u64() -> u64 {
 struct Acceptor {
     me: u64,
     group: u32,
-    voters: Vec<u64>,
+    /// Who may connect (`Links::add_peer`, `Links::remove_peer`).
+    members: Rc<RefCell<Vec<u64>>>,
     secret: Rc<Secret>,
     stats: Rc<LinkStats>,
     /// Where the answers to peers' forwarded requests go.
@@ -484,7 +525,8 @@ impl Acceptor {
     }
 
     async fn handshake(&self, mut io: TcpStream, shaking: &Cell<usize>) -> Option<(u64, TcpStream)> {
-        let shake = accept_handshake(&mut io, self.me, &self.voters, &self.secret);
+        let members = self.members.borrow().clone();
+        let shake = accept_handshake(&mut io, self.me, &members, &self.secret);
         let result = glommio::timer::timeout(HANDSHAKE_TIMEOUT, async { Ok(shake.await) }).await;
         shaking.set(shaking.get() - 1);
         match result {
