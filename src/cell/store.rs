@@ -351,7 +351,8 @@ fn decode_raft_state(bytes: &[u8]) -> Result<(HardState, Option<SavedConf>), Sto
     let hs = HardState { term: words[0], vote: words[1], commit: words[2] };
     let Some((&index, rest)) = words[3..].split_first() else { return Ok((hs, None)) };
     let (counts, rest) = rest.split_at_checked(5).ok_or_else(|| bad("a membership cut short".into()))?;
-    if counts[..4].iter().sum::<u64>() != rest.len() as u64 || counts[4] > 1 {
+    let ids = counts[..4].iter().try_fold(0u64, |sum, &n| sum.checked_add(n));
+    if ids != Some(rest.len() as u64) || counts[4] > 1 {
         return Err(bad("a membership whose counts do not add up".into()));
     }
     let mut ids = rest.iter().copied();
@@ -385,5 +386,8 @@ mod tests {
         let mut flag = new.clone();
         flag[32 + 32..32 + 40].copy_from_slice(&2u64.to_le_bytes());
         assert!(decode_raft_state(&flag).is_err(), "auto_leave is 0 or 1");
+        let mut huge = new.clone();
+        huge[40..48].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode_raft_state(&huge).is_err(), "counts that overflow are refused, not summed");
     }
 }
