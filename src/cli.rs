@@ -243,8 +243,10 @@ pub struct Cli {
     /// (creates, deletes, bucket requests, listings, subscriptions, writes
     /// to a bucket with a quota) answer 503 while no node leads every group
     /// (a failover, seconds). Each node dials its peers from its own
-    /// address in this list. For now: no --tier. Default: none (a single
-    /// node).
+    /// address in this list. Once the members change (POST/DELETE
+    /// /_cell/members/{id}), each node keeps them with their addresses, and
+    /// this list only says where the cell is. For now: no --tier. Default:
+    /// none (a single node).
     #[arg(long, env = "RINGSTREAM_CELL", value_name = "ID@HOST:PORT,...")]
     pub cell: Option<String>,
 
@@ -259,15 +261,18 @@ pub struct Cli {
     #[arg(long, env = "RINGSTREAM_CELL_SECRET_FILE", value_name = "PATH")]
     pub cell_secret_file: Option<PathBuf>,
 
-    /// Replicated cell: this node lost its data (or is new in a cell that
-    /// holds some) and must copy its peers' before it takes part. With an
-    /// empty data directory it waits, however long, until a peer offers
-    /// its sealed segment files (or every peer says it holds none), copies
-    /// them whole, and then catches up; without the flag an empty node does
-    /// not wait for peers that are down (a new cell), and if they come back
-    /// having reclaimed entries it needs, it must be restarted. A node that holds
-    /// segments starts as always. The variable and the file key take
-    /// true/false. [default: false]
+    /// Replicated cell: this node lost its data, or joins a cell, and must
+    /// copy its peers' before it takes part. With an empty data directory
+    /// it waits, however long, until a peer offers its sealed segment files
+    /// (or every peer says it holds none), copies them whole with the
+    /// members its peers applied, and then catches up; a node new to the
+    /// cell waits until it is added (POST /_cell/members/{id} on any node),
+    /// and its --cell may name 2 to 8 nodes: itself and members it knows
+    /// of. Without the flag an empty node does not wait for peers that are
+    /// down (a new cell), and if they come back having reclaimed entries it
+    /// needs, it must be restarted. A node that holds segments starts as
+    /// always. The variable and the file key take true/false. [default:
+    /// false]
     #[arg(long, env = "RINGSTREAM_CELL_JOIN", value_parser = clap::builder::BoolishValueParser::new())]
     pub cell_join: bool,
 }
@@ -677,7 +682,8 @@ fn resolve_cell(
     let (secret_file, secret_from) =
         r.pick_opt("cell_secret_file", cli.cell_secret_file.clone(), file.cell_secret_file.clone());
     let origins = [("--node-id", node_from), ("--cell", cell_from), ("--cell-secret-file", secret_from)];
-    let cell = CellConfig::resolve(node_id, spec.as_deref(), secret_file.as_deref())
+    let (join, _) = r.pick("cell_join", cli.cell_join, file.cell_join);
+    let cell = CellConfig::resolve(node_id, spec.as_deref(), secret_file.as_deref(), join)
         .map_err(|e| format!("{e} ({})", cell_error_origin(&e, &origins)))?;
     let Some(cell) = cell else { return Ok((None, None)) };
     for voter in &cell.voters {

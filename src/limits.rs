@@ -271,6 +271,12 @@ pub const CELL_VOTERS_MIN: usize = 3;
 /// so more voters make every append slower for failures a cell of 7 (which
 /// tolerates 3) does not plan for.
 pub const CELL_VOTERS_MAX: usize = 7;
+/// Replicated cells: how long a group's leader waits for a membership
+/// change it proposed to be applied and, for a node added, for the node to
+/// catch up and be made a voter; past it an add is answered "learner" (the
+/// leader promotes it once caught up). Below CELL_FORWARD_TIMEOUT_MS, so a
+/// change forwarded from a follower is answered, not timed out.
+pub const CELL_MEMBER_WAIT_MS: u64 = 6_000;
 /// Replicated cells: shortest shared secret (`--cell-secret-file`), bytes:
 /// 128 bits, what HMAC-SHA256 needs against guessing.
 pub const CELL_SECRET_BYTES_MIN: usize = 16;
@@ -357,6 +363,16 @@ pub const CELL_CATCH_UPS_MAX: usize = 16_384;
 /// from its majority down. A healthy round takes one round trip; a lost
 /// heartbeat is made good at the next (every 2 ticks).
 pub const CELL_CONFIRM_TICKS: u64 = 20;
+/// Replicated cells: how long `POST`/`DELETE /_cell/members/{id}` may go
+/// on making its change in every group, group after group: a group that
+/// answers 503 (an election or a hand-over under way) is asked again every
+/// CELL_MEMBERS_RETRY_MS until then; no attempt starts after it, and the
+/// client gets that group's 503 (the groups before it keep the change).
+pub const CELL_MEMBERS_DEADLINE_MS: u64 = 30_000;
+/// Replicated cells: the pause before a group that answered a membership
+/// change 503 is asked again (two ticks: a new leader's first entry has
+/// about that long to commit).
+pub const CELL_MEMBERS_RETRY_MS: u64 = 100;
 /// Subscriptions (`__ds/subscriptions`): how many one stream root (`/v1/stream`,
 /// or one `/ds` bucket) may hold; a PUT past it answers 429. Every shard
 /// keeps the registry of every subscription's pattern, so this bounds that too.
@@ -413,6 +429,7 @@ const _: () = assert!(CELL_ENTRY_BYTES_MAX + 1024 * 1024 <= CELL_FRAME_BYTES_MAX
 const _: () = assert!(CELL_ENTRY_BYTES_MAX <= CELL_LINK_QUEUE_BYTES);
 // A round outlives a lost heartbeat (one goes out every 2 ticks).
 const _: () = assert!(CELL_CONFIRM_TICKS > 2);
+const _: () = assert!(CELL_MEMBERS_RETRY_MS < CELL_MEMBERS_DEADLINE_MS);
 const _: () = assert!(SUBSCRIPTION_LEASE_MS_MIN <= SUBSCRIPTION_LEASE_MS_DEFAULT);
 const _: () = assert!(SUBSCRIPTION_LEASE_MS_DEFAULT <= SUBSCRIPTION_LEASE_MS_MAX);
 const _: () = assert!(WEBHOOK_RETRY_MIN_MS <= WEBHOOK_RETRY_MAX_MS);

@@ -264,7 +264,7 @@ fn a_membership_change_is_an_entry_of_its_own_and_the_members_are_kept() {
     let (back, _) = open(&disk.crash_image(None));
     assert_eq!((back.initial_state().unwrap().conf_state.voters, back.conf_index()), (vec![1, 2, 3], 0));
     let members = ConfState { voters: vec![1, 2, 3], learners: vec![4], ..ConfState::default() };
-    store.set_conf_state(&members, 2);
+    store.set_conf_state(&members, 2, &Default::default());
     persist(&mut store, &log);
     let (back, _) = open(&disk.crash_image(None));
     assert_eq!((back.initial_state().unwrap().conf_state, back.conf_index()), (members, 2));

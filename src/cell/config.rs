@@ -217,8 +217,9 @@ pub enum CellConfigError {
 
 /// The voters of a `--cell` value: `1@127.0.0.1:7001,2@127.0.0.2:7001,...`.
 /// Host names resolve now (the first address); ids and addresses are unique;
-/// 3, 5 or 7 voters.
-pub fn parse_voters(spec: &str) -> Result<Vec<Voter>, CellConfigError> {
+/// 3, 5 or 7 voters, or with `join` (a node joining a cell, which names
+/// itself and the members it knows of) 2 to one more than the most.
+pub fn parse_voters(spec: &str, join: bool) -> Result<Vec<Voter>, CellConfigError> {
     if spec.trim().is_empty() {
         return Err(CellConfigError::Empty);
     }
@@ -234,7 +235,14 @@ pub fn parse_voters(spec: &str) -> Result<Vec<Voter>, CellConfigError> {
         }
         voters.push(voter);
     }
-    check_count(voters.len())?;
+    match join {
+        true if (2..=CELL_VOTERS_MAX + 1).contains(&voters.len()) => {}
+        true => {
+            let why = "a joining node names itself and 1 to 7 members of its cell";
+            return Err(CellConfigError::VoterCount { count: voters.len(), why });
+        }
+        false => check_count(voters.len())?,
+    }
     Ok(voters)
 }
 
@@ -319,6 +327,7 @@ impl CellConfig {
         node_id: Option<u64>,
         cell: Option<&str>,
         secret_file: Option<&Path>,
+        join: bool,
     ) -> Result<Option<CellConfig>, CellConfigError> {
         let missing = |given, missing, what| Err(CellConfigError::Missing { given, missing, what });
         let (node_id, cell, secret_file) = match (node_id, cell, secret_file) {
@@ -330,12 +339,12 @@ impl CellConfig {
             (None, Some(_), _) => return missing("--cell", "--node-id", "this node's id among the voters"),
             (Some(_), Some(_), None) => return missing("--cell", "--cell-secret-file", "the secret its voters share"),
         };
-        let voters = parse_voters(cell)?;
+        let voters = parse_voters(cell, join)?;
         if !voters.iter().any(|v| v.id == node_id) {
             return Err(CellConfigError::NotAVoter { node_id, ids: voters.iter().map(|v| v.id).collect() });
         }
         let secret = read_secret(secret_file)?;
-        Ok(Some(CellConfig { node_id, voters, secret, join: false }))
+        Ok(Some(CellConfig { node_id, voters, secret, join }))
     }
 
     /// This node's own entry.
@@ -372,10 +381,10 @@ mod tests {
 
     #[test]
     fn three_and_five_voters_parse_in_order() {
-        let three = parse_voters(THREE).unwrap();
+        let three = parse_voters(THREE, false).unwrap();
         assert_eq!(three.iter().map(|v| v.id).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(three[1].addr, "127.0.0.2:7001".parse().unwrap());
-        let five = parse_voters("5@[::1]:1, 4@127.0.0.1:2,3@127.0.0.1:3,2@127.0.0.1:4,1@localhost:5").unwrap();
+        let five = parse_voters("5@[::1]:1, 4@127.0.0.1:2,3@127.0.0.1:3,2@127.0.0.1:4,1@localhost:5", false).unwrap();
         assert_eq!(five.iter().map(|v| v.id).collect::<Vec<_>>(), [5, 4, 3, 2, 1]);
         assert_eq!(five[0].addr, "[::1]:1".parse().unwrap());
         assert!(five[4].addr.ip().is_loopback() && five[4].addr.port() == 5, "{:?}", five[4]);
@@ -383,8 +392,8 @@ mod tests {
 
     #[test]
     fn bad_entries_are_named() {
-        assert!(matches!(parse_voters(""), Err(CellConfigError::Empty)));
-        assert!(matches!(parse_voters(" "), Err(CellConfigError::Empty)));
+        assert!(matches!(parse_voters("", false), Err(CellConfigError::Empty)));
+        assert!(matches!(parse_voters(" ", false), Err(CellConfigError::Empty)));
         let cases: [(&str, &str); 8] = [
             ("1@127.0.0.1:1,2-127.0.0.1:2,3@127.0.0.1:3", "2-127.0.0.1:2"),
             ("1@127.0.0.1:1,2@127.0.0.1:2,", "\"\""),
@@ -396,12 +405,12 @@ mod tests {
             ("1@127.0.0.1:1,2@:2,3@127.0.0.1:3", "2@:2"),
         ];
         for (spec, named) in cases {
-            let err = parse_voters(spec).unwrap_err().to_string();
+            let err = parse_voters(spec, false).unwrap_err().to_string();
             assert!(err.contains(named), "{spec:?}: {err}");
         }
-        let err = parse_voters("1@127.0.0.1:1,2@127.0.0.1:2,1@127.0.0.1:3").unwrap_err();
+        let err = parse_voters("1@127.0.0.1:1,2@127.0.0.1:2,1@127.0.0.1:3", false).unwrap_err();
         assert!(matches!(err, CellConfigError::DuplicateId { id: 1, .. }), "{err}");
-        let err = parse_voters("1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:2").unwrap_err();
+        let err = parse_voters("1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:2", false).unwrap_err();
         assert!(matches!(err, CellConfigError::DuplicateAddress { .. }), "{err}");
         assert!(err.to_string().contains("3@127.0.0.1:2") && err.to_string().contains("twice"), "{err}");
     }
@@ -410,12 +419,19 @@ mod tests {
     fn only_three_five_or_seven_voters() {
         let spec = |n: u64| (1..=n).map(|i| format!("{i}@127.0.0.1:{}", 7000 + i)).collect::<Vec<_>>().join(",");
         for n in [3, 5, 7] {
-            assert_eq!(parse_voters(&spec(n)).unwrap().len(), n as usize);
+            assert_eq!(parse_voters(&spec(n), false).unwrap().len(), n as usize);
         }
         for (n, why) in [(1, "fewer than 3"), (2, "fewer than 3"), (4, "even"), (6, "even"), (8, "even"), (9, "more")] {
-            let err = parse_voters(&spec(n)).unwrap_err();
+            let err = parse_voters(&spec(n), false).unwrap_err();
             assert!(matches!(err, CellConfigError::VoterCount { count, .. } if count == n as usize), "{n}: {err}");
             assert!(err.to_string().contains(why), "{n}: {err}");
+        }
+        for n in 2..=8 {
+            assert_eq!(parse_voters(&spec(n), true).unwrap().len(), n as usize, "a joining node lists itself too");
+        }
+        for n in [1, 9] {
+            let err = parse_voters(&spec(n), true).unwrap_err();
+            assert!(err.to_string().contains("a joining node names itself"), "{n}: {err}");
         }
     }
 
@@ -488,7 +504,7 @@ mod tests {
     #[test]
     fn resolve_needs_all_three_settings_or_none() {
         let secret = temp_file("resolve", b"0123456789abcdef\n", 0o600);
-        assert!(CellConfig::resolve(None, None, None).unwrap().is_none());
+        assert!(CellConfig::resolve(None, None, None, false).unwrap().is_none());
         let cases = [
             (Some(1), None, Some(secret.as_path()), "--cell ("),
             (Some(1), None, None, "--cell ("),
@@ -498,14 +514,14 @@ mod tests {
             (Some(1), Some(THREE), None, "--cell-secret-file"),
         ];
         for (node_id, cell, file, missing) in cases {
-            let err = CellConfig::resolve(node_id, cell, file).unwrap_err();
+            let err = CellConfig::resolve(node_id, cell, file, false).unwrap_err();
             assert!(matches!(err, CellConfigError::Missing { .. }), "{err}");
             assert!(err.to_string().contains(&format!("needs {missing}")), "{err}");
         }
-        let err = CellConfig::resolve(Some(4), Some(THREE), Some(&secret)).unwrap_err();
+        let err = CellConfig::resolve(Some(4), Some(THREE), Some(&secret), false).unwrap_err();
         assert!(matches!(err, CellConfigError::NotAVoter { node_id: 4, .. }), "{err}");
         assert!(err.to_string().contains("[1, 2, 3]"), "{err}");
-        let bad = CellConfig::resolve(Some(1), Some("1@127.0.0.1:1"), Some(&secret)).unwrap_err();
+        let bad = CellConfig::resolve(Some(1), Some("1@127.0.0.1:1"), Some(&secret), false).unwrap_err();
         assert!(matches!(bad, CellConfigError::VoterCount { count: 1, .. }), "{bad}");
     }
 
@@ -525,12 +541,12 @@ mod tests {
     #[test]
     fn a_resolved_cell_knows_itself_and_its_peers() {
         let secret = temp_file("resolved", b"0123456789abcdef", 0o600);
-        let cell = CellConfig::resolve(Some(2), Some(THREE), Some(&secret)).unwrap().unwrap();
+        let cell = CellConfig::resolve(Some(2), Some(THREE), Some(&secret), false).unwrap().unwrap();
         assert_eq!(cell.me().addr, "127.0.0.2:7001".parse().unwrap());
         assert_eq!(cell.peers().map(|v| v.id).collect::<Vec<_>>(), [1, 3]);
         assert_eq!(cell.secret.as_bytes(), b"0123456789abcdef");
         let five = "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3,4@127.0.0.1:4,5@127.0.0.1:5";
-        let cell = CellConfig::resolve(Some(5), Some(five), Some(&secret)).unwrap().unwrap();
+        let cell = CellConfig::resolve(Some(5), Some(five), Some(&secret), false).unwrap().unwrap();
         assert_eq!(cell.me().id, 5);
         assert_eq!(cell.peers().map(|v| v.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
         assert!(!format!("{cell:?}").contains("0123456789abcdef"));

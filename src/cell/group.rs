@@ -17,8 +17,9 @@
 //! replaced by another term's is [`Answer::Lost`].
 
 use super::amnesia::{self, LogTip, VoteGuard};
+use super::members::{self, Addresses};
 use crate::limits::{CELL_APPLY_BYTES_PER_TURN, CELL_ENTRY_BYTES_MAX, CELL_UNCOMMITTED_BYTES_MAX};
-use raft::prelude::{ConfChangeV2, ConfState, Entry, EntryType, HardState, Message};
+use raft::prelude::{ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, HardState, Message};
 use raft::{Config, RawNode, StateRole, Storage};
 use std::collections::BTreeMap;
 
@@ -33,8 +34,13 @@ pub trait GroupStore: Storage {
     fn append(&mut self, entries: &[Entry]);
     /// The term, vote and commit index to keep.
     fn set_hard_state(&mut self, hs: &HardState);
-    /// The membership to keep, which the change of entry `index` led to.
-    fn set_conf_state(&mut self, cs: &ConfState, index: u64);
+    /// The membership to keep, which the change of entry `index` led to,
+    /// with the members' peer addresses.
+    fn set_conf_state(&mut self, cs: &ConfState, index: u64, addresses: &Addresses);
+    /// The members' peer addresses as kept (none: those of `--cell`).
+    fn addresses(&self) -> Addresses {
+        Addresses::new()
+    }
     /// The index of the change the kept membership results from (0: none).
     /// A committed change at or below it is in the membership already.
     fn conf_index(&self) -> u64;
@@ -50,7 +56,7 @@ impl GroupStore for raft::storage::MemStorage {
     fn set_hard_state(&mut self, hs: &HardState) {
         self.wl().set_hardstate(hs.clone());
     }
-    fn set_conf_state(&mut self, cs: &ConfState, _index: u64) {
+    fn set_conf_state(&mut self, cs: &ConfState, _index: u64, _addresses: &Addresses) {
         self.wl().set_conf_state(cs.clone());
     }
     /// None recorded: every committed change is applied as it is handed
@@ -204,6 +210,12 @@ pub struct Group<S: GroupStore> {
     stranded: BTreeMap<u64, u64>,
     /// The tick each peer was last heard from (`steer_target`).
     heard: BTreeMap<u64, u64>,
+    /// The members' peer addresses, as the applied changes left them.
+    addresses: Addresses,
+    /// A membership change was applied since the owner last asked.
+    members_changed: bool,
+    /// The index of the last membership change applied (0: none).
+    conf_applied: u64,
 }
 
 /// How often at most a replica that lost entries tells its leader so
@@ -234,6 +246,7 @@ impl<S: GroupStore> Group<S> {
     /// A replica over `store` (empty, or what survived a restart; its
     /// `initial_state` names the voters).
     pub fn new(config: &Config, store: S, logger: &slog::Logger) -> raft::Result<Self> {
+        let (addresses, conf_applied) = (store.addresses(), store.conf_index());
         let node = RawNode::new(config, store, logger)?;
         let votes = VoteGuard::at_boot(node.raft.term);
         if votes != VoteGuard::Open {
@@ -254,6 +267,9 @@ impl<S: GroupStore> Group<S> {
             noticed_at: None,
             stranded: BTreeMap::new(),
             heard: BTreeMap::new(),
+            addresses,
+            members_changed: false,
+            conf_applied,
         })
     }
 
@@ -442,6 +458,36 @@ impl<S: GroupStore> Group<S> {
         self.node.raft.prs().conf().to_conf_state()
     }
 
+    /// The members' peer addresses as the applied changes left them (none
+    /// for the cell's first voters: `--cell` names them).
+    pub fn addresses(&self) -> &Addresses {
+        &self.addresses
+    }
+
+    /// The index of the last membership change applied (0: none).
+    pub fn conf_applied(&self) -> u64 {
+        self.conf_applied
+    }
+
+    /// Whether a membership change was applied since the last call.
+    pub fn take_members_changed(&mut self) -> bool {
+        std::mem::take(&mut self.members_changed)
+    }
+
+    /// On a leader: the learners that hold every committed entry and were
+    /// heard from lately (ready to be made voters), sorted. None elsewhere.
+    pub fn caught_up_learners(&self) -> Vec<u64> {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader {
+            return Vec::new();
+        }
+        let committed = raft.raft_log.committed;
+        let caught_up = |id: &u64| raft.prs().get(*id).is_some_and(|p| p.recent_active && p.matched >= committed);
+        let mut ids: Vec<u64> = raft.prs().conf().learners().iter().copied().filter(caught_up).collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Applies the membership changes among committed `entries` that the
     /// kept membership does not hold yet (a restarted replica is handed out
     /// again entries after its saved commit index), and keeps the result.
@@ -452,18 +498,38 @@ impl<S: GroupStore> Group<S> {
             if e.index <= self.node.store().conf_index() {
                 continue;
             }
-            let applied = <ConfChangeV2 as prost::Message>::decode(&e.data[..])
-                .map_err(|err| err.to_string())
-                .and_then(|cc| self.node.apply_conf_change(&cc).map_err(|err| err.to_string()));
+            let applied =
+                <ConfChangeV2 as prost::Message>::decode(&e.data[..]).map_err(|err| err.to_string()).and_then(|cc| {
+                    self.step_down_if_removed(&cc);
+                    Ok((self.node.apply_conf_change(&cc).map_err(|err| err.to_string())?, cc))
+                });
             match applied {
-                Ok(cs) => {
-                    tracing::info!("replica {me}: members from entry {} on: {cs:?}", e.index);
-                    self.node.mut_store().set_conf_state(&cs, e.index);
+                Ok((cs, cc)) => {
+                    members::note(&mut self.addresses, &cc);
+                    tracing::info!("replica {me}: members from entry {} on: {cs:?} at {:?}", e.index, self.addresses);
+                    self.node.mut_store().set_conf_state(&cs, e.index, &self.addresses);
+                    self.members_changed = true;
+                    self.conf_applied = e.index;
                 }
                 Err(why) => {
                     tracing::error!("replica {me}: the membership change of entry {} is skipped: {why}", e.index)
                 }
             }
+        }
+    }
+
+    /// A leader whose own removal committed (a change proposed by an
+    /// earlier leader, say: a leader asked to remove itself is made a
+    /// learner first, `members::Step::HandOver`) stops leading before it
+    /// applies it: raft-rs's leader must be among its own members.
+    fn step_down_if_removed(&mut self, cc: &ConfChangeV2) {
+        let raft = &mut self.node.raft;
+        let removes_me =
+            cc.changes.iter().any(|c| c.node_id == raft.id && c.change_type() == ConfChangeType::RemoveNode);
+        if removes_me && raft.state == StateRole::Leader {
+            tracing::warn!("replica {}: its own removal is committed while it leads: it steps down first", raft.id);
+            let term = raft.term;
+            raft.become_follower(term, raft::INVALID_ID);
         }
     }
 
@@ -551,10 +617,11 @@ impl<S: GroupStore> Group<S> {
         let raft = &self.node.raft;
         let hears =
             |id: u64| id == raft.id || self.heard.get(&id).is_some_and(|&t| self.ticks <= t + STEER_HEARD_TICKS);
-        if hears(preferred) {
+        let voters = raft.prs().conf().voters().ids();
+        if voters.contains(preferred) && hears(preferred) {
             return preferred;
         }
-        raft.prs().conf().voters().ids().iter().filter(|&id| hears(id)).min().unwrap_or(raft.id)
+        voters.iter().filter(|&id| hears(id)).min().unwrap_or(raft.id)
     }
 
     /// On the leader: hands leadership to `preferred` once it holds the
@@ -893,6 +960,30 @@ mod tests {
         // Three of four voters commit without the fourth.
         let p = gs[0].propose(b"after".to_vec()).unwrap();
         assert!(settle_without_4(&mut gs).contains(&Answer::Committed { index: p.index }));
+    }
+
+    /// A leader whose own removal commits (proposed by itself here; in a
+    /// cell, by an earlier leader) steps down before it applies it, rather
+    /// than leading outside its members (raft-rs then panics counting its
+    /// own progress), and the two others elect a leader between them.
+    use crate::cell::members::{Addresses, Change};
+
+    #[test]
+    fn a_leader_whose_own_removal_commits_steps_down_and_the_others_go_on() {
+        let mut gs = three_with_one_entry();
+        let remove = members::step(&Change::Remove { id: 1 }, &gs[0].members(), &Addresses::new(), 2).unwrap();
+        let members::Step::Propose(cc) = remove else { panic!("{remove:?}") };
+        gs[0].propose_conf_change(b"batch".to_vec(), cc).unwrap();
+        settle(&mut gs);
+        assert_ne!(gs[0].role(), StateRole::Leader, "it no longer leads");
+        for g in &gs {
+            assert_eq!((g.members().voters, g.members().learners), (vec![2, 3], vec![]));
+        }
+        run_ticks(&mut gs, 40);
+        let leaders: Vec<usize> = (0..3).filter(|&i| gs[i].role() == StateRole::Leader).collect();
+        assert!(matches!(leaders[..], [1] | [2]), "one of 2 and 3 leads: {leaders:?}");
+        let p = gs[leaders[0]].propose(b"after".to_vec()).unwrap();
+        assert!(settle(&mut gs).contains(&Answer::Committed { index: p.index }));
     }
 
     #[test]

@@ -224,8 +224,9 @@ pub struct Links {
     /// Who may connect: the peers and this replica, shared with the
     /// acceptor.
     members: Rc<RefCell<Vec<u64>>>,
-    /// Each peer's dialler (dropped: cancelled).
+    /// Each peer's dialler (dropped: cancelled), and the address it dials.
     dialers: RefCell<HashMap<u64, Task<()>>>,
+    addresses: RefCell<HashMap<u64, SocketAddr>>,
     _acceptor: Task<()>,
 }
 
@@ -265,6 +266,7 @@ impl Links {
             stats,
             members,
             dialers: RefCell::default(),
+            addresses: RefCell::default(),
             _acceptor: glommio::spawn_local(acceptor.run(listener, arrived)),
         };
         for (peer, addr) in cfg.peers {
@@ -290,6 +292,27 @@ impl Links {
         self.dialers.borrow_mut().insert(peer, glommio::spawn_local(dialer.run(rx, self.stats.clone())));
         self.outgoing.out.borrow_mut().insert(peer, Queue { tx, bytes });
         self.members.borrow_mut().push(peer);
+        self.addresses.borrow_mut().insert(peer, addr);
+    }
+
+    /// Links exactly `peers` (a group's members after a change): those it
+    /// lacks or dials at another address are linked, those not among them
+    /// unlinked; a link that stays is left as it is.
+    pub fn link_only(&self, peers: &[(u64, SocketAddr)]) {
+        let linked: Vec<(u64, SocketAddr)> = self.addresses.borrow().iter().map(|(p, a)| (*p, *a)).collect();
+        for (peer, _) in linked.iter().filter(|(p, _)| !peers.iter().any(|(q, _)| q == p)) {
+            self.remove_peer(*peer);
+        }
+        for (peer, addr) in peers.iter().filter(|l| !linked.contains(l)) {
+            self.add_peer(*peer, *addr);
+        }
+    }
+
+    /// The peers linked now, with the address each is dialled at.
+    pub fn peers(&self) -> Vec<(u64, SocketAddr)> {
+        let mut peers: Vec<(u64, SocketAddr)> = self.addresses.borrow().iter().map(|(p, a)| (*p, *a)).collect();
+        peers.sort_unstable();
+        peers
     }
 
     /// Unlinks `peer` (a member removed): what is queued for it or sent to
@@ -303,6 +326,7 @@ impl Links {
         self.dialers.borrow_mut().remove(&peer);
         self.members.borrow_mut().retain(|&m| m != peer);
         self.exchange.dialled.borrow_mut().remove(&peer);
+        self.addresses.borrow_mut().remove(&peer);
     }
 
     /// Queues `message` for its peer (`message.to`); false when it was

@@ -30,6 +30,10 @@
 //!   queues, requests forwarded to the leader and their answers, segment
 //!   fetches (the one file here that uses glommio).
 //! - [`log`]: raft-rs's log lines (slog) into ours (tracing).
+//! - [`members`]: a group's members with their peer addresses, what a
+//!   requested change needs now, what a committed one does (pure).
+//! - [`asking`]: a membership change asked of a group's leader, run
+//!   beside its replica: proposed, waited for until applied.
 //! - [`observe`]: the bodies of `/leaderz` and `/cellz` from the board.
 //! - [`replica`]: one group's replica at work on its shard's executor:
 //!   messages, ticks, proposals of what the shard appended, each turn
@@ -41,8 +45,8 @@
 //!   and its shards told one another again what a single node's keep in
 //!   memory (what lets a request that crosses groups run there).
 //! - [`store`]: a group's Raft log kept in its shard's segments (a batched
-//!   log: an entry is a group-commit batch where it lies), and its term and
-//!   vote in a two-slot file beside them.
+//!   log: an entry is a group-commit batch where it lies), and its term,
+//!   vote and members in a two-slot file beside them.
 //!
 //! The deterministic simulation in `tests/cell_sim.rs` steps three or five
 //! groups through dropped, duplicated and reordered messages, partitions
@@ -50,6 +54,7 @@
 //! acknowledged proposal survives. Without `--cell` nothing here runs.
 
 pub mod amnesia;
+pub mod asking;
 pub mod auth;
 pub mod board;
 pub mod catch_up;
@@ -58,6 +63,7 @@ pub mod confirm;
 pub mod group;
 pub mod link;
 pub mod log;
+pub mod members;
 pub mod observe;
 pub mod replica;
 pub mod ship;

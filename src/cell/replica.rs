@@ -28,16 +28,18 @@ use super::board::{Members, Scalars, Slot};
 use super::catch_up::CatchUps;
 use super::confirm::Confirms;
 use super::group::{self, FollowerView, Group, Refused};
+use super::members::{self, Membership};
 use super::store::{LogStore, StoreError};
 use crate::storage::io::SegmentStore;
 use crate::storage::log::{BatchEnd, LocalLog};
 use crate::storage::record::KIND_CONF;
 use crate::storage::RecordHeader;
 use crate::storage::Recovered;
+use futures_channel::oneshot;
 use futures_util::stream::{Stream, StreamExt};
 use raft::prelude::{ConfChangeV2, ConfState, Message};
 use raft::StateRole;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -107,7 +109,25 @@ pub struct Status {
     /// The replica every group of the cell is steered to be led by (its
     /// owner may change it as peers come and go).
     pub preferred: Cell<Option<u64>>,
+    /// The members as this replica applied them.
+    pub members: RefCell<Membership>,
+    /// Membership changes asked of this replica (`cell::asking`), each
+    /// proposed at its loop's next wake and answered with its index.
+    pub asked: RefCell<VecDeque<Asked>>,
+    /// While it leads: the learners that caught up, as of its last tick.
+    pub caught_up: RefCell<Vec<u64>>,
 }
+
+/// A membership change asked of the leader, and where its index goes (or
+/// why it was refused).
+#[derive(Debug)]
+pub struct Asked {
+    pub change: ConfChangeV2,
+    pub answer: oneshot::Sender<Result<u64, Refused>>,
+}
+
+/// What the replica's owner does when the members change (links them).
+pub type OnMembers = Box<dyn Fn(&Membership)>;
 
 pub struct Replica<S: SegmentStore> {
     id: u64,
@@ -129,6 +149,7 @@ pub struct Replica<S: SegmentStore> {
     /// On a leader: the followers it said need a copy of the segments
     /// (said once each, until they no longer do).
     need_copy: Vec<u64>,
+    on_members: Option<OnMembers>,
 }
 
 impl<S: SegmentStore> Replica<S> {
@@ -156,7 +177,46 @@ impl<S: SegmentStore> Replica<S> {
             proposed: VecDeque::new(),
             ticks: 0,
             need_copy: Vec::new(),
-        })
+            on_members: None,
+        }
+        .with_members_published())
+    }
+
+    /// Calls `f` with the members now, and again whenever a change is
+    /// applied.
+    pub fn on_members_changed(&mut self, f: OnMembers) {
+        f(&self.status.members.borrow());
+        self.on_members = Some(f);
+    }
+
+    fn with_members_published(self) -> Self {
+        self.members_changed();
+        self
+    }
+
+    /// The members to `Status::members`, and to the owner.
+    fn members_changed(&self) {
+        let now = Membership {
+            conf: self.group.members(),
+            addresses: self.group.addresses().clone(),
+            index: self.group.conf_applied(),
+        };
+        if members::role(&now.conf, self.id) == members::Role::Gone {
+            tracing::warn!("replica {}: this node is no member of its group (members: {:?})", self.id, now.conf);
+        }
+        if let Some(f) = &self.on_members {
+            f(&now);
+        }
+        *self.status.members.borrow_mut() = now;
+    }
+
+    /// Proposes the membership changes asked since the last wake.
+    pub async fn propose_asked(&mut self) {
+        loop {
+            let Some(asked) = self.status.asked.borrow_mut().pop_front() else { return };
+            let proposed = self.propose_conf_change(asked.change).await;
+            let _ = asked.answer.send(proposed);
+        }
     }
 
     /// Gives the replica its shard, which applies committed records (at
@@ -200,6 +260,7 @@ impl<S: SegmentStore> Replica<S> {
             self.group.lead_toward(id);
         }
         self.status.held_by_all.set(self.group.held_by_all());
+        *self.status.caught_up.borrow_mut() = self.group.caught_up_learners();
         let followers = match self.group.role() {
             StateRole::Leader => self.group.view().followers,
             _ => Vec::new(),
@@ -355,6 +416,9 @@ impl<S: SegmentStore> Replica<S> {
                 self.log.commit_to(last.index);
                 self.committed(last.index);
             }
+        }
+        if self.group.take_members_changed() {
+            self.members_changed();
         }
         self.report_durable(out);
         self.apply(self.group.leads_committed())?;
@@ -556,6 +620,7 @@ pub async fn run<S: SegmentStore>(
             next_tick = Instant::now() + tick;
         }
         let _ = replica.propose();
+        replica.propose_asked().await;
         if let Err(e) = replica.turn(out).await {
             tracing::error!("replica {}: its log failed: {e}; it stops and acknowledges nothing more", replica.id);
             log.poison(e);

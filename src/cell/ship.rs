@@ -25,16 +25,25 @@
 //!   then opens on them as a log missing nothing but its newest entries,
 //!   which its leader sends as entries.
 //!
+//! - A **members** request asks a peer for its group's members as it
+//!   applied them ([`membership`]): a node joining a cell opens its log
+//!   knowing them (the changes that made them may lie in segments long
+//!   reclaimed).
+//!
 //! Requests: `1 | segment u64 | offset u64 | max u32` (a chunk), `2` (the
-//! manifest). Answers: a chunk `0 | length u64 | crc32c u32 | bytes`, or
-//! `1` (not held); a manifest `0 | count u32 | (segment u64 | length u64)*
-//! | crc32c u32` of what precedes it, or `1` (not ready). Little-endian.
+//! manifest), `3` (the members). Answers: a chunk `0 | length u64 | crc32c
+//! u32 | bytes`, or `1` (not held); a manifest `0 | count u32 | (segment
+//! u64 | length u64)* | crc32c u32` of what precedes it, or `1` (not
+//! ready); the members `0 | the membership as the Raft state file keeps it
+//! (`cell::store`) | crc32c u32`, or `1` (not ready). Little-endian.
 //! Anything else, an empty answer included (a replica serving no
 //! segments), is refused.
 
 use super::board::Slot;
 use super::link::{FetchHandler, ForwardError, Links};
+use super::members::Membership;
 use super::replica::Sleep;
+use super::store::{decode_membership, encode_membership};
 use crate::limits::{CELL_SHIP_CHUNK_BYTES, CELL_SHIP_CHUNK_TIMEOUT_MS, DIRECT_IO_ALIGNMENT_BYTES};
 use crate::storage::io::{SegmentFile, SegmentStore};
 use crate::storage::log::LocalLog;
@@ -49,6 +58,7 @@ const HELD: u8 = 0;
 const NOT_HELD: u8 = 1;
 const ASK_CHUNK: u8 = 1;
 const ASK_MANIFEST: u8 = 2;
+const ASK_MEMBERS: u8 = 3;
 const NOT_READY: u8 = 1;
 const MANIFEST_ENTRY_BYTES: usize = 16;
 
@@ -171,6 +181,8 @@ pub fn decode_manifest(answer: &[u8]) -> Result<Option<Manifest>, String> {
 /// has one (before that, "not ready" or an empty manifest, and "not held").
 pub struct Source<S: SegmentStore> {
     log: RefCell<Option<Rc<LocalLog<S>>>>,
+    /// The group's members as this replica applied them, once it runs.
+    members: RefCell<Option<MembersNow>>,
     /// No log yet, and none to open: this replica holds no segment.
     empty: Cell<bool>,
     /// Where the bytes it sends are counted.
@@ -179,13 +191,16 @@ pub struct Source<S: SegmentStore> {
 
 impl<S: SegmentStore> Default for Source<S> {
     fn default() -> Self {
-        Source { log: RefCell::new(None), empty: Cell::new(false), slot: None }
+        Source { log: RefCell::new(None), members: RefCell::new(None), empty: Cell::new(false), slot: None }
     }
 }
 
+/// What a source asks for the members it answers with.
+pub type MembersNow = Box<dyn Fn() -> Membership>;
+
 impl<S: SegmentStore> Source<S> {
     pub fn new(log: Rc<LocalLog<S>>) -> Source<S> {
-        Source { log: RefCell::new(Some(log)), empty: Cell::new(false), slot: None }
+        Source { log: RefCell::new(Some(log)), ..Source::default() }
     }
 
     /// A source, with no log yet, that counts the bytes it sends in `slot`.
@@ -203,11 +218,22 @@ impl<S: SegmentStore> Source<S> {
     pub fn serve(&self, log: Rc<LocalLog<S>>) {
         *self.log.borrow_mut() = Some(log);
     }
+
+    /// Answers members requests from `now` from now on.
+    pub fn serve_members(&self, now: MembersNow) {
+        *self.members.borrow_mut() = Some(now);
+    }
 }
 
 impl<S: SegmentStore> FetchHandler for Source<S> {
     fn fetch(&self, request: &[u8]) -> Vec<u8> {
         let log = self.log.borrow().clone();
+        if request == [ASK_MEMBERS] {
+            return match &*self.members.borrow() {
+                Some(now) => checked(&encode_membership(&now())),
+                None => vec![NOT_READY],
+            };
+        }
         if request == [ASK_MANIFEST] {
             return match log {
                 Some(l) => encode_manifest(&l.shippable_segments()),
@@ -253,6 +279,40 @@ pub struct Shipped {
     pub segments: usize,
     pub bytes: u64,
     pub took: Duration,
+}
+
+/// `HELD | body | crc32c` of what precedes the CRC.
+fn checked(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + body.len() + 4);
+    out.push(HELD);
+    out.extend_from_slice(body);
+    out.extend_from_slice(&crc32c::crc32c(&out).to_le_bytes());
+    out
+}
+
+/// A members answer, checked; None: not ready, or it does not add up.
+fn decode_members(answer: &[u8]) -> Option<Membership> {
+    let (body, crc) = answer.split_last_chunk::<4>()?;
+    if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
+        return None;
+    }
+    let (&HELD, rest) = body.split_first()? else { return None };
+    decode_membership(rest)
+}
+
+/// The members of the group as the newest change any of `peers` applied
+/// shows them (each connected peer asked once); None when none answered.
+pub async fn membership(links: &Links, peers: &[u64]) -> Option<Membership> {
+    let mut newest: Option<Membership> = None;
+    for &peer in peers.iter().filter(|&&p| links.is_connected(p)) {
+        let Ok(answer) = links.fetch(peer, vec![ASK_MEMBERS], MANIFEST_TIMEOUT).await else { continue };
+        match decode_members(&answer) {
+            Some(m) if newest.as_ref().is_none_or(|n| m.index > n.index) => newest = Some(m),
+            Some(_) => {}
+            None => tracing::debug!("segment shipping: node {peer} did not say its group's members"),
+        }
+    }
+    newest
 }
 
 /// How long one manifest request may take.
@@ -503,6 +563,28 @@ mod tests {
         assert_eq!(Fetch::decode(&[ASK_MANIFEST]), None);
         assert_eq!(decode_manifest(&[NOT_READY]), Ok(None), "a log still opening");
         assert!(decode_manifest(&[NOT_READY, 0]).is_err());
+    }
+
+    #[test]
+    fn a_source_answers_the_members_once_its_replica_runs_and_a_flipped_bit_is_refused() {
+        use raft::prelude::ConfState;
+        let members = Membership {
+            conf: ConfState { voters: vec![1, 2, 3], learners: vec![4], ..ConfState::default() },
+            addresses: [(4, "10.0.0.4:7400".to_string())].into(),
+            index: 9,
+        };
+        let source = Source::<crate::storage::sim_file::SimStore>::default();
+        assert_eq!(source.fetch(&[ASK_MEMBERS]), vec![NOT_READY], "no replica yet");
+        let served = members.clone();
+        source.serve_members(Box::new(move || served.clone()));
+        let answer = source.fetch(&[ASK_MEMBERS]);
+        assert_eq!(decode_members(&answer), Some(members));
+        for bit in 0..answer.len() * 8 {
+            let mut bad = answer.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(decode_members(&bad), None, "bit {bit} flipped passed");
+        }
+        assert_eq!(decode_members(&[NOT_READY]), None);
     }
 
     #[test]

@@ -25,6 +25,7 @@
 //!   voters are the cell's (`--cell`) and the file holds what it always
 //!   did.
 
+use super::members::{Addresses, Membership};
 use crate::storage::io::SegmentStore;
 use crate::storage::log::{Batch, BatchMark, LocalLog};
 use crate::storage::slots::Slots;
@@ -56,6 +57,8 @@ pub struct LogStore<S: SegmentStore> {
     /// The index of the membership change `state.conf_state` results from
     /// (0: none was made; the voters are the cell's).
     conf_index: u64,
+    /// The members' peer addresses, kept with the membership.
+    addresses: Addresses,
     staged: Option<Staged>,
     /// The first failure; the store takes nothing after it.
     failed: Option<StoreError>,
@@ -79,9 +82,20 @@ impl<S: SegmentStore> LogStore<S> {
         // commit index at or past the entry before its first.
         let before_first = log.first_index().map_or(0, |f| f - 1);
         hard.commit = hard.commit.min(log.last_index()).max(before_first);
-        let (conf_index, conf_state) = conf.unwrap_or((0, ConfState { voters, ..ConfState::default() }));
-        let state = RaftState { hard_state: hard, conf_state };
-        Ok(LogStore { log, slots, state, dirty: false, conf_index, staged: None, failed: None, cut_backs: 0 })
+        let saved =
+            conf.unwrap_or(Membership { conf: ConfState { voters, ..ConfState::default() }, ..Membership::default() });
+        let state = RaftState { hard_state: hard, conf_state: saved.conf };
+        Ok(LogStore {
+            log,
+            slots,
+            state,
+            dirty: false,
+            conf_index: saved.index,
+            addresses: saved.addresses,
+            staged: None,
+            failed: None,
+            cut_backs: 0,
+        })
     }
 
     pub fn log(&self) -> &Rc<LocalLog<S>> {
@@ -130,8 +144,12 @@ impl<S: SegmentStore> LogStore<S> {
             // may hold in another version.
             let mut hs = self.state.hard_state.clone();
             hs.commit = hs.commit.min(self.log.committed_index());
-            let conf = (self.conf_index > 0).then_some((self.conf_index, &self.state.conf_state));
-            let bytes = encode_raft_state(&hs, conf);
+            let conf = Membership {
+                index: self.conf_index,
+                conf: self.state.conf_state.clone(),
+                addresses: self.addresses.clone(),
+            };
+            let bytes = encode_raft_state(&hs, (self.conf_index > 0).then_some(&conf));
             self.slots
                 .write(self.log.store(), &bytes)
                 .await
@@ -234,14 +252,18 @@ impl<S: SegmentStore> super::group::GroupStore for LogStore<S> {
         self.state.hard_state = hs.clone();
     }
 
-    fn set_conf_state(&mut self, cs: &ConfState, index: u64) {
+    fn set_conf_state(&mut self, cs: &ConfState, index: u64, addresses: &Addresses) {
         self.state.conf_state = cs.clone();
         self.conf_index = index;
+        self.addresses = addresses.clone();
         self.dirty = true;
     }
 
     fn conf_index(&self) -> u64 {
         self.conf_index
+    }
+    fn addresses(&self) -> Addresses {
+        self.addresses.clone()
     }
 }
 
@@ -304,6 +326,21 @@ impl<S: SegmentStore> Storage for LogStore<S> {
     }
 }
 
+/// Gives a replica about to open its log for the first time (joining a
+/// cell: its segments, if any, were just copied) the membership `m` its
+/// peers applied, so that it knows its group's members (the changes that
+/// made them may lie in segments reclaimed long ago). A membership it
+/// keeps already stays, unless `m` results from a later change.
+pub async fn seed_membership<S: SegmentStore>(store: &S, m: &Membership) -> Result<(), StoreError> {
+    let io = || crate::storage::Error::io_at("seed the Raft state", 0);
+    let (mut slots, saved) = Slots::open(store, HARD_STATE_FILE).await.map_err(io())?;
+    let (hs, kept) = saved.map(|b| decode_raft_state(&b)).transpose()?.unwrap_or_default();
+    if kept.is_some_and(|k| k.index >= m.index) {
+        return Ok(());
+    }
+    slots.write(store, &encode_raft_state(&hs, Some(m))).await.map_err(io())
+}
+
 fn store_error(e: crate::storage::Error) -> raft::Error {
     raft::Error::Store(StorageError::Other(Box::new(e)))
 }
@@ -318,53 +355,101 @@ fn batch_bytes(e: &Entry) -> &[u8] {
     }
 }
 
-/// A membership as the Raft state file keeps it: the index of the change
-/// it results from, and its members.
-type SavedConf = (u64, ConfState);
-
 /// `term u64 | vote u64 | commit u64`, then, once a membership change was
 /// made, `conf_index u64 | voters u64 | learners u64 | voters_outgoing u64
 /// | learners_next u64 | auto_leave u64 (0 or 1) | the ids, u64 each`, in
-/// that order; little-endian. Without a change the file is the 24 bytes it
-/// always was, which an older build reads.
-fn encode_raft_state(hs: &HardState, conf: Option<(u64, &ConfState)>) -> Vec<u8> {
+/// that order, then the addresses: `count u64`, and for each `id u64 |
+/// length u64 | its bytes, zero-padded to whole words`; little-endian.
+/// Without a change the file is the 24 bytes it always was, which an older
+/// build reads.
+fn encode_raft_state(hs: &HardState, conf: Option<&Membership>) -> Vec<u8> {
     let mut words = vec![hs.term, hs.vote, hs.commit];
-    if let Some((index, cs)) = conf {
-        let lists = [&cs.voters, &cs.learners, &cs.voters_outgoing, &cs.learners_next];
-        words.push(index);
-        words.extend(lists.iter().map(|l| l.len() as u64));
-        words.push(u64::from(cs.auto_leave));
-        words.extend(lists.iter().flat_map(|l| l.iter().copied()));
+    if let Some(saved) = conf {
+        membership_words(saved, &mut words);
     }
+    le_bytes(&words)
+}
+
+/// A membership as `encode_raft_state` writes it (segment shipping sends
+/// it so to a joining replica, `cell::ship`).
+pub fn encode_membership(m: &Membership) -> Vec<u8> {
+    let mut words = Vec::new();
+    membership_words(m, &mut words);
+    le_bytes(&words)
+}
+
+/// What [`encode_membership`] wrote; None when it does not add up.
+pub fn decode_membership(bytes: &[u8]) -> Option<Membership> {
+    let mut state = [0u8; 24].to_vec();
+    state.extend_from_slice(bytes);
+    decode_raft_state(&state).ok()?.1
+}
+
+fn membership_words(saved: &Membership, words: &mut Vec<u64>) {
+    let cs = &saved.conf;
+    let lists = [&cs.voters, &cs.learners, &cs.voters_outgoing, &cs.learners_next];
+    words.push(saved.index);
+    words.extend(lists.iter().map(|l| l.len() as u64));
+    words.push(u64::from(cs.auto_leave));
+    words.extend(lists.iter().flat_map(|l| l.iter().copied()));
+    words.push(saved.addresses.len() as u64);
+    for (id, at) in &saved.addresses {
+        words.extend([*id, at.len() as u64]);
+        let mut padded = at.as_bytes().to_vec();
+        padded.resize(at.len().div_ceil(8) * 8, 0);
+        words.extend(padded.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))));
+    }
+}
+
+fn le_bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-fn decode_raft_state(bytes: &[u8]) -> Result<(HardState, Option<SavedConf>), StoreError> {
-    let bad = |why: String| {
+fn decode_raft_state(bytes: &[u8]) -> Result<(HardState, Option<Membership>), StoreError> {
+    let bad = |why: &str| {
         let why = format!("{HARD_STATE_FILE} ({} bytes): {why}", bytes.len());
         StoreError::io("read the Raft state", 0, std::io::Error::new(std::io::ErrorKind::InvalidData, why))
     };
     if !bytes.len().is_multiple_of(8) || bytes.len() < 24 {
-        return Err(bad("not whole words, or fewer than 3".into()));
+        return Err(bad("not whole words, or fewer than 3"));
     }
     let words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
     let hs = HardState { term: words[0], vote: words[1], commit: words[2] };
     let Some((&index, rest)) = words[3..].split_first() else { return Ok((hs, None)) };
-    let (counts, rest) = rest.split_at_checked(5).ok_or_else(|| bad("a membership cut short".into()))?;
+    let (counts, rest) = rest.split_at_checked(5).ok_or_else(|| bad("a membership cut short"))?;
     let ids = counts[..4].iter().try_fold(0u64, |sum, &n| sum.checked_add(n));
-    if ids != Some(rest.len() as u64) || counts[4] > 1 {
-        return Err(bad("a membership whose counts do not add up".into()));
-    }
-    let mut ids = rest.iter().copied();
+    let (ids, rest) = match ids.and_then(|n| rest.split_at_checked(usize::try_from(n).ok()?)) {
+        Some(split) if counts[4] <= 1 => split,
+        _ => return Err(bad("a membership whose counts do not add up")),
+    };
+    let mut ids = ids.iter().copied();
     let mut list = |n: u64| ids.by_ref().take(n as usize).collect::<Vec<u64>>();
-    let cs = ConfState {
+    let conf = ConfState {
         voters: list(counts[0]),
         learners: list(counts[1]),
         voters_outgoing: list(counts[2]),
         learners_next: list(counts[3]),
         auto_leave: counts[4] == 1,
     };
-    Ok((hs, Some((index, cs))))
+    let addresses = decode_addresses(rest).ok_or_else(|| bad("its addresses do not add up"))?;
+    Ok((hs, Some(Membership { index, conf, addresses })))
+}
+
+/// The address section of [`encode_raft_state`]; none at all in a file of
+/// a build that kept no addresses.
+fn decode_addresses(words: &[u64]) -> Option<Addresses> {
+    let Some((&count, mut rest)) = words.split_first() else { return Some(Addresses::new()) };
+    let mut addresses = Addresses::new();
+    for _ in 0..count {
+        let (&[id, len], after) = rest.split_first_chunk::<2>()?;
+        let len = usize::try_from(len).ok().filter(|&l| l <= super::members::PEER_ADDRESS_BYTES_MAX)?;
+        let (text, after) = after.split_at_checked(len.div_ceil(8))?;
+        let mut bytes: Vec<u8> = text.iter().flat_map(|w| w.to_le_bytes()).collect();
+        bytes.truncate(len);
+        addresses.insert(id, String::from_utf8(bytes).ok()?);
+        rest = after;
+    }
+    rest.is_empty().then_some(addresses)
 }
 
 #[cfg(test)]
@@ -377,10 +462,20 @@ mod tests {
         let old = encode_raft_state(&hs, None);
         assert_eq!(old.len(), 24, "the form older builds read");
         assert_eq!(decode_raft_state(&old).unwrap(), (hs.clone(), None));
-        let cs = ConfState { voters: vec![1, 2, 3], learners: vec![4], ..ConfState::default() };
-        let new = encode_raft_state(&hs, Some((12, &cs)));
-        assert_eq!(decode_raft_state(&new).unwrap(), (hs, Some((12, cs))));
-        for bad in [&new[..new.len() - 8], &new[..32], &new[..20], &new[..new.len() - 1]] {
+        let conf = ConfState { voters: vec![1, 2, 3], learners: vec![4], ..ConfState::default() };
+        let addresses: Addresses = [(4, "10.0.0.4:7400".to_string()), (5, "node-five.example:7400".to_string())].into();
+        let saved = Membership { index: 12, conf: conf.clone(), addresses };
+        let new = encode_raft_state(&hs, Some(&saved));
+        assert_eq!(decode_raft_state(&new).unwrap(), (hs.clone(), Some(saved.clone())));
+        let unaddressed = Membership { addresses: Addresses::new(), ..saved.clone() };
+        let members_only = encode_raft_state(&hs, Some(&unaddressed));
+        let without_section = &members_only[..members_only.len() - 8];
+        assert_eq!(decode_raft_state(without_section).unwrap(), (hs, Some(unaddressed)), "a file kept no addresses");
+        for cut in [8, 16, 24, 32] {
+            let bad = &new[..new.len() - cut];
+            assert!(decode_raft_state(bad).is_err(), "{} bytes read as a state", bad.len());
+        }
+        for bad in [&new[..32], &new[..20], &new[..new.len() - 1]] {
             assert!(decode_raft_state(bad).is_err(), "{} bytes read as a state", bad.len());
         }
         let mut flag = new.clone();
@@ -389,5 +484,8 @@ mod tests {
         let mut huge = new.clone();
         huge[40..48].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(decode_raft_state(&huge).is_err(), "counts that overflow are refused, not summed");
+        let mut long = new.clone();
+        long[(9 + 4 + 2) * 8..(9 + 4 + 2) * 8 + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode_raft_state(&long).is_err(), "an address longer than any is refused");
     }
 }

@@ -334,7 +334,9 @@ mod tests {
 /// stepped by replica `me`: sent by that peer to this replica, of a type
 /// raft-rs sends between replicas (never one it only makes locally, nor a
 /// proposal or a snapshot, which no replica here sends), well formed where
-/// raft-rs would index into it, and with entries of known normal type.
+/// raft-rs would index into it, and with entries of the types this cell
+/// makes: normal, and membership changes (`ConfChangeV2`, which the
+/// replica decodes itself when it applies one).
 /// raft-rs panics on an unknown enum value, so this runs before `step`.
 pub fn admit(peer: u64, me: u64, m: &Message) -> Result<(), String> {
     if m.from != peer || m.to != me {
@@ -365,7 +367,8 @@ pub fn admit(peer: u64, me: u64, m: &Message) -> Result<(), String> {
     if m.snapshot.as_ref().is_some_and(|s| s.metadata.as_ref().is_some_and(|md| md.index != 0)) {
         return Err("a snapshot".to_string());
     }
-    match m.entries.iter().find(|e| e.entry_type != EntryType::EntryNormal as i32) {
+    let made_here = [EntryType::EntryNormal as i32, EntryType::EntryConfChangeV2 as i32];
+    match m.entries.iter().find(|e| !made_here.contains(&e.entry_type)) {
         Some(e) => Err(format!("an entry of type {}", e.entry_type)),
         None => Ok(()),
     }
@@ -407,7 +410,9 @@ mod admit_tests {
         assert!(admit(2, 1, &msg(MessageType::MsgReadIndex, 2, 1)).is_err(), "a read index without its entry");
         let mut conf = msg(MessageType::MsgAppend, 2, 1);
         conf.entries = vec![Entry { entry_type: EntryType::EntryConfChange as i32, ..Default::default() }];
-        assert!(admit(2, 1, &conf).is_err());
+        assert!(admit(2, 1, &conf).is_err(), "the first form of change, which no replica here makes");
+        conf.entries[0].entry_type = EntryType::EntryConfChangeV2 as i32;
+        assert!(admit(2, 1, &conf).is_ok(), "a membership change");
         conf.entries[0].entry_type = 42;
         assert!(admit(2, 1, &conf).is_err());
     }

@@ -62,11 +62,14 @@ fn stream_right(op: &StreamOp) -> Right {
 /// What a routed request needs; None for the endpoints that stay open
 /// (`/healthz`, `/readyz`, `/leaderz`, CORS preflights); `/cellz`, like
 /// `/metrics`, needs the admin right over every bucket (it shows the
-/// cell's shape). A request that did not route
-/// needs only a known token: it is then answered with its routing error.
+/// cell's shape), and so does `/_cell/members/{id}` (it changes it). A
+/// request that did not route needs only a known token: it is then
+/// answered with its routing error.
 pub fn needs(routed: &Result<Route, RouteError>) -> Option<Needs<'_>> {
     let req = match routed {
-        Ok(Route::Edge(Fixed::Metrics | Fixed::Cell)) => return Some(Needs::one(Need::AllBuckets(Right::Admin))),
+        Ok(Route::Edge(Fixed::Metrics | Fixed::Cell) | Route::Members(_)) => {
+            return Some(Needs::one(Need::AllBuckets(Right::Admin)))
+        }
         Ok(Route::Edge(Fixed::Options | Fixed::Health | Fixed::Ready | Fixed::Leader)) => return None,
         Ok(Route::Sse(sse)) => return Some(Needs::one(bucket(&sse.key.bucket, Right::Read))),
         Ok(Route::Shard(req)) => req,
@@ -89,6 +92,7 @@ pub fn needs(routed: &Result<Route, RouteError>) -> Option<Needs<'_>> {
             Needs::one(bucket(b, Right::Admin))
         }
         ShardRequest::Subs(r) => return sub_needs(r),
+        ShardRequest::Members { .. } => Needs::one(Need::AllBuckets(Right::Admin)),
     })
 }
 
@@ -205,6 +209,9 @@ mod tests {
             ("GET /v1/stream/solo?offset=-1", vec![b("_default", Read)]),
             ("GET /metrics", vec![Need::AllBuckets(Admin)]),
             ("GET /cellz", vec![Need::AllBuckets(Admin)]),
+            ("POST /_cell/members/4", vec![Need::AllBuckets(Admin)]),
+            ("DELETE /_cell/members/4", vec![Need::AllBuckets(Admin)]),
+            ("GET /_cell/members/4", vec![]),
             ("GET /nowhere", vec![]),
             ("PATCH /ds/orders/s", vec![]),
         ] {

@@ -5,6 +5,8 @@
 //! the shard's `Dispatch` -> `respond` (status dialect) -> `encode` (HTTP/1.1
 //! on the wire). `conn` is the glommio side (socket I/O, admission and moves,
 //! the keep-alive loop, SSE sessions), `gate` bounds its connections.
+//! `members` is the one request the edge runs on every shard in turn: a
+//! change of the cell's members, made in each group.
 
 pub mod affinity;
 pub mod conn;
@@ -12,6 +14,7 @@ pub mod encode;
 pub mod forwarded;
 pub mod gate;
 pub mod guard;
+pub mod members;
 pub mod parse;
 pub mod respond;
 pub mod route;

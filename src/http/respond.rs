@@ -3,7 +3,9 @@
 //! snakream.md's table). How a response goes on the wire is `encode`'s.
 
 pub use super::encode::{plain, Response};
+use super::members::Changed;
 use crate::limits::RETRY_AFTER_UNAVAILABLE_SECS;
+use crate::protocol::members::{MemberOutcome, MemberRole};
 use crate::protocol::{
     Bootstrap, Error, Incarnation, Listing, Offset, Outcome, ProducerAck, QuotaKind, ReadOutcome, StreamInfo, Surface,
 };
@@ -94,7 +96,8 @@ fn incarnation_of(o: &Outcome) -> Option<Incarnation> {
         | Outcome::BucketInfo { .. }
         | Outcome::BucketDeleted
         | Outcome::Listing(_)
-        | Outcome::Control { .. } => None,
+        | Outcome::Control { .. }
+        | Outcome::Members(_) => None,
     }
 }
 
@@ -150,6 +153,9 @@ fn answer(surface: Surface, o: Outcome, location: impl FnOnce() -> String) -> Re
             r.body = body;
             r
         }
+        // One group's answer, as the edge lists it in /_cell/members' answer
+        // (which it builds from every group's: `members`).
+        Outcome::Members(m) => json(to_json(&GroupJson::from(m))).header("Cache-Control", "no-store"),
     }
 }
 
@@ -424,14 +430,99 @@ pub fn leaderz(leads: bool, why: &str) -> Response {
 /// `/cellz`: the cell's JSON, or 404 (with a JSON error) on a node
 /// started without `--cell`.
 pub fn cellz(json_body: Option<String>) -> Response {
-    let Some(body) = json_body else {
-        let body = serde_json::json!({
-            "error": "not_in_a_cell",
-            "message": "this node is not in a cell (started without --cell): there is no group to show",
-        });
-        return Response { status: 404, ..json(body.to_string()) };
-    };
+    let Some(body) = json_body else { return not_in_a_cell("there is no group to show") };
     json(body)
+}
+
+/// 404 on a node started without `--cell`, for the cell's endpoints: JSON,
+/// `not_in_a_cell`, and why there is nothing to do.
+fn not_in_a_cell(what: &str) -> Response {
+    let body = serde_json::json!({
+        "error": "not_in_a_cell",
+        "message": format!("this node is not in a cell (started without --cell): {what}"),
+    });
+    Response { status: 404, ..json(body.to_string()) }
+}
+
+/// One group's answer to a membership change, as JSON.
+#[derive(serde::Serialize)]
+struct GroupJson {
+    group: u32,
+    role: &'static str,
+    index: u64,
+}
+
+impl From<MemberOutcome> for GroupJson {
+    fn from(o: MemberOutcome) -> Self {
+        GroupJson { group: o.group, role: o.role.name(), index: o.index }
+    }
+}
+
+fn groups_json(done: &[MemberOutcome]) -> Vec<GroupJson> {
+    done.iter().copied().map(GroupJson::from).collect()
+}
+
+fn to_json(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).expect("plain fields serialize")
+}
+
+/// `POST`/`DELETE /_cell/members/{id}`, never cached: 200 with each group's
+/// answer (`{"id":N,"groups":[{"group":0,"role":"voter","index":12},...]}`)
+/// once every group made the change; 202, the same body, when a group added
+/// the node as a learner (its leader makes it a voter once it caught up);
+/// 404 (JSON `not_in_a_cell`) without `--cell`; otherwise the status of the
+/// first group that failed, its JSON naming that group and listing those
+/// before it, which made the change already.
+pub fn members(id: u64, changed: Changed) -> Response {
+    #[derive(serde::Serialize)]
+    struct Body {
+        id: u64,
+        groups: Vec<GroupJson>,
+    }
+    let r = match changed.failed {
+        None => {
+            let learner = changed.done.iter().any(|o| o.role == MemberRole::Learner);
+            let body = Body { id, groups: groups_json(&changed.done) };
+            Response { status: if learner { 202 } else { 200 }, ..json(to_json(&body)) }
+        }
+        Some((_, Error::NotFound)) => not_in_a_cell("there are no members to change"),
+        Some((group, e)) => group_failed(id, group, &e, &changed.done),
+    };
+    r.header("Cache-Control", "no-store")
+}
+
+/// A membership change that group `group` refused or could not make: that
+/// error's status and headers (`Retry-After` on a 503), and a JSON body
+/// saying which group failed, why, and which groups made the change already
+/// (the change is idempotent: sent again, it finishes).
+fn group_failed(id: u64, group: u32, e: &Error, done: &[MemberOutcome]) -> Response {
+    #[derive(serde::Serialize)]
+    struct Body {
+        error: &'static str,
+        message: String,
+        id: u64,
+        group: u32,
+        groups: Vec<GroupJson>,
+    }
+    let reason = match e {
+        Error::Unavailable(m) | Error::Discarded(m) | Error::BadRequest(m) | Error::Conflict(m) => m.clone(),
+        Error::Refused { message, .. } => message.clone(),
+        _ => e.to_string(),
+    };
+    let before = match group {
+        0 => "no group has made it".to_string(),
+        1 => "group 0 has made it already".to_string(),
+        n => format!("groups 0 to {} have made it already", n - 1),
+    };
+    let message = format!(
+        "group {group} did not make the change: {reason}; {before}. The change is idempotent: send the request \
+         again to make it in every group"
+    );
+    let body = Body { error: "group_failed", message, id, group, groups: groups_json(done) };
+    let mut r = error(Surface::V1, e);
+    r.headers.retain(|(name, _)| *name != "Content-Type");
+    r.body = to_json(&body).into_bytes();
+    r.header("Content-Type", "application/json")
 }
 
 pub fn preflight() -> Response {
@@ -459,6 +550,60 @@ mod tests {
         assert!(r.headers.contains(&("Content-Type", "application/json".into())));
         let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
         assert_eq!(v["error"], "not_in_a_cell");
+    }
+
+    fn member(group: u32, role: MemberRole) -> MemberOutcome {
+        MemberOutcome { group, role, index: 12 + u64::from(group) }
+    }
+
+    fn body_of(r: &Response) -> serde_json::Value {
+        assert!(r.headers.contains(&("Content-Type", "application/json".into())), "{:?}", r.headers);
+        assert!(r.headers.contains(&("Cache-Control", "no-store".into())), "{:?}", r.headers);
+        serde_json::from_slice(&r.body).unwrap()
+    }
+
+    #[test]
+    fn members_answers_200_once_every_group_made_the_change_and_202_while_a_learner_catches_up() {
+        let done = vec![member(0, MemberRole::Voter), member(1, MemberRole::Voter)];
+        let r = members(4, Changed { done, failed: None });
+        assert_eq!(r.status, 200);
+        let want = r#"{"id":4,"groups":[{"group":0,"role":"voter","index":12},{"group":1,"role":"voter","index":13}]}"#;
+        assert_eq!(String::from_utf8(r.body.clone()).unwrap(), want);
+        body_of(&r);
+        let r = members(4, Changed { done: vec![member(0, MemberRole::Gone)], failed: None });
+        assert_eq!((r.status, body_of(&r)["groups"][0]["role"].as_str()), (200, Some("gone")));
+        let done = vec![member(0, MemberRole::Voter), member(1, MemberRole::Learner)];
+        let r = members(4, Changed { done, failed: None });
+        assert_eq!((r.status, body_of(&r)["groups"][1]["role"].as_str()), (202, Some("learner")));
+    }
+
+    #[test]
+    fn members_names_the_group_that_failed_and_those_that_made_the_change() {
+        let done = vec![member(0, MemberRole::Voter), member(1, MemberRole::Voter)];
+        let r = members(4, Changed { done, failed: Some((2, Error::Unavailable("no leader known".into()))) });
+        assert_eq!(r.status, 503);
+        assert!(r.headers.iter().any(|(k, _)| *k == "Retry-After"), "{:?}", r.headers);
+        assert_eq!(r.headers.iter().filter(|(k, _)| *k == "Content-Type").count(), 1);
+        let v = body_of(&r);
+        assert_eq!(
+            (v["error"].as_str(), v["id"].as_u64(), v["group"].as_u64()),
+            (Some("group_failed"), Some(4), Some(2))
+        );
+        assert_eq!(v["groups"].as_array().map(Vec::len), Some(2));
+        let message = v["message"].as_str().unwrap();
+        assert!(message.contains("group 2") && message.contains("no leader known"), "{message}");
+        assert!(message.contains("groups 0 to 1 have made it") && message.contains("idempotent"), "{message}");
+        let r = members(4, Changed { done: vec![], failed: Some((0, Error::Conflict("another address".into()))) });
+        assert_eq!(r.status, 409);
+        assert!(body_of(&r)["message"].as_str().unwrap().contains("no group has made it"));
+    }
+
+    #[test]
+    fn members_outside_a_cell_is_the_404_of_cellz() {
+        let r = members(4, Changed { done: vec![], failed: Some((0, Error::NotFound)) });
+        assert_eq!((r.status, body_of(&r)["error"].as_str()), (404, Some("not_in_a_cell")));
+        let one = outcome(Surface::V1, Outcome::Members(member(3, MemberRole::Learner)), String::new);
+        assert_eq!((one.status, &one.body[..]), (200, &br#"{"group":3,"role":"learner","index":15}"#[..]));
     }
 
     fn info() -> StreamInfo {

@@ -1,8 +1,9 @@
 //! Classifies a parsed request, once: method + path + query + headers ->
 //! [`Class`] (its metrics label, its surface, its live mode, and where it
-//! goes: a typed shard request, an SSE session, or an answer the edge gives
-//! itself). No I/O, and no storage.
+//! goes: a typed shard request, an SSE session, a change of the cell's
+//! members, or an answer the edge gives itself). No I/O, and no storage.
 
+use super::members::{MembersOp, MembersReq};
 use super::parse::{Method, RequestHead};
 use crate::limits::BUCKET_LIST_LIMIT_MAX;
 use crate::metrics::RouteLabel;
@@ -65,6 +66,9 @@ pub enum Route {
     Sse(Box<SseRead>),
     /// Answered by the edge itself, no shard.
     Edge(Fixed),
+    /// `POST`/`DELETE /_cell/members/{id}`: a change of the cell's members,
+    /// run by the edge in every group in turn (`http::members`).
+    Members(MembersReq),
 }
 
 /// The requests the edge answers without a shard.
@@ -148,6 +152,9 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
             _ => Err(RouteError::MethodNotAllowed("GET, HEAD")),
         };
     }
+    if let Some(rest) = path.strip_prefix("/_cell/") {
+        return cell_route(head, rest);
+    }
     if let Some(rest) = path.strip_prefix("/v1/stream/") {
         // F3: `__ds` first after the root is the control API, never a stream.
         if rest == "__ds" || rest.starts_with("__ds/") {
@@ -199,7 +206,11 @@ pub fn route(head: &RequestHead, body: Vec<u8>) -> Result<Route, RouteError> {
 /// Puts a request's body, read after the request was routed and checked,
 /// into its operation (other operations have no use for one).
 pub fn set_body(route: &mut Route, body: Vec<u8>) {
-    let Route::Shard(req) = route else { return };
+    let req = match route {
+        Route::Shard(req) => req,
+        Route::Members(m) => return m.set_body(body),
+        _ => return,
+    };
     let op = match &mut **req {
         ShardRequest::Stream { op, .. } => op,
         ShardRequest::Subs(r) => return r.op.set_body(body),
@@ -211,6 +222,28 @@ pub fn set_body(route: &mut Route, body: Vec<u8>) {
         StreamOp::SnapshotPublish(s) => s.body = body,
         _ => {}
     }
+}
+
+/// The cell's API under `/_cell/` (`rest` after it, decoded):
+/// `members/{id}`, `POST` to add node `id` (its body comes later), `DELETE`
+/// to remove it. Any other path under `/_cell/` is 404.
+fn cell_route(head: &RequestHead, rest: &str) -> Result<Route, RouteError> {
+    let id = rest.strip_prefix("members/").filter(|id| !id.contains('/'));
+    let id = id.ok_or(RouteError::Protocol(Error::NotFound))?;
+    let op = match head.method {
+        Method::Post => MembersOp::Add { body: Vec::new() },
+        Method::Delete => MembersOp::Remove,
+        _ => return Err(RouteError::MethodNotAllowed("POST, DELETE")),
+    };
+    Ok(Route::Members(MembersReq { id: node_id(id)?, op }))
+}
+
+/// A node's id in a path: a decimal from 1 to 2^64 - 1 (Raft reserves 0).
+fn node_id(s: &str) -> Result<u64, RouteError> {
+    let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    s.parse::<u64>().ok().filter(|&n| digits && n >= 1).ok_or_else(|| {
+        bad(&format!("the node id must be a decimal integer from 1 to {} (Raft reserves 0), not {s:?}", u64::MAX))
+    })
 }
 
 /// The control API under `{root}/__ds/` (F105), `rest` after it (decoded):
@@ -517,10 +550,40 @@ mod tests {
             ("/readyz", RouteLabel::Health),
             ("/leaderz", RouteLabel::Health),
             ("/cellz", RouteLabel::Other),
+            ("/_cell/members/4", RouteLabel::Other),
             ("/", RouteLabel::Other),
             ("/v1/streamx", RouteLabel::Other),
         ] {
             assert_eq!(place(path).0, want, "{path}");
+        }
+    }
+
+    #[test]
+    fn cell_members_add_and_remove_a_node_by_its_id() {
+        let c = class_of("POST /_cell/members/4 HTTP/1.1\r\nContent-Length: 2\r\n\r\n");
+        assert_eq!((c.label, c.surface, c.live), (RouteLabel::Other, Surface::V1, Live::No));
+        let mut route = c.route.unwrap();
+        set_body(&mut route, b"{}".to_vec());
+        let add = MembersReq { id: 4, op: MembersOp::Add { body: b"{}".to_vec() } };
+        assert!(matches!(&route, Route::Members(m) if *m == add), "{route:?}");
+        let c = class_of("DELETE /_cell/members/18446744073709551615 HTTP/1.1\r\n\r\n");
+        let remove = MembersReq { id: u64::MAX, op: MembersOp::Remove };
+        assert!(matches!(&c.route, Ok(Route::Members(m)) if *m == remove), "{:?}", c.route);
+    }
+
+    #[test]
+    fn cell_members_refuse_bad_ids_other_methods_and_other_paths() {
+        for id in ["0", "", "-1", "+4", "4x", "0x10", "18446744073709551616", "%20"] {
+            let c = class_of(&format!("DELETE /_cell/members/{id} HTTP/1.1\r\n\r\n"));
+            assert!(matches!(c.route, Err(RouteError::Protocol(Error::BadRequest(_)))), "{id:?}: {:?}", c.route);
+        }
+        for method in ["GET", "HEAD", "PUT", "PATCH"] {
+            let c = class_of(&format!("{method} /_cell/members/4 HTTP/1.1\r\n\r\n"));
+            assert_eq!(c.route.unwrap_err(), RouteError::MethodNotAllowed("POST, DELETE"), "{method}");
+        }
+        for path in ["/_cell/", "/_cell/members", "/_cell/members/4/x", "/_cell/voters/4", "/_cell/cellz"] {
+            let c = class_of(&format!("POST {path} HTTP/1.1\r\n\r\n"));
+            assert_eq!(c.route.unwrap_err(), RouteError::Protocol(Error::NotFound), "{path}");
         }
     }
 

@@ -10,6 +10,7 @@ pub mod error;
 pub mod headers;
 pub mod incarnation;
 pub mod json;
+pub mod members;
 pub mod names;
 pub mod offset;
 pub mod op;

@@ -285,4 +285,6 @@ pub enum Outcome {
         content_type: String,
         body: Vec<u8>,
     },
+    /// A group's answer to a membership change (`/_cell/members`).
+    Members(super::members::MemberOutcome),
 }

@@ -9,16 +9,20 @@
 //! leads, its answers that claim freshness wait for the replica to confirm
 //! the lead (`cell::confirm`, through the replica's `Status`).
 
+use crate::cell::asking::{Asking, NotMade};
 use crate::cell::board::{self, Counting, Slot};
 use crate::cell::config::CellConfig;
 use crate::cell::link::{ForwardHandler, Inbox, LinkConfig, Links};
+use crate::cell::members::{self, Change, Membership, Role};
 use crate::cell::replica::{self, Applier, Replica, Sleep, Status};
 use crate::cell::ship::{self, Source};
 use crate::cell::unity::Unity;
 use crate::limits::{
-    CELL_CONFIRM_TICKS, CELL_ENTRY_BYTES_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_LEADER_WAIT_MS, CELL_SHIP_BOOT_WAIT_MS,
-    CELL_TICK_MS,
+    CELL_CONFIRM_TICKS, CELL_ENTRY_BYTES_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_LEADER_WAIT_MS, CELL_MEMBER_WAIT_MS,
+    CELL_SHIP_BOOT_WAIT_MS, CELL_TICK_MS,
 };
+use crate::protocol::members::{MemberChange, MemberOutcome, MemberRole};
+use crate::protocol::Error;
 use crate::shard::forward::{Forwarder, Unsent};
 use crate::shard::message::{Control, RetellStep};
 use crate::shard::Shard;
@@ -29,7 +33,7 @@ use crate::storage::{Log, LogConfig, Recovered, RecoveryReport};
 use futures_util::StreamExt;
 use std::cell::Cell;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
@@ -86,6 +90,8 @@ pub(super) async fn open(
     let replica = Replica::open(cell.node_id, id as u32, voters, log.local().clone())
         .await
         .map_err(|e| format!("shard {id}: its replica does not start: {e}"))?;
+    let (status, cell_now) = (replica.status(), cell.clone());
+    source.serve_members(Box::new(move || addressed(status.members.borrow().clone(), &cell_now)));
     let local = log.local();
     let end = local
         .mark(local.committed_index())
@@ -181,10 +187,48 @@ async fn ship_if_empty(
         }
     }
     source.holds_nothing(false);
+    if cell.join {
+        seed_members(id, store, links, &peers).await?;
+    }
     if shipping {
         state.write(store, SHIPPED).await.map_err(io("writing the shipping state"))?;
     }
     Ok(())
+}
+
+/// A node joining a cell (`--cell-join`) opens its log knowing its group's
+/// members as its peers applied them (itself among them once added).
+async fn seed_members(id: usize, store: &DiskStore, links: &Links, peers: &[u64]) -> Result<(), String> {
+    let Some(m) = ship::membership(links, peers).await.filter(|m| m.index > 0) else { return Ok(()) };
+    tracing::info!("shard {id}: its group's members, as its peers applied them: {:?} at {:?}", m.conf, m.addresses);
+    crate::cell::store::seed_membership(store, &m).await.map_err(|e| format!("shard {id}: {e}"))
+}
+
+/// `m` with an address for each member that has none there (one of the
+/// cell's first voters: this node's `--cell` names it), so that a node
+/// joining knows where every member is, whatever its own `--cell` names.
+fn addressed(mut m: Membership, cell: &CellConfig) -> Membership {
+    for v in cell.voters.iter().filter(|v| members::all(&m.conf).contains(&v.id)) {
+        m.addresses.entry(v.id).or_insert_with(|| v.addr.to_string());
+    }
+    m
+}
+
+/// The group's links as its members say: each member but this node, at
+/// the address its change carried (a member added since the cell began)
+/// or its `--cell` entry, plus the group's index. A member with neither
+/// is left out, and said so.
+fn member_links(cell: &CellConfig, group: usize, m: &Membership) -> Vec<(u64, SocketAddr)> {
+    let mut out = Vec::new();
+    for id in members::all(&m.conf).into_iter().filter(|&id| id != cell.node_id) {
+        let added = m.addresses.get(&id).and_then(|at| at.to_socket_addrs().ok()?.next());
+        let base = added.or_else(|| cell.voters.iter().find(|v| v.id == id).map(|v| v.addr));
+        match base.and_then(|a| Some(SocketAddr::new(a.ip(), a.port().checked_add(group as u16)?))) {
+            Some(addr) => out.push((id, addr)),
+            None => tracing::warn!("shard {group}: member {id} has no usable peer address: it is not linked"),
+        }
+    }
+    out
 }
 
 /// What a boot does about segment shipping.
@@ -261,6 +305,7 @@ impl Applier for Applies {
 /// the replica knows leads.
 struct ToLeader {
     me: u64,
+    group: u32,
     links: Rc<Links>,
     status: Rc<Status>,
     unity: Option<Arc<Unity>>,
@@ -329,6 +374,26 @@ impl Forwarder for ToLeader {
         self.unity.as_ref().is_none_or(|u| u.whole())
     }
 
+    /// `cell::asking`, on this executor's timer.
+    fn change_members(&self, change: MemberChange) -> Pin<Box<dyn Future<Output = Result<MemberOutcome, Error>>>> {
+        let (status, group, me) = (self.status.clone(), self.group, self.me);
+        let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
+        let (tick, deadline) =
+            (Duration::from_millis(CELL_TICK_MS), Instant::now() + Duration::from_millis(CELL_MEMBER_WAIT_MS));
+        let change = match change {
+            MemberChange::Add { id, peer } => Change::Add { id, peer },
+            MemberChange::Remove { id } => Change::Remove { id },
+        };
+        Box::pin(async move {
+            let asking = Asking { status: &status, group, me, sleep: &sleep, tick, deadline };
+            match asking.change(change).await {
+                Ok(made) => Ok(MemberOutcome { group, role: role_named(made.role), index: made.index }),
+                Err(NotMade::Conflict(why)) => Err(Error::Conflict(why)),
+                Err(NotMade::Retry(why)) => Err(Error::Unavailable(why)),
+            }
+        })
+    }
+
     /// Fire and forget, to the leader if it is connected now.
     fn notify(&self, request: Vec<u8>) {
         let Some(leader) = self.status.leader.get().filter(|&l| l != self.me && self.links.is_connected(l)) else {
@@ -340,6 +405,14 @@ impl Forwarder for ToLeader {
             let _ = links.forward(leader, request, timeout).await;
         })
         .detach();
+    }
+}
+
+fn role_named(role: Role) -> MemberRole {
+    match role {
+        Role::Voter => MemberRole::Voter,
+        Role::Learner => MemberRole::Learner,
+        Role::Gone => MemberRole::Gone,
     }
 }
 
@@ -381,12 +454,15 @@ pub(super) fn start(
     shard.set_writable(replica.status().leading.clone());
     shard.set_held_by_all(replica.status().held_by_all.clone());
     let links = Rc::new(links);
+    let (linked, group, cell_now) = (links.clone(), shard.id, cell.clone());
+    replica.on_members_changed(Box::new(move |m| linked.link_only(&member_links(&cell_now, group, m))));
     links.serve_forwards(Rc::new(RunsForwards(Rc::downgrade(shard))));
     if unity.is_some() {
         steer_to_first_up(cell, links.clone(), replica.status());
     }
     let status = replica.status();
-    shard.set_forwarder(Rc::new(ToLeader { me: cell.node_id, links: links.clone(), status, unity }));
+    let group = shard.id as u32;
+    shard.set_forwarder(Rc::new(ToLeader { me: cell.node_id, group, links: links.clone(), status, unity }));
     let sleep: Sleep = Rc::new(|d| Box::pin(glommio::timer::sleep(d)));
     glommio::spawn_local(async move {
         let stop = Cell::new(false);

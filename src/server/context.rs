@@ -158,4 +158,8 @@ impl ConnContext for Ctx {
     fn shard_id(&self) -> usize {
         self.me
     }
+
+    fn shards(&self) -> usize {
+        self.shards
+    }
 }

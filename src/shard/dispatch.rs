@@ -21,6 +21,8 @@ impl ShardRequest {
                 shard_for_bucket(bucket, shards)
             }
             ShardRequest::Subs(r) => shard_for(&r.root.owner_key(&r.id), shards),
+            // Shard i's replica is of group i.
+            ShardRequest::Members { group, .. } => (*group as usize).min(shards.saturating_sub(1)),
         }
     }
 }

@@ -38,6 +38,7 @@
 use super::message::{Reply, ShardRequest};
 use super::Shard;
 use crate::limits::{CELL_DISCARDED_RUNS_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_TICK_MS};
+use crate::protocol::members::{MemberChange, MemberOutcome};
 use crate::protocol::offset::ReadFrom;
 use crate::protocol::subs::SubOp;
 use crate::protocol::{Error, Live, Outcome, ReadReq, StreamOp};
@@ -70,6 +71,12 @@ pub trait Forwarder {
     fn whole(&self) -> bool {
         true
     }
+    /// On the leader: makes `change` to the group's members, answered once
+    /// committed (`cell::replica`).
+    fn change_members(&self, change: MemberChange) -> Pin<Box<dyn Future<Output = Result<MemberOutcome, Error>>>> {
+        let _ = change;
+        Box::pin(async { Err(Error::Unavailable("this replica cannot change its group's members".into())) })
+    }
 }
 
 /// Whether `req` reads or changes what other shards keep of it, so that in
@@ -84,6 +91,7 @@ fn spans_groups(req: &ShardRequest) -> bool {
         ShardRequest::Stream { op, .. } => matches!(op, StreamOp::Create(_) | StreamOp::Delete),
         ShardRequest::Subs(r) => r.op != SubOp::Jwks,
         ShardRequest::Bucket { .. } | ShardRequest::ListBucket { .. } => true,
+        ShardRequest::Members { .. } => false,
     }
 }
 
@@ -120,7 +128,10 @@ fn road(req: &ShardRequest) -> Road {
         },
         // The JWK set is the cell's one key, which every node holds.
         ShardRequest::Subs(r) if r.op == SubOp::Jwks => Road::HereFirst,
-        ShardRequest::Bucket { .. } | ShardRequest::ListBucket { .. } | ShardRequest::Subs(_) => Road::Leader,
+        ShardRequest::Bucket { .. }
+        | ShardRequest::ListBucket { .. }
+        | ShardRequest::Subs(_)
+        | ShardRequest::Members { .. } => Road::Leader,
     }
 }
 
@@ -136,6 +147,8 @@ fn rerunnable(req: &ShardRequest) -> bool {
             _ => false,
         },
         ShardRequest::Bucket { .. } | ShardRequest::ListBucket { .. } | ShardRequest::Subs(_) => false,
+        // A change already made is answered as made.
+        ShardRequest::Members { .. } => true,
     }
 }
 
@@ -228,7 +241,7 @@ fn unconfirmed(leader: Reply, here: Reply) -> Reply {
 /// version once the upgrade is through). Bump it whenever the encoding of
 /// [`ShardRequest`] or [`Reply`] changes; the test
 /// `tests::the_encoding_is_pinned` fails until it is.
-pub const FORWARD_CODEC: u8 = 5;
+pub const FORWARD_CODEC: u8 = 6;
 
 pub fn encode_request(req: &ShardRequest) -> Vec<u8> {
     postcard::to_extend(req, vec![FORWARD_CODEC]).expect("a request always encodes")
@@ -452,6 +465,14 @@ impl<S: SegmentStore> Shard<S> {
                 Err(Error::Unavailable(format!("shard {}: forwarding to the leader: {why}", self.id)))
             }
         }
+    }
+
+    /// On its group's leader: a change of the group's members, made by the
+    /// replica (not in a cell: 404).
+    pub(in crate::shard) async fn change_members(&self, change: MemberChange) -> Reply {
+        let forwarder = self.forwarder.borrow().clone();
+        let Some(cell) = forwarder else { return Err(Error::NotFound) };
+        cell.change_members(change).await.map(Outcome::Members)
     }
 
     /// On the leader: runs a request a peer forwarded, answers it encoded.
@@ -737,11 +758,11 @@ mod tests {
         assert_eq!(hex(encode_request(&retain)), PINNED_RETAIN, "bump FORWARD_CODEC");
     }
 
-    const PINNED_APPEND: &str = "05000162017301012a0101010a746578742f706c61696e02686901010137000103226522";
-    const PINNED_READ: &str = "05000162017301000200020000";
-    const PINNED_RETAIN: &str = "05000162017301000a0009";
+    const PINNED_APPEND: &str = "06000162017301012a0101010a746578742f706c61696e02686901010137000103226522";
+    const PINNED_READ: &str = "06000162017301000200020000";
+    const PINNED_RETAIN: &str = "06000162017301000a0009";
     const PINNED_ANSWER: &str =
-        "0500022a010a746578742f706c61696e00050003226522000000000568656c6c6f00050100000000010300";
+        "0600022a010a746578742f706c61696e00050003226522000000000568656c6c6f00050100000000010300";
 
     #[test]
     fn garbage_is_an_error_never_a_panic() {

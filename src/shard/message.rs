@@ -42,6 +42,12 @@ pub enum ShardRequest {
     /// The subscription API (`{root}/__ds/...`): runs on the shard that
     /// owns the subscription (`Root::owner_key`).
     Subs(SubRequest),
+    /// A change of group `group`'s members (`/_cell/members`): runs on
+    /// shard `group`, which hands it to its group's leader.
+    Members {
+        group: u32,
+        change: crate::protocol::members::MemberChange,
+    },
 }
 
 pub type Reply = Result<Outcome, Error>;

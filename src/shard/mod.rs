@@ -154,6 +154,8 @@ fn writes(req: &ShardRequest) -> bool {
         ShardRequest::Bucket { op, .. } => matches!(op, BucketOp::Create | BucketOp::Delete),
         ShardRequest::ListBucket { .. } => false,
         ShardRequest::Subs(r) => r.op.writes(),
+        // Through the group's replica, not the shard's records.
+        ShardRequest::Members { .. } => false,
     }
 }
 
@@ -264,6 +266,7 @@ impl<S: SegmentStore> Shard<S> {
             ShardRequest::Bucket { bucket, op } => self.bucket_op(bucket, op).await,
             ShardRequest::ListBucket { bucket, list } => self.list_bucket(bucket, list).await,
             ShardRequest::Subs(r) => self.subs_op(r).await,
+            ShardRequest::Members { change, .. } => self.change_members(change).await,
         }
     }
 

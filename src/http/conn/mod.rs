@@ -56,4 +56,7 @@ pub trait ConnContext {
     fn access(&self) -> Option<&Access>;
     /// This shard's id (its slot in per-token counters).
     fn shard_id(&self) -> usize;
+    /// How many shards the node runs: in a cell, its groups (shard *i*'s
+    /// replica is of group *i*).
+    fn shards(&self) -> usize;
 }

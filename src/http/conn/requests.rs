@@ -1,12 +1,14 @@
 //! A connection's keep-alive loop: a head, its class, its sender's rights,
-//! its body, then its answer (from the owning shard, or from the edge for
-//! what needs no shard), in order, until the connection ends; between
+//! its body, then its answer (from the owning shard, from every shard in
+//! turn for a change of the cell's members, or from the edge for what
+//! needs no shard), in order, until the connection ends; between
 //! requests, the move to the shard its requests go to.
 
 use super::super::affinity::Affinity;
 use super::super::encode::{encode, Response};
 use super::super::gate::Slot;
 use super::super::guard;
+use super::super::members::{self, MembersReq};
 use super::super::parse::{BodyKind, Method, RequestHead};
 use super::super::respond;
 use super::super::route::{classify, set_body, Class, Fixed, Route, RouteError};
@@ -19,6 +21,7 @@ use crate::protocol::{Live, Surface};
 use crate::shard::message::{Dispatch, Owner, ShardRequest};
 use glommio::net::TcpStream;
 use std::rc::Rc;
+use std::time::Instant;
 
 /// A request received whole: its head, its class, and the answer it gets
 /// instead of running, if its sender may not send it.
@@ -53,6 +56,7 @@ pub(super) async fn serve<C: ConnContext + ?Sized>(
             (None, Ok(Route::Sse(sse))) => return sse_session::serve(&mut stream, &*cx, &stop, label, *sse).await,
             (None, Ok(Route::Shard(req))) => shard_answer(&*cx, &head, class.surface, class.live, *req).await,
             (None, Ok(Route::Edge(fixed))) => (edge_answer(&*cx, fixed).await, None),
+            (None, Ok(Route::Members(m))) => (members_answer(&*cx, m).await, None),
             (None, Err(e)) => (refusal(class.surface, e), None),
         };
         cx.edge().count_request(label, resp.status);
@@ -176,6 +180,25 @@ async fn shard_answer<C: ConnContext + ?Sized>(
         Owner::Peer(n) => Some(n),
     };
     (resp, remote)
+}
+
+/// `POST`/`DELETE /_cell/members/{id}`: the change, checked, then made in
+/// every group in turn, each on its shard, which hands it to its group's
+/// leader (`members::in_every_group`: a group answering 503 is asked again).
+async fn members_answer<C: ConnContext + ?Sized>(cx: &C, req: MembersReq) -> Response {
+    let (id, shards) = (req.id, cx.shards());
+    let change = match members::change(req, shards) {
+        Ok(c) => c,
+        Err(e) => return respond::error(Surface::V1, &e),
+    };
+    let run = |group| {
+        let req = ShardRequest::Members { group, change: change.clone() };
+        let owner = owner(cx, &req);
+        async move { members::outcome_of(group, cx.shard().run(owner, req).await) }
+    };
+    let (groups, start) = (u32::try_from(shards).unwrap_or(u32::MAX), Instant::now());
+    let changed = members::in_every_group(groups, run, glommio::timer::sleep, || start.elapsed()).await;
+    respond::members(id, changed)
 }
 
 /// The answers that need no shard.
