@@ -39,8 +39,15 @@ fn stream_on(prefix: &str, shard: usize) -> String {
 /// `method path` on port `port`, sent again while it answers 503 or does
 /// not answer, for at most 30 s.
 fn call(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    call_via(&Mutex::new(port), method, path, headers, body)
+}
+
+/// [`call`] through whichever port `via` holds at each try (the writer's
+/// node may be changed, and the one it used killed, meanwhile).
+fn call_via(via: &Mutex<u16>, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
     let end = Instant::now() + Duration::from_secs(30);
     loop {
+        let port = *via.lock().unwrap();
         let r = common::Conn::try_connect(port).and_then(|mut c| c.try_request(method, path, headers, body));
         match r {
             Ok(r) if r.status != 503 || Instant::now() > end => return r,
@@ -92,8 +99,7 @@ fn write_until(port: Arc<Mutex<u16>>, streams: Vec<String>, stop: Arc<AtomicBool
         let (i, body) = (n % streams.len(), format!("<w{n}>"));
         let (id, seq) = (format!("writer-{i}"), acked[i].len().to_string());
         let headers = [text[0], ("Producer-Id", id.as_str()), ("Producer-Epoch", "0"), ("Producer-Seq", seq.as_str())];
-        let port = *port.lock().unwrap();
-        let r = call(port, "POST", &format!("/v1/stream/{}", streams[i]), &headers, body.as_bytes());
+        let r = call_via(&port, "POST", &format!("/v1/stream/{}", streams[i]), &headers, body.as_bytes());
         assert!(matches!(r.status, 200 | 204), "append {n}: {}", r.summary());
         acked[i].push(body);
         std::thread::sleep(Duration::from_millis(5));
@@ -266,4 +272,52 @@ fn a_node_whose_data_directory_was_deleted_is_replaced_under_writes() {
     assert!(segments >= 2.0 && bytes > 65_536.0, "node 3 copied {segments} segments ({bytes} bytes)");
     cell.check_read_back(node3.port());
     eprintln!("node 3 served every acknowledged append {:?} after the request", added_at.elapsed());
+}
+
+/// A node joining with flags `--node-id id`, named in `--cell` with node 1,
+/// at a fresh peer address; started in a thread. Its peer address too.
+fn start_joining(cell: &Loaded, id: u64) -> (std::thread::JoinHandle<Server>, String) {
+    let peer = format!("127.0.0.1:{}", common::cell::free_port_runs(1, SHARDS as u16)[0]);
+    let node1 = cell.nodes[0].arg("--cell").unwrap().split(',').next().unwrap();
+    let secret = cell.dir.path().join("secret").to_str().unwrap().to_string();
+    let (id, cell_flag) = (id.to_string(), format!("{node1},{id}@{peer}"));
+    let mut args: Vec<String> =
+        ["--shards", "2", "--node-id", &id, "--cell", &cell_flag].into_iter().map(String::from).collect();
+    args.extend(SEGMENTS.iter().map(|a| a.to_string()));
+    args.extend(["--cell-secret-file".into(), secret, "--cell-join".into()]);
+    (join_in_background(args), peer)
+}
+
+/// A cell grown from three voters to five, one node at a time, under the
+/// writer, then two of the five killed: the other three, a majority of
+/// five, go on acknowledging.
+#[test]
+fn a_cell_grown_to_five_voters_survives_two_down() {
+    let mut cell = loaded();
+    let ports: Vec<u16> = cell.nodes.iter().map(Server::port).collect();
+    let mut added = Vec::new();
+    for id in [4, 5] {
+        let (joining, peer) = start_joining(&cell, id);
+        std::thread::sleep(Duration::from_millis(300));
+        add(ports[2], id, &peer);
+        added.push(joining.join().unwrap());
+        // Sent again until it is a voter in every group.
+        let body = format!(r#"{{"peer":"{peer}"}}"#);
+        let end = Instant::now() + Duration::from_secs(60);
+        let json = [("content-type", "application/json")];
+        while call(ports[2], "POST", &format!("/_cell/members/{id}"), &json, body.as_bytes()).status != 200 {
+            assert!(Instant::now() < end, "node {id} not a voter in 60 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    wait_voters(added[1].port(), &[1, 2, 3, 4, 5], Duration::from_secs(20));
+    *cell.via.lock().unwrap() = added[0].port();
+    cell.nodes[0].kill9();
+    cell.nodes[1].kill9();
+    for s in &cell.streams {
+        let path = format!("/v1/stream/{s}");
+        let r = call(added[1].port(), "POST", &path, &[("content-type", "text/plain")], b"<two of five down>");
+        assert!(matches!(r.status, 200 | 204), "with two of five down: {}", r.summary());
+    }
+    cell.check_read_back(added[1].port());
 }

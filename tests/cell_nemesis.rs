@@ -118,6 +118,7 @@ enum Fault {
     SplitFollowers,
     WipeFollower,
     SplitLeaders,
+    ReplaceNode,
 }
 
 const PROCESS_FAULTS: [Fault; 7] = [
@@ -135,6 +136,9 @@ const POWER_FAULTS: [Fault; 2] = [Fault::KillAll, Fault::KillLeaderAndFollower];
 const ROLLING_FAULTS: [Fault; 1] = [Fault::RollingRestart];
 /// A lost disk, replaced, between leader kills: `NEMESIS_FAULTS=wipe`.
 const WIPE_FAULTS: [Fault; 2] = [Fault::WipeFollower, Fault::KillLeader];
+/// A node replaced through the membership API (the leader every other
+/// time), between leader kills: `NEMESIS_FAULTS=replace`.
+const REPLACE_FAULTS: [Fault; 2] = [Fault::ReplaceNode, Fault::KillLeader];
 const PARTITION_FAULTS: [Fault; 4] =
     [Fault::IsolateLeader, Fault::IsolateFollower, Fault::LeaderOutboundDropped, Fault::SplitFollowers];
 
@@ -162,8 +166,9 @@ fn faults() -> Vec<Fault> {
         "power" => POWER_FAULTS.to_vec(),
         "rolling" => ROLLING_FAULTS.to_vec(),
         "wipe" => WIPE_FAULTS.to_vec(),
+        "replace" => REPLACE_FAULTS.to_vec(),
         "all" => PROCESS_FAULTS.iter().chain(&PARTITION_FAULTS).chain(split_leaders).copied().collect(),
-        other => panic!("NEMESIS_FAULTS={other}: not processes, power, rolling, wipe, partitions or all"),
+        other => panic!("NEMESIS_FAULTS={other}: not processes, power, rolling, wipe, replace, partitions or all"),
     }
 }
 
@@ -321,6 +326,11 @@ impl Nemesis {
                 let back = Instant::now();
                 self.restart(i);
                 self.caught_up(i, leader, back);
+            }
+            Fault::ReplaceNode => {
+                let turn = self.faults.get(fault.name()).copied().unwrap_or(0);
+                let i = if turn % 2 == 0 { leader } else { others[0] };
+                self.replace(i, leader);
             }
             Fault::RollingRestart => {
                 // As an operator upgrades a cell: one node at a time, the
@@ -507,6 +517,39 @@ impl Nemesis {
         self.refills.push((back.elapsed(), bytes));
     }
 
+    /// The runbook's replacement of node `i` through the membership API,
+    /// each request through another node: removed (a leader hands its lead
+    /// over first), killed, its data directory emptied, started under its
+    /// id with `--cell-join` (it waits until added), added again; the next
+    /// fault waits until it caught up.
+    fn replace(&mut self, i: usize, leader: usize) {
+        let via = (0..3).find(|&o| o != i && self.up[o]).expect("another node up");
+        let id = i + 1;
+        membership_call(self.nodes[via].port(), "DELETE", &format!("/_cell/members/{id}"), b"", &[200]);
+        self.kill(i);
+        let dir = self.nodes[i].data_dir();
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        if !self.joins[i] {
+            self.nodes[i].add_args(&["--cell-join"]);
+            self.joins[i] = true;
+        }
+        let back = Instant::now();
+        let (via_port, peer) = (self.nodes[via].port(), format!("{}:{}", peer_ip(i), self.peer_ports[i]));
+        let add = format!(r#"{{"peer":"{peer}"}}"#);
+        std::thread::scope(|s| {
+            let node = &mut self.nodes[i];
+            let started = s.spawn(move || node.start_again());
+            membership_call(via_port, "POST", &format!("/_cell/members/{id}"), add.as_bytes(), &[200, 202]);
+            started.join().expect("the replaced node starts");
+        });
+        self.shared.ports[i].store(self.nodes[i].port(), Ordering::Relaxed);
+        self.up[i] = true;
+        // Sent again until every group made it a voter.
+        membership_call(via_port, "POST", &format!("/_cell/members/{id}"), add.as_bytes(), &[200]);
+        self.caught_up(i, if i == leader { via } else { leader }, back);
+    }
+
     /// Whether node `i` answers /leaderz with 200.
     fn leads(&self, i: usize) -> bool {
         self.up[i]
@@ -531,7 +574,25 @@ impl Fault {
             Fault::LeaderOutboundDropped => "leader's packets to followers dropped (TCP stalls both ways)",
             Fault::SplitFollowers => "followers cut from each other",
             Fault::WipeFollower => "a follower's disk lost and replaced",
+            Fault::ReplaceNode => "a node removed, emptied and added again (the leader every other time)",
             Fault::SplitLeaders => "group 1 cut between the leader and the followers (the leaders split)",
+        }
+    }
+}
+
+/// `method path` (a membership request) on `port`, sent again while it
+/// answers otherwise than `want` (503s, a 202 while a node catches up),
+/// for at most 60 s.
+fn membership_call(port: u16, method: &str, path: &str, body: &[u8], want: &[u16]) {
+    let end = Instant::now() + Duration::from_secs(60);
+    let json = [("content-type", "application/json")];
+    loop {
+        let r = Conn::try_connect(port).and_then(|mut c| c.try_request(method, path, &json, body));
+        match r {
+            Ok(r) if want.contains(&r.status) => return,
+            Ok(r) if Instant::now() > end => panic!("{method} {path}: {}", r.summary()),
+            Err(e) if Instant::now() > end => panic!("{method} {path}: {e}"),
+            _ => std::thread::sleep(Duration::from_millis(100)),
         }
     }
 }
@@ -840,7 +901,7 @@ fn nemesis() {
         times.sort();
         let bytes: Vec<f64> = nem.refills.iter().map(|r| r.1).collect();
         eprintln!(
-            "wiped followers: {} refills, restart to caught up median {:?} max {:?}; bytes copied at boot {bytes:?}",
+            "wiped or replaced nodes: {} refills, restart to caught up median {:?} max {:?}; bytes copied at boot {bytes:?}",
             times.len(),
             times[times.len() / 2],
             times.last().unwrap()

@@ -2,10 +2,10 @@
 //! beside its replica on the same executor: what the change needs now
 //! (`members::step`), its proposal through the replica's loop
 //! (`Status::asked`), the wait until every step is applied, and for a node
-//! added, until the leader made it a voter (`Replica::promote_caught_up`).
-//! Each wait is bounded by one deadline; the lead lost meanwhile is a 503
-//! the caller retries (the change is idempotent: a retry finds what was
-//! made).
+//! added, until it caught up (`Status::caught_up`) and the change that
+//! makes it a voter is applied. Every wait is bounded by one deadline; the
+//! lead lost meanwhile is a retry the caller makes (503: the change is
+//! idempotent, a retry finds what was made).
 
 use super::group::Refused;
 use super::members::{self, Change, Role, Step};
@@ -80,7 +80,12 @@ impl Asking<'_> {
 
     /// Proposes `cc` and waits until it is applied; its index.
     async fn applied(&self, cc: raft::prelude::ConfChangeV2) -> Result<u64, NotMade> {
-        let index = propose(self.status, cc).await?;
+        let proposed = propose(self.status, cc);
+        let late = async {
+            (self.sleep)(self.deadline.saturating_duration_since(Instant::now())).await;
+            Err(Waited::TimedOut.into())
+        };
+        let index = futures_lite::future::or(proposed, late).await?;
         self.until(|s| s.members.borrow().index >= index).await?;
         Ok(index)
     }

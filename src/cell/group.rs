@@ -474,15 +474,20 @@ impl<S: GroupStore> Group<S> {
         std::mem::take(&mut self.members_changed)
     }
 
-    /// On a leader: the learners that hold every committed entry and were
-    /// heard from lately (ready to be made voters), sorted. None elsewhere.
+    /// On a leader: the learners that hold every committed entry but at
+    /// most `LEAD_TOWARD_LAG_MAX` (under a steady stream of proposals the
+    /// last few are always on their way) and were heard from within an
+    /// election timeout (raft-rs counts a member just added as active):
+    /// ready to be made voters. Sorted; none elsewhere.
     pub fn caught_up_learners(&self) -> Vec<u64> {
         let raft = &self.node.raft;
         if raft.state != StateRole::Leader {
             return Vec::new();
         }
         let committed = raft.raft_log.committed;
-        let caught_up = |id: &u64| raft.prs().get(*id).is_some_and(|p| p.recent_active && p.matched >= committed);
+        let heard = |id: &u64| self.heard.get(id).is_some_and(|&t| self.ticks <= t + STEER_HEARD_TICKS);
+        let near = |id: &u64| raft.prs().get(*id).is_some_and(|p| p.matched + LEAD_TOWARD_LAG_MAX >= committed);
+        let caught_up = |id: &u64| heard(id) && near(id);
         let mut ids: Vec<u64> = raft.prs().conf().learners().iter().copied().filter(caught_up).collect();
         ids.sort_unstable();
         ids
@@ -950,6 +955,7 @@ mod tests {
             assert_eq!(g.store().initial_state().unwrap().conf_state.learners, vec![4], "kept");
         }
         assert!(gs[0].may_change_members(), "the next change may go");
+        assert!(gs[0].caught_up_learners().is_empty(), "a learner never heard from is not ready to vote");
         gs[0].propose_conf_change(b"batch".to_vec(), change(ConfChangeType::AddNode, 4)).unwrap();
         settle_without_4(&mut gs);
         for g in &gs {

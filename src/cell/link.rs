@@ -308,13 +308,6 @@ impl Links {
         }
     }
 
-    /// The peers linked now, with the address each is dialled at.
-    pub fn peers(&self) -> Vec<(u64, SocketAddr)> {
-        let mut peers: Vec<(u64, SocketAddr)> = self.addresses.borrow().iter().map(|(p, a)| (*p, *a)).collect();
-        peers.sort_unstable();
-        peers
-    }
-
     /// Unlinks `peer` (a member removed): what is queued for it or sent to
     /// it from now on is dropped, its dialler ends, and it may no longer
     /// connect (a connection it holds lasts until it closes).

@@ -643,6 +643,8 @@ impl Drop for Stopped {
         }
         self.0.leader.set(None);
         self.0.confirms.lead_ends();
+        // Membership changes asked and not proposed: refused (retried).
+        self.0.asked.borrow_mut().clear();
     }
 }
 

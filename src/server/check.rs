@@ -72,7 +72,8 @@ fn tier(cfg: &Config, out: &mut String) -> anyhow::Result<()> {
 /// length (never its bytes).
 fn cell(cfg: &Config, out: &mut String) {
     let Some(cell) = &cfg.cell else { return };
-    let _ = writeln!(out, "cell             node {} of {} voters", cell.node_id, cell.voters.len());
+    let listed = if cell.join { "nodes named (itself and members it knows of)" } else { "voters" };
+    let _ = writeln!(out, "cell             node {} of {} {listed}", cell.node_id, cell.voters.len());
     for v in &cell.voters {
         // `cli` refused a cell whose ports overflow; this is only the report.
         let ports = v.group_ports(cfg.shards).map_or("none".to_string(), |p| format!("{}-{}", p.start(), p.end()));
@@ -87,7 +88,8 @@ fn cell(cfg: &Config, out: &mut String) {
         let _ = writeln!(
             out,
             "cell join        yes: a shard with no segments waits, however long, until a peer offers its sealed \
-             segments (or every peer holds none), and copies them before it takes part"
+             segments (or every peer holds none), and copies them and the members before it takes part (a node \
+             new to the cell: once added, POST /_cell/members/{{id}})"
         );
     }
     let _ = match super::cell_refusal(cfg) {
