@@ -57,8 +57,9 @@ pub struct Membership {
     pub index: u64,
 }
 
-/// The longest peer address a change may carry.
-pub const PEER_ADDRESS_BYTES_MAX: usize = 255;
+/// The longest peer address a change may carry: a 253-byte host name, a
+/// colon and a five-digit port (what the edge lets through).
+pub const PEER_ADDRESS_BYTES_MAX: usize = 259;
 
 /// What a requested change needs, seen from the members now.
 #[derive(Debug, Clone, PartialEq)]
