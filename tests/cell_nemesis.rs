@@ -315,14 +315,7 @@ impl Nemesis {
                 // sealed segments and is caught up; the next fault waits for
                 // that (until then the cell survives no second one).
                 let i = others[0];
-                self.kill(i);
-                let dir = self.nodes[i].data_dir();
-                std::fs::remove_dir_all(&dir).unwrap();
-                std::fs::create_dir_all(&dir).unwrap();
-                if !self.joins[i] {
-                    self.nodes[i].add_args(&["--cell-join"]);
-                    self.joins[i] = true;
-                }
+                self.lose_disk(i);
                 let back = Instant::now();
                 self.restart(i);
                 self.caught_up(i, leader, back);
@@ -517,6 +510,20 @@ impl Nemesis {
         self.refills.push((back.elapsed(), bytes));
     }
 
+    /// Node `i` killed and its data directory emptied, its next start with
+    /// `--cell-join` (the runbook's way; the flag stays set, as a node
+    /// holding segments starts as always).
+    fn lose_disk(&mut self, i: usize) {
+        self.kill(i);
+        let dir = self.nodes[i].data_dir();
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        if !self.joins[i] {
+            self.nodes[i].add_args(&["--cell-join"]);
+            self.joins[i] = true;
+        }
+    }
+
     /// The runbook's replacement of node `i` through the membership API,
     /// each request through another node: removed (a leader hands its lead
     /// over first), killed, its data directory emptied, started under its
@@ -526,14 +533,7 @@ impl Nemesis {
         let via = (0..3).find(|&o| o != i && self.up[o]).expect("another node up");
         let id = i + 1;
         membership_call(self.nodes[via].port(), "DELETE", &format!("/_cell/members/{id}"), b"", &[200]);
-        self.kill(i);
-        let dir = self.nodes[i].data_dir();
-        std::fs::remove_dir_all(&dir).unwrap();
-        std::fs::create_dir_all(&dir).unwrap();
-        if !self.joins[i] {
-            self.nodes[i].add_args(&["--cell-join"]);
-            self.joins[i] = true;
-        }
+        self.lose_disk(i);
         let back = Instant::now();
         let (via_port, peer) = (self.nodes[via].port(), format!("{}:{}", peer_ip(i), self.peer_ports[i]));
         let add = format!(r#"{{"peer":"{peer}"}}"#);

@@ -13,14 +13,6 @@ pub enum MemberChange {
     Remove { id: u64 },
 }
 
-impl MemberChange {
-    pub fn id(&self) -> u64 {
-        match self {
-            MemberChange::Add { id, .. } | MemberChange::Remove { id } => *id,
-        }
-    }
-}
-
 /// A node's place in a group once a change was answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum MemberRole {

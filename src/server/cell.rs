@@ -208,7 +208,8 @@ async fn seed_members(id: usize, store: &DiskStore, links: &Links, peers: &[u64]
 /// cell's first voters: this node's `--cell` names it), so that a node
 /// joining knows where every member is, whatever its own `--cell` names.
 fn addressed(mut m: Membership, cell: &CellConfig) -> Membership {
-    for v in cell.voters.iter().filter(|v| members::all(&m.conf).contains(&v.id)) {
+    let ids = members::all(&m.conf);
+    for v in cell.voters.iter().filter(|v| ids.contains(&v.id)) {
         m.addresses.entry(v.id).or_insert_with(|| v.addr.to_string());
     }
     m
