@@ -16,7 +16,9 @@
 # behind HAProxy with TLS and HTTP/2 (docs/deploy/haproxy-cell.cfg) with
 # curl and ten SSE readers in headless Chromium (scripts/cell-h2.sh), tiered
 # storage against a real SeaweedFS (scripts/tiering.sh: budget, kill -9
-# during uploads, the store stopped and started, deletes), and a short run
+# during uploads, the store stopped and started, deletes) and in a cell
+# (scripts/cell-tiering.sh: the leader killed during uploads, one object per
+# segment per group, a node replaced from skeletons), and a short run
 # of each fuzz target (fuzz/, cargo-fuzz). The release binaries are built
 # once, here; the scripts below reuse them (scripts/lib/build.sh).
 set -euo pipefail
@@ -56,4 +58,5 @@ step 600 scripts/cell-partition.sh
 step 600 scripts/cell-partition.sh --shards 2
 step 300 scripts/cell-h2.sh
 step 900 scripts/tiering.sh
+step 600 scripts/cell-tiering.sh
 echo "test.sh: every step passed in $SECONDS s" >&2

@@ -47,8 +47,10 @@ use std::path::{Path, PathBuf};
 /// append is acknowledged only once its batch is durable on a majority of
 /// them. Any node takes any request: a follower forwards writes (and what
 /// only the leader can vouch for) to the leader and serves reads from its
-/// committed records. Shard i of every node forms Raft group i. For now a
-/// cell does not tier. Without them the server is a single node.
+/// committed records. Shard i of every node forms Raft group i. With
+/// --tier, the leader of each group moves its segments to the object store
+/// once for the whole cell (every node names the same bucket and prefix, no
+/// other cell the same). Without them the server is a single node.
 ///
 /// Subscriptions (`{root}/__ds/`): webhooks are signed with the Ed25519 key
 /// in `webhook-signing.key` in the data directory (made at the first start;
@@ -210,7 +212,9 @@ pub struct Cli {
     pub tier_region: String,
 
     /// Tiered storage: keys start with `P/<node id>/shard-<i>/` (the node id
-    /// is made once per data directory, so nodes may share a bucket and a prefix).
+    /// is made once per data directory, so nodes may share a bucket and a
+    /// prefix). In a cell `P/cell/shard-<group>/`, one copy for every node:
+    /// each node of a cell names the same prefix, and each cell its own.
     #[arg(long, default_value = "ringstream", env = "RINGSTREAM_TIER_PREFIX", value_name = "P")]
     pub tier_prefix: String,
 
@@ -245,8 +249,7 @@ pub struct Cli {
     /// (a failover, seconds). Each node dials its peers from its own
     /// address in this list. Once the members change (POST/DELETE
     /// /_cell/members/{id}), each node keeps them with their addresses, and
-    /// this list only says where the cell is. For now: no --tier. Default:
-    /// none (a single node).
+    /// this list only says where the cell is. Default: none (a single node).
     #[arg(long, env = "RINGSTREAM_CELL", value_name = "ID@HOST:PORT,...")]
     pub cell: Option<String>,
 

@@ -80,7 +80,7 @@ struct Node {
 
 fn boot(id: u64) -> Node {
     let cfg = LogConfig { segment_bytes: SEGMENT_BYTES_MIN, pending_bytes_max: 4 * 1024 * 1024 };
-    let (log, _, _, _) = block_on(Log::open_batched(SimStore::new(), cfg)).expect("a new log");
+    let (log, _, _, _) = block_on(Log::open_batched(SimStore::new(), cfg, None)).expect("a new log");
     let log = Rc::new(log);
     let mut replica = block_on(Replica::open(id, 0, vec![1, 2, 3], log.local().clone())).expect("replica");
     let shard = Rc::new(Shard::recover(0, 1, log.clone(), &[], ProducerPolicy::default()).expect("shard"));

@@ -28,9 +28,13 @@ use ringstream::limits::SEGMENT_BYTES_MIN;
 use ringstream::protocol::offset::ReadFrom;
 use ringstream::protocol::rules::ProducerPolicy;
 use ringstream::protocol::{BucketOp, Error, Live, Offset, Outcome, ReadReq, StreamKey, StreamOp, Surface};
+use ringstream::shard::tiering::recovery_prefix;
 use ringstream::shard::{Reply, Shard, ShardRequest, Sleep};
+use ringstream::storage::io::SegmentStore;
 use ringstream::storage::sim_file::SimStore;
-use ringstream::storage::{Log, LogConfig, Recovered};
+use ringstream::storage::tiered::TierFiles;
+use ringstream::storage::{Log, LogConfig, Recovered, Tiering};
+use ringstream::tier::TierClient;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -55,13 +59,20 @@ struct Node {
     disk: SimStore,
     replica: Replica<SimStore>,
     shard: Rc<Shard<SimStore>>,
+    log: Rc<Log<SimStore>>,
     pool: LocalPool,
 }
 
 /// Boots node `id` from `disk`: the log, the replica, then the shard from
 /// the committed records only.
 fn boot(id: u64, disk: SimStore) -> Node {
-    let (log, records, _, _) = block_on(Log::open_batched(disk.clone(), log_config())).expect("recovery");
+    boot_tiered(id, disk, None)
+}
+
+/// [`boot`], with tiering to the object store `tier` (shared by the nodes).
+fn boot_tiered(id: u64, disk: SimStore, tier: Option<TierClient>) -> Node {
+    let tiering = tier.map(|client| Tiering { client, shard: 0 });
+    let (log, records, _, _) = block_on(Log::open_batched(disk.clone(), log_config(), tiering)).expect("recovery");
     let log = Rc::new(log);
     let mut replica = block_on(Replica::open(id, 0, vec![1, 2, 3], log.local().clone())).expect("replica");
     let end = log.local().mark(log.local().committed_index()).unwrap().map(|m| (m.end.segment, m.end.pos));
@@ -71,11 +82,12 @@ fn boot(id: u64, disk: SimStore) -> Node {
         Rc::new(Shard::recover(0, 1, log.clone(), &committed, ProducerPolicy::default()).expect("shard recovery"));
     replica.set_applier(shard.clone());
     shard.set_writable(replica.status().leading.clone());
+    shard.set_lead_term(replica.status().lead_term.clone());
     let pool = LocalPool::new();
     let (w, p) = (log.clone(), log.clone());
     pool.spawner().spawn_local(async move { w.run_writer().await }).unwrap();
     pool.spawner().spawn_local(async move { p.run_preparer().await }).unwrap();
-    Node { disk, replica, shard, pool }
+    Node { disk, replica, shard, log, pool }
 }
 
 struct Cell {
@@ -161,6 +173,23 @@ impl Cell {
         None
     }
 
+    /// Runs `task` on node `id`'s executor, stepping the cell until it ends.
+    fn run_on<T: 'static>(&mut self, id: u64, task: impl std::future::Future<Output = T> + 'static) -> T {
+        let out = Rc::new(RefCell::new(None));
+        let o = out.clone();
+        self.node(id).pool.spawner().spawn_local(async move { *o.borrow_mut() = Some(task.await) }).unwrap();
+        for _ in 0..2_000 {
+            self.node(id).pool.run_until_stalled();
+            if let Some(r) = out.borrow_mut().take() {
+                return r;
+            }
+            // The object store answers from its own thread.
+            std::thread::sleep(Duration::from_millis(1));
+            self.step();
+        }
+        panic!("node {id}: a task did not end in 2,000 steps");
+    }
+
     fn stream_op(&mut self, id: u64, stream: &str, op: StreamOp) -> Option<Reply> {
         let key = StreamKey { bucket: BUCKET.into(), stream: stream.into() };
         self.call(id, ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op }, 500)
@@ -186,15 +215,18 @@ impl Cell {
 
 /// A cell with a bucket and stream "s" holding `rounds` committed appends.
 fn cell_with_data(rounds: usize) -> (Cell, u64, Vec<u8>) {
-    let mut cell = Cell::new();
+    with_data(Cell::new(), (0..rounds).map(|i| format!("<append {i}>").into_bytes()))
+}
+
+/// `cell` with a bucket and stream "s" holding `bodies` committed appends.
+fn with_data(mut cell: Cell, bodies: impl Iterator<Item = Vec<u8>>) -> (Cell, u64, Vec<u8>) {
     let leader = cell.elect();
     let r = cell.call(leader, ShardRequest::Bucket { bucket: BUCKET.into(), op: BucketOp::Create }, 500);
     assert!(matches!(r, Some(Ok(_))), "bucket: {r:?}");
     let r = cell.stream_op(leader, "s", create());
     assert!(matches!(r, Some(Ok(Outcome::Created { .. }))), "create: {r:?}");
     let mut data = Vec::new();
-    for i in 0..rounds {
-        let body = format!("<append {i}>").into_bytes();
+    for (i, body) in bodies.enumerate() {
         let r = cell.stream_op(leader, "s", append(&body));
         assert!(matches!(r, Some(Ok(Outcome::Appended { .. }))), "append {i}: {r:?}");
         data.extend_from_slice(&body);
@@ -297,4 +329,64 @@ fn a_followers_long_poll_is_answered_when_it_applies_the_leaders_append() {
         panic!("the follower's long-poll was not answered after it applied the append: {r:?}")
     };
     assert_eq!(r.body, b"<woken>", "the follower's long-poll answered other bytes");
+}
+
+/// Tiering in a cell: the leader uploads the oldest sealed segment once and
+/// commits the move; every replica that applies it builds the skeleton from
+/// its own copy and deletes its file; each serves the segment's bytes from
+/// the object store, also after a restart from its disk, and a leader cut
+/// off and deposed rebuilds its state with the remote segment's records.
+#[test]
+fn a_segment_moved_by_the_leader_is_moved_on_every_replica_and_stored_once() {
+    let (client, _down) = TierClient::in_memory("cell");
+    let nodes = (1..=3).map(|id| Some(boot_tiered(id, SimStore::new(), Some(client.clone())))).collect();
+    let cell = Cell { nodes, net: Vec::new(), cut: HashSet::new(), steps: 0 };
+    let (mut cell, leader, mut data) = with_data(cell, (0..40u8).map(|i| vec![i; 8 * 1024]));
+    cell.run(50);
+    let log = cell.node(leader).log.clone();
+    let oldest = log.local().sealed_segments()[0];
+    let term = cell.node(leader).replica.status().lead_term.get();
+    assert!(term > 0, "a leader names its term");
+    let moved = cell.run_on(leader, async move { log.tier_in_term(oldest, term, recovery_prefix, &|| true).await });
+    assert!(moved.is_ok(), "the move: {moved:?}");
+    cell.run(50);
+    for id in 1..=3 {
+        let log = cell.node(id).log.clone();
+        let finished = cell.run_on(id, async move { log.finish_committed(recovery_prefix).await });
+        assert!(finished.is_ok(), "node {id}: {finished:?}");
+        let disk = cell.node(id).disk.clone();
+        let skeletons = disk.list_skeletons().unwrap();
+        assert_eq!(skeletons.iter().map(|s| s.0).collect::<Vec<_>>(), vec![oldest], "node {id}'s skeletons");
+        let files = block_on(disk.list()).unwrap();
+        assert!(!files.iter().any(|f| f.0 == oldest), "node {id} kept the file of a moved segment");
+        assert_eq!(cell.node(id).log.remote_segments().0, 1, "node {id}");
+    }
+    let keys = block_on(client.list(client.shard_prefix(0))).unwrap();
+    assert_eq!(keys.len(), 1, "one object for the three replicas: {keys:?}");
+    assert_eq!(TierClient::segment_of(&keys[0].0), Some((oldest, term)));
+    for id in 1..=3 {
+        assert!(cell.read_all(id, "s") == data, "node {id} serves other bytes");
+    }
+    // A follower restarted from its disk serves it too, from the skeleton.
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let disk = cell.node(follower).disk.crash_image(None);
+    cell.nodes[(follower - 1) as usize] = Some(boot_tiered(follower, disk, Some(client.clone())));
+    cell.run(100);
+    assert!(cell.read_all(follower, "s") == data, "the restarted follower serves other bytes");
+    // The leader cut off: what it appends is lost, and it rebuilds its
+    // state, remote records first, once deposed.
+    cell.cut.insert(leader);
+    let key = StreamKey { bucket: BUCKET.into(), stream: "s".into() };
+    let req = ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op: append(b"<lost>") };
+    let r = cell.call(leader, req, 400);
+    assert!(!matches!(r, Some(Ok(_))), "a leader without a majority answered a write: {r:?}");
+    let new = cell.elect();
+    let r = cell.stream_op(new, "s", append(b"<after>"));
+    assert!(matches!(r, Some(Ok(Outcome::Appended { .. }))), "append on the new leader: {r:?}");
+    data.extend_from_slice(b"<after>");
+    cell.cut.clear();
+    cell.run(300);
+    for id in 1..=3 {
+        assert!(cell.read_all(id, "s") == data, "node {id} serves other bytes after the failover");
+    }
 }

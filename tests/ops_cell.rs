@@ -3,8 +3,8 @@
 //! `RINGSTREAM_*` variables and TOML keys; `--check-config` prints a valid
 //! cell (never the secret) and refuses each kind of mistake with exit 78
 //! naming the setting; `--help` explains them; a start with `--cell` and
-//! what a cell does not do yet (`--tier`) is refused (exit 78); without
-//! them nothing changes. The rules themselves are unit-tested in src/cell/config.rs and
+//! incomplete tier settings is refused (exit 78) before it touches
+//! anything; without them nothing changes. The rules themselves are unit-tested in src/cell/config.rs and
 //! src/cli.rs.
 
 mod common;
@@ -204,7 +204,7 @@ fn help_explains_the_cell_settings() {
 }
 
 #[test]
-fn what_a_cell_does_not_do_yet_is_refused_and_without_one_nothing_changes() {
+fn a_cell_with_incomplete_tier_settings_is_refused_and_without_one_nothing_changes() {
     let root = TempDir::new("cell-serve");
     let secret = secret_file(root.path(), "secret", SECRET, 0o600);
     let data = root.path().join("data");
@@ -213,7 +213,7 @@ fn what_a_cell_does_not_do_yet_is_refused_and_without_one_nothing_changes() {
     let tier = ["--tier", "s3"];
     let (code, out, err) = run(&[&one[..], &cell, &tier].concat(), &[]);
     assert_eq!(code, Some(EX_CONFIG), "{out}{err}");
-    assert!(err.contains("a cell does not tier yet") || err.contains("--tier"), "{err}");
+    assert!(err.contains("--tier s3 needs --tier-endpoint"), "{err}");
     assert!(out.is_empty() && !data.exists(), "a refused start touched nothing: {out}");
 
     let (code, out, err) = check_config(root.path(), &[], &[]);

@@ -67,6 +67,7 @@ pub mod members;
 pub mod observe;
 pub mod replica;
 pub mod ship;
+pub mod skeletons;
 pub mod store;
 pub mod unity;
 pub mod wire;

@@ -106,6 +106,10 @@ pub struct Status {
     /// tick (0 otherwise). Reclamation deletes no segment an entry after it
     /// began in.
     pub held_by_all: Rc<Cell<u64>>,
+    /// The term of its lead, set as `leading` is (0 before it first leads):
+    /// the shard names it in what only this term's leader may do (the key
+    /// of a segment it moves to the object store).
+    pub lead_term: Rc<Cell<u64>>,
     /// The replica every group of the cell is steered to be led by (its
     /// owner may change it as peers come and go).
     pub preferred: Cell<Option<u64>>,
@@ -540,6 +544,7 @@ impl<S: SegmentStore> Replica<S> {
             if let Some(applier) = &self.applier {
                 applier.lead_begins();
             }
+            self.status.lead_term.set(self.group.term());
             self.status.leading.set(true);
             self.status.confirms.lead_begins();
             self.log.set_appendable(true);

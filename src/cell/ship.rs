@@ -43,6 +43,7 @@ use super::board::Slot;
 use super::link::{FetchHandler, ForwardError, Links};
 use super::members::Membership;
 use super::replica::Sleep;
+use super::skeletons;
 use super::store::{decode_membership, encode_membership};
 use crate::limits::{CELL_SHIP_CHUNK_BYTES, CELL_SHIP_CHUNK_TIMEOUT_MS, DIRECT_IO_ALIGNMENT_BYTES};
 use crate::storage::io::{SegmentFile, SegmentStore};
@@ -59,7 +60,7 @@ const NOT_HELD: u8 = 1;
 const ASK_CHUNK: u8 = 1;
 const ASK_MANIFEST: u8 = 2;
 const ASK_MEMBERS: u8 = 3;
-const NOT_READY: u8 = 1;
+pub(super) const NOT_READY: u8 = 1;
 const MANIFEST_ENTRY_BYTES: usize = 16;
 
 /// One fetch: bytes `offset..offset + max` of segment `segment`.
@@ -72,17 +73,29 @@ pub struct Fetch {
 
 impl Fetch {
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_as(ASK_CHUNK)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Fetch> {
+        Fetch::decode_as(bytes, ASK_CHUNK)
+    }
+
+    /// The request of kind `kind` for these bytes (a segment's, or a skeleton's).
+    pub(super) fn encode_as(&self, kind: u8) -> Vec<u8> {
         let mut out = Vec::with_capacity(FETCH_BYTES);
-        out.push(ASK_CHUNK);
+        out.push(kind);
         out.extend_from_slice(&self.segment.to_le_bytes());
         out.extend_from_slice(&self.offset.to_le_bytes());
         out.extend_from_slice(&self.max.to_le_bytes());
         out
     }
 
-    pub fn decode(bytes: &[u8]) -> Option<Fetch> {
+    pub(super) fn decode_as(bytes: &[u8], kind: u8) -> Option<Fetch> {
         let bytes: &[u8; FETCH_BYTES] = bytes.try_into().ok()?;
-        let (&ASK_CHUNK, rest) = bytes.split_first()? else { return None };
+        let (&asked, rest) = bytes.split_first()?;
+        if asked != kind {
+            return None;
+        }
         let (segment, rest) = rest.split_first_chunk::<8>()?;
         let (offset, max) = rest.split_first_chunk::<8>()?;
         Some(Fetch {
@@ -138,7 +151,7 @@ impl Chunk {
 /// The sealed segments a peer offers, oldest first: (number, length).
 pub type Manifest = Vec<(u64, u64)>;
 
-fn encode_manifest(m: &[(u64, u64)]) -> Vec<u8> {
+pub(super) fn encode_manifest(m: &[(u64, u64)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + 4 + m.len() * MANIFEST_ENTRY_BYTES + 4);
     out.push(HELD);
     out.extend_from_slice(&(m.len() as u32).to_le_bytes());
@@ -233,6 +246,9 @@ impl<S: SegmentStore> FetchHandler for Source<S> {
                 Some(now) => checked(&encode_membership(&now())),
                 None => vec![NOT_READY],
             };
+        }
+        if let Some(answer) = skeletons::answer(log.as_deref(), request, self.slot.as_deref()) {
+            return answer;
         }
         if request == [ASK_MANIFEST] {
             return match log {
@@ -505,7 +521,18 @@ fn check_chunk(no: u64, offset: u64, length: u64, bytes: &[u8]) -> Result<(), Sh
 }
 
 async fn fetch_chunk(links: &Links, from: u64, no: u64, offset: u64) -> Result<(u64, Vec<u8>), ShipError> {
-    let request = Fetch { segment: no, offset, max: CELL_SHIP_CHUNK_BYTES as u32 }.encode();
+    fetch_chunk_as(links, from, no, offset, ASK_CHUNK).await
+}
+
+/// One chunk of segment `no` (or, by `kind`, of its skeleton) at `offset`.
+pub(super) async fn fetch_chunk_as(
+    links: &Links,
+    from: u64,
+    no: u64,
+    offset: u64,
+    kind: u8,
+) -> Result<(u64, Vec<u8>), ShipError> {
+    let request = Fetch { segment: no, offset, max: CELL_SHIP_CHUNK_BYTES as u32 }.encode_as(kind);
     let timeout = Duration::from_millis(CELL_SHIP_CHUNK_TIMEOUT_MS);
     let answer = links.fetch(from, request, timeout).await.map_err(|source| ShipError::Link { segment: no, source })?;
     match Chunk::decode(&answer) {

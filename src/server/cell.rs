@@ -16,6 +16,7 @@ use crate::cell::link::{ForwardHandler, Inbox, LinkConfig, Links};
 use crate::cell::members::{self, Change, Membership, Role};
 use crate::cell::replica::{self, Applier, Replica, Sleep, Status};
 use crate::cell::ship::{self, Source};
+use crate::cell::skeletons;
 use crate::cell::unity::Unity;
 use crate::limits::{
     CELL_CONFIRM_TICKS, CELL_ENTRY_BYTES_MAX, CELL_FORWARD_TIMEOUT_MS, CELL_LEADER_WAIT_MS, CELL_MEMBER_WAIT_MS,
@@ -29,7 +30,7 @@ use crate::shard::Shard;
 use crate::storage::dma_file::DiskStore;
 use crate::storage::io::SegmentStore;
 use crate::storage::slots::Slots;
-use crate::storage::{Log, LogConfig, Recovered, RecoveryReport};
+use crate::storage::{Log, LogConfig, Recovered, RecoveryReport, Tiering};
 use futures_util::StreamExt;
 use std::cell::Cell;
 use std::future::Future;
@@ -73,6 +74,7 @@ pub(super) async fn open(
     cell: &CellConfig,
     store: DiskStore,
     cfg: LogConfig,
+    tiering: Option<Tiering>,
     slot: &Arc<Slot>,
 ) -> Result<Opened, String> {
     // What was appended and not yet durable is at most one entry's worth
@@ -83,7 +85,7 @@ pub(super) async fn open(
     links.serve_fetches(source.clone());
     ship_if_empty(id, cell, &store, &links, &source, slot).await?;
     let (log, records, _, report) =
-        Log::open_batched(store, cfg).await.map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
+        Log::open_batched(store, cfg, tiering).await.map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
     let log = Rc::new(log);
     source.serve(log.local().clone());
     let voters = cell.voters.iter().map(|v| v.id).collect();
@@ -162,16 +164,21 @@ async fn ship_if_empty(
             state.write(store, SHIPPING).await.map_err(io("writing the shipping state"))?;
             shipping = true;
         }
-        match ship::copy_best(links, offers, store).await {
-            Ok(s) => {
+        let copied = match ship::copy_best(links, offers, store).await {
+            Ok(s) => skeletons::copy_skeletons(links, s.from, store).await.map(|skel| (s, skel)),
+            Err(e) => Err(e),
+        };
+        match copied {
+            Ok((s, (skeletons, skel_bytes))) => {
                 tracing::info!(
-                    "shard {id}: copied {} sealed segments ({} bytes) from node {} in {:?}; its leader sends the rest",
+                    "shard {id}: copied {} sealed segments ({} bytes) and {skeletons} skeletons of segments in the \
+                     object store ({skel_bytes} bytes) from node {} in {:?}; its leader sends the rest",
                     s.segments,
                     s.bytes,
                     s.from,
                     s.took
                 );
-                slot.shipped(s.segments, s.bytes);
+                slot.shipped(s.segments, s.bytes + skel_bytes);
                 break;
             }
             Err(e) => {
@@ -454,6 +461,7 @@ pub(super) fn start(
     replica.prefer(cell.voters[0].id);
     shard.set_writable(replica.status().leading.clone());
     shard.set_held_by_all(replica.status().held_by_all.clone());
+    shard.set_lead_term(replica.status().lead_term.clone());
     let links = Rc::new(links);
     let (linked, group, cell_now) = (links.clone(), shard.id, cell.clone());
     replica.on_members_changed(Box::new(move |m| linked.link_only(&member_links(&cell_now, group, m))));

@@ -92,15 +92,20 @@ fn cell(cfg: &Config, out: &mut String) {
              new to the cell: once added, POST /_cell/members/{{id}})"
         );
     }
-    let _ = match super::cell_refusal(cfg) {
-        Some(why) => writeln!(out, "cell             WARNING: a start exits 78: {why}"),
-        None => writeln!(
+    let _ = writeln!(
+        out,
+        "cell             any node takes any request: writes and bucket requests are forwarded to the \
+         leader; reads are served from this node's committed records (caught up with the leader's commit \
+         first when they claim freshness)"
+    );
+    if let Some(t) = &cfg.tier {
+        let _ = writeln!(
             out,
-            "cell             any node takes any request: writes and bucket requests are forwarded to the \
-             leader; reads are served from this node's committed records (caught up with the leader's commit \
-             first when they claim freshness)"
-        ),
-    };
+            "cell tier        the leader of each group moves its segments under {}/cell/shard-<group>/: every \
+             node of this cell must name the same --tier-bucket and --tier-prefix, and no other cell the same",
+            t.prefix.trim_matches('/')
+        );
+    }
 }
 
 /// The data directory's part of the report.

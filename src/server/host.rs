@@ -52,9 +52,23 @@ pub(super) fn claim(cfg: &Config) -> anyhow::Result<Host> {
 
 /// The object store client of `--tier s3`, with this data directory's node
 /// id (made once, kept in `ringstream.node-id`) in every key, so that nodes
-/// sharing a bucket and prefix never touch each other's objects.
+/// sharing a bucket and prefix never touch each other's objects; in a cell,
+/// `cell` instead: its nodes share their groups' keys, and each cell needs
+/// a prefix (or bucket) of its own.
 pub(super) fn tier_client(cfg: &Config) -> anyhow::Result<Option<crate::tier::TierClient>> {
     let Some(t) = &cfg.tier else { return Ok(None) };
+    let id = match cfg.cell {
+        // Every node of a cell names the same keys (one copy per group).
+        Some(_) => "cell".to_string(),
+        None => node_id(cfg)?,
+    };
+    let client = crate::tier::TierClient::s3(&t.s3, &t.prefix, &id).map_err(config_error)?;
+    tracing::info!("tiered storage: {} (keep {} bytes local)", client.describe(), t.hot_bytes);
+    Ok(Some(client))
+}
+
+/// This data directory's node id, made the first time it is asked for.
+fn node_id(cfg: &Config) -> anyhow::Result<String> {
     let path = cfg.data_dir.join("ringstream.node-id");
     let id = match std::fs::read_to_string(&path) {
         Ok(id) => id.trim().to_string(),
@@ -74,9 +88,7 @@ pub(super) fn tier_client(cfg: &Config) -> anyhow::Result<Option<crate::tier::Ti
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(config_error(format!("{}: {id:?} is not a node id (hex digits)", path.display())));
     }
-    let client = crate::tier::TierClient::s3(&t.s3, &t.prefix, &id).map_err(config_error)?;
-    tracing::info!("tiered storage: {} (keep {} bytes local)", client.describe(), t.hot_bytes);
-    Ok(Some(client))
+    Ok(id)
 }
 
 /// The storage format this version writes and reads (ringstream.meta).

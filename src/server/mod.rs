@@ -64,16 +64,6 @@ pub(crate) fn config_error(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(ConfigError(msg.into()))
 }
 
-/// What a cell does not do yet (issue 34): a start with `--cell` and one of
-/// these stops (exit 78).
-pub(super) fn cell_refusal(cfg: &Config) -> Option<&'static str> {
-    cfg.cell.as_ref()?;
-    if cfg.tier.is_some() {
-        return Some("--cell: a cell does not tier yet (issue 34); run it without --tier");
-    }
-    None
-}
-
 /// Process states: a stop signal during boot exits at once; from serving
 /// it starts a graceful shutdown. SIGHUP reloads only while serving.
 const BOOTING: u8 = 0;
@@ -115,9 +105,6 @@ struct Process {
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
     assert!(cfg.shards > 0 && cfg.shards <= SHARDS_MAX);
-    if let Some(why) = cell_refusal(&cfg) {
-        return Err(config_error(why));
-    }
     let started = Instant::now();
     abort_on_executor_panic();
     let cpus = crate::preflight::allowed_cpus();

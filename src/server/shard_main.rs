@@ -78,14 +78,14 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     b.step("recovering the log");
     let started = Instant::now();
     let log_cfg = LogConfig { segment_bytes: b.cfg.segment_bytes, pending_bytes_max: b.cfg.max_pending_bytes };
+    let tiering = b.process.tier.clone().map(|client| Tiering { client, shard: id });
     let (log, records, report, joined) = match &b.cfg.cell {
         Some(cell) => {
             let board = b.process.cell.as_ref().ok_or(format!("shard {id}: a cell without its board"))?;
-            let o = super::cell::open(id, cell, store, log_cfg, &board.slot(id)).await?;
+            let o = super::cell::open(id, cell, store, log_cfg, tiering, &board.slot(id)).await?;
             (o.log, o.committed, o.report, Some(o.joined))
         }
         None => {
-            let tiering = b.process.tier.clone().map(|client| Tiering { client, shard: id });
             let (log, records, report) = Log::open_tiered(store, log_cfg, tiering)
                 .await
                 .map_err(|e| format!("shard {id}: recovery failed: {e}"))?;
@@ -138,7 +138,14 @@ async fn boot(b: &ShardBoot, link: Link) -> Result<Up, String> {
     glommio::spawn_local(shard.clone().run_subscriptions()).detach();
     if let Some(t) = &b.cfg.tier {
         let (s, budget) = (shard.clone(), t.hot_bytes / b.cfg.shards as u64);
-        glommio::spawn_local(async move { s.run_tiering(budget).await }).detach();
+        let in_cell = b.cfg.cell.is_some();
+        glommio::spawn_local(async move {
+            match in_cell {
+                false => s.run_tiering(budget).await,
+                true => s.run_tiering_in_cell(budget).await,
+            }
+        })
+        .detach();
     }
     if let Some(auth) = &b.process.auth {
         count_on_reload(&shard, auth.clone());

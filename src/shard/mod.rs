@@ -30,6 +30,7 @@ mod state;
 mod stream;
 pub mod subs;
 pub mod tiering;
+mod tiering_cell;
 
 use crate::metrics::{Family, Histo, Samples};
 use crate::protocol::rules::{self, ProducerPolicy};
@@ -105,6 +106,11 @@ pub struct Shard<S: SegmentStore> {
     /// In a cell, while its replica leads: the newest entry every voter
     /// holds (`cell::replica::Status::held_by_all`).
     held_by_all: RefCell<Option<Rc<Cell<u64>>>>,
+    /// In a cell: the term of its replica's lead (`cell::replica::Status::lead_term`).
+    lead_term: RefCell<Option<Rc<Cell<u64>>>>,
+    /// In a cell: finishing the moves to the object store its replica
+    /// applied failed last time (logged once until it works again).
+    finish_failing: Cell<bool>,
     /// In a cell: the entry every voter must hold before free segments the
     /// last pass found can go (the pass runs again once they do).
     reclaim_waits_for: Cell<Option<u64>>,
@@ -223,6 +229,11 @@ impl<S: SegmentStore> Shard<S> {
     /// holds, which bounds what reclamation may delete.
     pub fn set_held_by_all(&self, held: Rc<Cell<u64>>) {
         *self.held_by_all.borrow_mut() = Some(held);
+    }
+
+    /// In a cell: where its replica publishes the term of its lead.
+    pub fn set_lead_term(&self, term: Rc<Cell<u64>>) {
+        *self.lead_term.borrow_mut() = Some(term);
     }
 
     /// Whether this shard may write: a single node's always may, a

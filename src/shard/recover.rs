@@ -71,6 +71,8 @@ impl<S: SegmentStore> Shard<S> {
             reclaim_sealed: Cell::new(0),
             reclaim_through: Cell::new(None),
             held_by_all: RefCell::new(None),
+            lead_term: RefCell::new(None),
+            finish_failing: Cell::new(false),
             reclaim_waits_for: Cell::new(None),
             orphans: RefCell::default(),
             counted: RefCell::default(),
@@ -136,7 +138,7 @@ impl<S: SegmentStore> Shard<S> {
         for r in records {
             body.clear();
             self.log
-                .read_body(r.loc, 0..r.loc.body_len as usize, &mut body)
+                .read_recovered(r.loc, &mut body)
                 .map_err(|e| format!("shard {}: reading a committed record: {e}", self.id))?;
             self.state.borrow_mut().uid_used(r.header.stream_id);
             self.replay_record(replay, r, &body)?;
@@ -146,6 +148,7 @@ impl<S: SegmentStore> Shard<S> {
                     | persist::KIND_BUCKET_DELETE
                     | persist::KIND_SUBSCRIPTION
                     | persist::KIND_RECLAIM
+                    | crate::storage::record::KIND_TIER
             ) {
                 touched.push(r.header.stream_id);
             }
@@ -199,7 +202,12 @@ impl<S: SegmentStore> Shard<S> {
         }
         drop(old);
         self.orphans.borrow_mut().clear();
-        self.apply_committed(committed)?;
+        // Those of remote segments first (tiering in a cell), read from their skeletons.
+        let mut all = self.log.remote_records().map_err(|e| format!("shard {}: reading skeletons: {e}", self.id))?;
+        all.extend_from_slice(committed);
+        let applied = self.apply_committed(&all);
+        self.log.recovery_done();
+        applied?;
         self.state.borrow_mut().uids_from((wall_clock_ms().max(0) as u64) << 10);
         Ok(())
     }
@@ -269,6 +277,11 @@ impl<S: SegmentStore> Shard<S> {
                 let through = persist::decode_reclaim(body).map_err(|_| bad("reclaim"))?;
                 self.reclaimed_through(through);
                 Ok(())
+            }
+            // In a cell, a segment's move to the object store (on a single
+            // node the tier layer takes these out before the shard sees them).
+            crate::storage::record::KIND_TIER => {
+                self.log.tier_committed(body).map_err(|e| format!("shard {}: a tier record: {e}", self.id))
             }
             k => Err(format!("shard {}: unknown record kind {k}", self.id)),
         }

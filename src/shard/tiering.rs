@@ -40,6 +40,46 @@ impl From<Error> for ReadStop {
     }
 }
 
+/// A tiering task's retries: a doubling backoff while moves fail, and one
+/// warning for each run of failures.
+#[derive(Default)]
+pub(super) struct Retry {
+    failing: bool,
+    backoff_ms: u64,
+}
+
+impl Retry {
+    /// How long to wait after `result` (None: go on at once). `over` says
+    /// how far the local segments are past the budget (for the warning).
+    pub(super) fn after(
+        &mut self,
+        shard: usize,
+        result: Result<(), storage::Error>,
+        over: impl Fn() -> u64,
+    ) -> Option<Duration> {
+        match result {
+            Ok(()) => {
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!("shard {shard}: the object store answers again");
+                }
+                self.backoff_ms = TIER_RETRY_MIN_MS;
+                None
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    tracing::warn!(
+                        "shard {shard}: tiering: {e}; retrying with backoff (local segments {} bytes over --hot-bytes)",
+                        over()
+                    );
+                }
+                let wait = self.backoff_ms.max(TIER_RETRY_MIN_MS);
+                self.backoff_ms = (wait * 2).min(TIER_RETRY_MAX_MS);
+                Some(Duration::from_millis(wait))
+            }
+        }
+    }
+}
+
 impl<S: SegmentStore> Shard<S> {
     /// The `ringstream_tier_*` samples of this shard.
     pub(super) fn tier_metrics(&self, out: &mut Samples, t: &storage::TierStats) {
@@ -95,8 +135,7 @@ impl<S: SegmentStore> Shard<S> {
     pub async fn run_tiering(&self, budget: u64) {
         let Some(sleep) = self.sleep.borrow().clone() else { return };
         self.hot_budget.set(budget);
-        let mut backoff = TIER_RETRY_MIN_MS;
-        let mut failing = false;
+        let mut retry = Retry::default();
         let moves_max = (TIER_UPLOAD_BYTES_MAX / self.log.segment_bytes()).clamp(1, TIER_MOVES_MAX as u64) as usize;
         while !self.stopping.get() && !self.log.is_stopped() {
             let due = self.log.due_for_tiering(budget, moves_max);
@@ -119,26 +158,28 @@ impl<S: SegmentStore> Shard<S> {
                     continue;
                 }
             };
-            match result {
-                Ok(()) => {
-                    if failing {
-                        tracing::info!("shard {}: the object store answers again", self.id);
-                    }
-                    (failing, backoff) = (false, TIER_RETRY_MIN_MS);
-                }
-                Err(e) => {
-                    if !failing {
-                        let over = self.log.local_bytes().saturating_sub(budget);
-                        tracing::warn!(
-                            "shard {}: tiering: {e}; retrying with backoff (local segments {over} bytes over --hot-bytes)",
-                            self.id
-                        );
-                    }
-                    failing = true;
-                    sleep(Duration::from_millis(backoff)).await;
-                    backoff = (backoff * 2).min(TIER_RETRY_MAX_MS);
-                }
+            if let Some(wait) = retry.after(self.id, result, || self.log.local_bytes().saturating_sub(budget)) {
+                sleep(wait).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_double_up_to_the_cap_and_start_over_after_a_success() {
+        let mut retry = Retry::default();
+        let failed = || Err(storage::Error::not_sealed("tier", 1));
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            waits.push(retry.after(0, failed(), || 0).unwrap().as_millis() as u64);
+        }
+        assert_eq!(waits[..3], [TIER_RETRY_MIN_MS, 2 * TIER_RETRY_MIN_MS, 4 * TIER_RETRY_MIN_MS]);
+        assert_eq!(*waits.last().unwrap(), TIER_RETRY_MAX_MS);
+        assert_eq!(retry.after(0, Ok(()), || 0), None);
+        assert_eq!(retry.after(0, failed(), || 0), Some(Duration::from_millis(TIER_RETRY_MIN_MS)));
     }
 }

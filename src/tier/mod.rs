@@ -45,6 +45,16 @@ pub enum Source {
     Bytes(Vec<u8>),
 }
 
+impl Source {
+    /// Its bytes (a file is read whole: call off the runtime's thread).
+    fn read(self) -> io::Result<Vec<u8>> {
+        match self {
+            Source::Bytes(b) => Ok(b),
+            Source::File(path) => std::fs::read(path),
+        }
+    }
+}
+
 /// Work on an upload's bytes done on the tier thread's blocking pool before
 /// they go out (the log builds a segment's skeleton with it), so that no
 /// executor ever scans a whole segment. An error cancels the upload.
@@ -55,6 +65,7 @@ enum Job {
     Get { key: String, range: Range<u64>, done: oneshot::Sender<io::Result<Vec<u8>>> },
     Delete { key: String, done: oneshot::Sender<io::Result<()>> },
     List { prefix: String, done: oneshot::Sender<io::Result<Vec<(String, u64)>>> },
+    Derive { source: Source, derive: Derive, done: oneshot::Sender<io::Result<Vec<u8>>> },
 }
 
 /// A handle on the tier thread; cheap to clone, usable from any thread.
@@ -136,9 +147,18 @@ impl TierClient {
         Ok(TierClient { jobs, up, root, describe })
     }
 
-    /// The key of one shard's segment: `{prefix}/{node}/shard-{i}/{no:020}.seg`.
-    pub fn segment_key(&self, shard: usize, segment: u64) -> String {
-        format!("{}/{segment:020}.seg", self.shard_prefix(shard))
+    /// The key of one shard's segment: `{prefix}/{node}/shard-{i}/{no:020}.seg`
+    /// on a single node (`term` 0). In a cell (the node part is `cell`, and
+    /// shard *i* is group *i*) the leader that uploads it names its term,
+    /// `{no:020}.t{term}.seg`: each leader's upload has a key of its own, so
+    /// one never overwrites another's, and an object of an older term than
+    /// the leader's that no committed tier record names is known to be an
+    /// orphan (`storage/tiered/cell.rs`).
+    pub fn segment_key(&self, shard: usize, segment: u64, term: u64) -> String {
+        match term {
+            0 => format!("{}/{segment:020}.seg", self.shard_prefix(shard)),
+            t => format!("{}/{segment:020}.t{t}.seg", self.shard_prefix(shard)),
+        }
     }
 
     /// The prefix under which every key of `shard` lives.
@@ -146,9 +166,13 @@ impl TierClient {
         format!("{}/shard-{shard}", self.root)
     }
 
-    /// The segment a key of [`segment_key`](Self::segment_key) names.
-    pub fn segment_of(key: &str) -> Option<u64> {
-        key.rsplit('/').next()?.strip_suffix(".seg")?.parse().ok()
+    /// The segment and term a key of [`segment_key`](Self::segment_key) names.
+    pub fn segment_of(key: &str) -> Option<(u64, u64)> {
+        let name = key.rsplit('/').next()?.strip_suffix(".seg")?;
+        match name.split_once(".t") {
+            None => Some((name.parse().ok()?, 0)),
+            Some((no, term)) => Some((no.parse().ok()?, term.parse().ok().filter(|&t| t > 0)?)),
+        }
     }
 
     /// Whether the last job reached the store.
@@ -180,6 +204,13 @@ impl TierClient {
     /// Every key under `prefix`, with its size.
     pub async fn list(&self, prefix: String) -> io::Result<Vec<(String, u64)>> {
         self.call(|done| Job::List { prefix, done }).await
+    }
+
+    /// What `derive` makes of `source`'s bytes, worked out on the tier
+    /// thread's blocking pool (never on an executor): a replica in a cell
+    /// builds a skeleton so. The store is not asked.
+    pub async fn derive(&self, source: Source, derive: Derive) -> io::Result<Vec<u8>> {
+        self.call(|done| Job::Derive { source, derive, done }).await
     }
 
     async fn call<T>(&self, job: impl FnOnce(oneshot::Sender<io::Result<T>>) -> Job) -> io::Result<T> {
@@ -237,6 +268,11 @@ impl Worker {
                 };
                 let _ = done.send(self.checked(TIER_REQUEST_TIMEOUT_MS, list).await);
             }
+            Job::Derive { source, derive, done } => {
+                let work = move || derive(&source.read()?).map_err(io::Error::other);
+                let r = tokio::task::spawn_blocking(work).await.map_err(io::Error::other);
+                let _ = done.send(r.and_then(|r| r));
+            }
         }
     }
 
@@ -266,10 +302,7 @@ async fn put_verified(
     // Reading, hashing and deriving take milliseconds per megabyte: off the
     // runtime's thread, so cold reads are not held up behind an upload.
     let prepare = move || -> io::Result<_> {
-        let bytes = match source {
-            Source::Bytes(b) => b,
-            Source::File(path) => std::fs::read(path)?,
-        };
+        let bytes = source.read()?;
         let derived = derive(&bytes).map_err(io::Error::other)?;
         let md5 = hex(&Md5::digest(&bytes));
         Ok((bytes, derived, md5))
@@ -308,15 +341,21 @@ mod tests {
     #[test]
     fn put_get_list_delete_round_trip() {
         let (c, _down) = TierClient::in_memory("node");
-        let key = c.segment_key(1, 7);
+        let key = c.segment_key(1, 7, 0);
         assert_eq!(key, "test/node/shard-1/00000000000000000007.seg");
-        assert_eq!(TierClient::segment_of(&key), Some(7));
+        assert_eq!(TierClient::segment_of(&key), Some((7, 0)));
+        let in_term = c.segment_key(1, 7, 12);
+        assert_eq!(in_term, "test/node/shard-1/00000000000000000007.t12.seg");
+        assert_eq!(TierClient::segment_of(&in_term), Some((7, 12)));
+        for bad in ["a/7.t0.seg", "a/7.t.seg", "a/x.seg", "a/7.t3", "a/7.tx.seg"] {
+            assert_eq!(TierClient::segment_of(bad), None, "{bad}");
+        }
         let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
         let first = Box::new(|b: &[u8]| Ok(b[..3].to_vec()));
         let put = block(c.put_verified(key.clone(), Source::Bytes(data.clone()), first)).unwrap();
         assert_eq!(put, (10_000, data[..3].to_vec()));
         let refuse = Box::new(|_: &[u8]| Err("no".to_string()));
-        assert!(block(c.put_verified(c.segment_key(1, 8), Source::Bytes(data.clone()), refuse)).is_err());
+        assert!(block(c.put_verified(c.segment_key(1, 8, 0), Source::Bytes(data.clone()), refuse)).is_err());
         assert_eq!(block(c.get_range(key.clone(), 100..300)).unwrap(), data[100..300]);
         let listed = block(c.list(c.shard_prefix(1))).unwrap();
         assert_eq!(listed, vec![(key.clone(), 10_000)]);
@@ -329,7 +368,7 @@ mod tests {
     #[test]
     fn a_down_store_fails_every_job_and_reports_it() {
         let (c, down) = TierClient::in_memory("node");
-        let key = c.segment_key(0, 1);
+        let key = c.segment_key(0, 1, 0);
         block(c.put_verified(key.clone(), Source::Bytes(vec![1; 64]), Box::new(|_| Ok(vec![])))).unwrap();
         down.set_down(true);
         assert!(block(c.get_range(key.clone(), 0..8)).is_err());

@@ -71,6 +71,7 @@ impl<S: SegmentStore> Shard<S> {
             self.decide_reclaim().await;
         }
         self.remove_reclaimed().await;
+        self.finish_moves().await;
     }
 
     /// On the leader: re-logs the metadata that alone keeps the oldest
@@ -155,6 +156,11 @@ impl<S: SegmentStore> Shard<S> {
             if data.contains(&seg) || pins.contains_key(&seg) || state.delete_still_needed(seg, &on_disk) {
                 break;
             }
+            if self.log.is_moving(seg) {
+                // Being moved to the object store: free once it is remote.
+                self.reclaim_due.set(true);
+                break;
+            }
             match local.first_close_after(seg) {
                 Some(first) if first <= bound => {}
                 // Free, but not yet held by every voter (or nothing is
@@ -172,7 +178,7 @@ impl<S: SegmentStore> Shard<S> {
 
     /// The newest entry every voter holds and the group committed (0 on a
     /// replica that does not lead).
-    fn all_hold(&self) -> u64 {
+    pub(in crate::shard) fn all_hold(&self) -> u64 {
         let held = self.held_by_all.borrow().as_ref().map_or(0, |h| h.get());
         held.min(self.log.local().committed_index())
     }
@@ -189,6 +195,7 @@ impl<S: SegmentStore> Shard<S> {
     /// before deleting finds named again as it recovers).
     async fn remove_reclaimed(&self) {
         let Some(through) = self.reclaim_through.get() else { return };
+        self.remove_remote_reclaimed(through).await;
         let local = self.log.local();
         let doomed: Vec<u64> = local.sealed_segments().into_iter().take_while(|&s| s <= through).collect();
         if doomed.is_empty() {
@@ -204,6 +211,28 @@ impl<S: SegmentStore> Shard<S> {
         }
         self.stats.borrow_mut().segments_reclaimed += doomed.len() as u64;
         tracing::info!("shard {}: deleted segments {}..={through}, reclaimed through the log", self.id, doomed[0]);
+    }
+
+    /// With tiering: the remote segments up to `through` go first (the
+    /// oldest), their skeletons on every replica and, on the leader, their
+    /// objects.
+    async fn remove_remote_reclaimed(&self, through: u64) {
+        match self.log.remove_remote_through(through, self.leads()).await {
+            Ok(gone) if gone.is_empty() => {}
+            Ok(gone) => {
+                let mut state = self.state.borrow_mut();
+                for seg in &gone {
+                    state.forget_segment(*seg);
+                }
+                self.stats.borrow_mut().segments_reclaimed += gone.len() as u64;
+                tracing::info!(
+                    "shard {}: deleted remote segments {}..={through}, reclaimed through the log",
+                    self.id,
+                    gone[0]
+                );
+            }
+            Err(e) => tracing::warn!("shard {}: could not delete the remote segments up to {through}: {e}", self.id),
+        }
     }
 
     /// Expires every stream whose TTL or expiry time has passed.

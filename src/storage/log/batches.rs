@@ -322,7 +322,8 @@ impl<S: SegmentStore> LocalLog<S> {
             while at < end {
                 let corrupt = Error::Corrupt { segment: no, position: at as u64 };
                 let (header, _, framed) = record::decode(no, &bytes[at..]).map_err(|_| corrupt)?;
-                if header.kind < record::KIND_CONF {
+                // The tier record too: a move to the object store is an entry.
+                if header.kind < record::KIND_CONF || header.kind == record::KIND_TIER {
                     out.push(Recovered {
                         header,
                         loc: RecordLoc { segment: no, pos: at as u64, body_len: header.body_len },

@@ -440,6 +440,14 @@ impl<S: SegmentStore> LocalLog<S> {
         st.segments.iter().filter_map(mapped).collect()
     }
 
+    /// Runs `f` on the bytes of sealed segment `no` (None: not a sealed
+    /// segment held here).
+    pub fn with_sealed<T>(&self, no: u64, f: impl FnOnce(&[u8]) -> T) -> Option<T> {
+        let st = self.st.borrow();
+        let Some(SegData::Mapped(m)) = st.segments.get(&no) else { return None };
+        Some(f(m.bytes()))
+    }
+
     /// Bytes `offset..offset + max` of sealed segment `no` (fewer at its
     /// end, none past it) and the segment's length; None unless the segment
     /// is sealed and durable here, so never a byte that may still change

@@ -26,10 +26,14 @@
 //! skeleton names is an orphan that [`Log::sweep_remote`] deletes
 //! (`sweep.rs`).
 //!
+//! In a cell the move is an entry of the group's log instead, made by the
+//! leader and finished by every replica that applies it (`cell.rs`).
+//!
 //! [`TierClient::put_verified`]: crate::tier::TierClient::put_verified
 //! [`KIND_TIER`]: crate::storage::record::KIND_TIER
 
 mod cache;
+mod cell;
 mod cold;
 mod files;
 mod moves;
@@ -43,7 +47,7 @@ pub use state::{KeepFn, Tiering};
 
 use super::error::{Error, Result};
 use super::io::SegmentStore;
-use super::log::{BatchMark, LocalLog, LogConfig, RecordLoc, Recovered, RecoveryReport};
+use super::log::{LocalLog, LogConfig, RecordLoc, Recovered, RecoveryReport};
 use super::record::RecordHeader;
 use super::stats::LogStats;
 use state::Tier;
@@ -61,22 +65,6 @@ impl<S: SegmentStore> Log<S> {
     /// Recovers the log in `store` without tiering (see [`Log::open_tiered`]).
     pub async fn open(store: S, cfg: LogConfig) -> Result<(Self, Vec<Recovered>, RecoveryReport)> {
         Self::open_tiered(store, cfg, None).await
-    }
-
-    /// Recovers a batched log (a replica's, in a cell: see
-    /// `storage/log/batches.rs`), without tiering: a cell does not tier yet.
-    pub async fn open_batched(
-        store: S,
-        cfg: LogConfig,
-    ) -> Result<(Self, Vec<Recovered>, Vec<BatchMark>, RecoveryReport)> {
-        if let Some(files) = store.tier_files() {
-            if let Some(&(no, _)) = files.list_skeletons().map_err(Error::io_at("list skeletons", 0))?.first() {
-                let source = std::io::Error::other("segments are in an object store, and a cell does not tier yet");
-                return Err(Error::io("open", no, source));
-            }
-        }
-        let (local, records, marks, report) = LocalLog::open_batched(store, cfg).await?;
-        Ok((Log { local: Rc::new(local), tier: None }, records, marks, report))
     }
 
     /// The local log (in a cell, the replica's batched log).
@@ -217,7 +205,7 @@ impl<S: SegmentStore> Log<S> {
             Some(t) if t.moving.borrow().contains(&no) => {
                 Err(Error::not_sealed("remove while moving to the object store", no))
             }
-            Some(t) if t.is_remote(no) => t.remove(self.tier_files(), no).await,
+            Some(t) if t.is_remote(no) => t.remove(self.tier_files(), no, true).await,
             _ => self.local.remove_segment(no).await,
         }
     }

@@ -1,7 +1,7 @@
 //! Moving sealed segments to the object store: which are due, and the four
 //! steps of one move (see the module docs).
 
-use super::skeleton::{tier_body, Skeleton};
+use super::skeleton::{tier_body, Moved, Skeleton};
 use super::state::{KeepFn, RemoteSeg, Tier};
 use super::Log;
 use crate::storage::error::{Error, Result};
@@ -55,14 +55,7 @@ impl<S: SegmentStore> Log<S> {
         }
         let r = t.move_to_store(&self.local, no, size, keep).await;
         t.moving.borrow_mut().remove(&no);
-        let mut stats = t.stats.borrow_mut();
-        match &r {
-            Ok(len) => {
-                stats.uploads_ok += 1;
-                stats.uploaded_bytes += len;
-            }
-            Err(_) => stats.uploads_failed += 1,
-        }
+        t.count_move(&r);
         r
     }
 }
@@ -91,9 +84,9 @@ impl Tier {
         }
         files.write_skeleton(no, &skeleton).map_err(io("write skeleton"))?;
         let h = RecordHeader { kind: record::KIND_TIER, stream_id: 0, incarnation: 0, stream_offset: no, body_len: 0 };
-        let (_, lsn) = local.append(h, &tier_body(no, len))?;
+        let (_, lsn) = local.append(h, &tier_body(Moved { no, len, term: 0 }))?;
         local.durable(lsn).await?;
-        let remote = RemoteSeg { len, skel_len: skeleton.len() as u64, skeleton: None };
+        let remote = RemoteSeg { len, term: 0, skel_len: skeleton.len() as u64, skeleton: None };
         self.remote.borrow_mut().insert(no, remote);
         local.remove_segment(no).await?;
         Ok(len)

@@ -14,12 +14,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 /// A skeleton read back at boot.
-struct Loaded {
-    skeleton: Skeleton,
+pub(super) struct Loaded {
+    pub skeleton: Skeleton,
     /// The length of its segment.
-    seg_len: u64,
+    pub seg_len: u64,
     /// The length of the skeleton file.
-    skel_len: u64,
+    pub skel_len: u64,
 }
 
 impl<S: SegmentStore> Log<S> {
@@ -51,7 +51,7 @@ impl<S: SegmentStore> Log<S> {
 }
 
 /// Reads and verifies every skeleton beside the segments.
-fn load_skeletons<S: SegmentStore>(store: &S) -> Result<BTreeMap<u64, Loaded>> {
+pub(super) fn load_skeletons<S: SegmentStore>(store: &S) -> Result<BTreeMap<u64, Loaded>> {
     let Some(files) = store.tier_files() else { return Ok(BTreeMap::new()) };
     let mut out = BTreeMap::new();
     for (no, skel_len) in files.list_skeletons().map_err(Error::io_at("list skeletons", 0))? {
@@ -70,7 +70,7 @@ fn take_tier_records<S: SegmentStore>(
     found: Vec<Recovered>,
     skeletons: &BTreeMap<u64, Loaded>,
 ) -> Result<(Vec<Recovered>, BTreeSet<u64>)> {
-    let mut tiered: BTreeSet<u64> = skeletons.values().flat_map(|l| l.skeleton.tiered()).collect();
+    let mut tiered: BTreeSet<u64> = skeletons.values().flat_map(|l| l.skeleton.tiered().map(|m| m.no)).collect();
     let mut records = Vec::with_capacity(found.len());
     for r in found {
         if r.header.kind != record::KIND_TIER {
@@ -79,20 +79,22 @@ fn take_tier_records<S: SegmentStore>(
         }
         let mut body = Vec::new();
         local.read_body(r.loc, 0..r.loc.body_len as usize, &mut body)?;
-        tiered.extend(decode_tier_body(&body).map(|(no, _)| no));
+        tiered.extend(decode_tier_body(&body).map(|m| m.no));
     }
     Ok((records, tiered))
 }
 
 /// Adds the records of the segments only a skeleton holds (tier records
 /// left out) to the local ones, in log order.
-fn with_remote_records(
+pub(super) fn with_remote_records(
     local: Vec<Recovered>,
     skeletons: &BTreeMap<u64, Loaded>,
     held: &BTreeSet<u64>,
 ) -> Vec<Recovered> {
     let remote = skeletons.iter().filter(|(no, _)| !held.contains(no)).flat_map(|(&no, l)| {
-        let entries = l.skeleton.entries.iter().filter(|e| e.header.kind != record::KIND_TIER);
+        // The layers' records above the log: not its own (tier records, and
+        // in a cell the batch closes and membership changes).
+        let entries = l.skeleton.entries.iter().filter(|e| e.header.kind < record::KIND_CONF);
         entries.map(move |e| Recovered {
             header: e.header,
             loc: RecordLoc { segment: no, pos: e.pos, body_len: e.header.body_len },
@@ -133,7 +135,7 @@ async fn settle_moves<S: SegmentStore>(
             local.remove_segment(no).await?;
         }
         let skeleton = Some(Rc::new(l.skeleton));
-        remote.insert(no, RemoteSeg { len: l.seg_len, skel_len: l.skel_len, skeleton });
+        remote.insert(no, RemoteSeg { len: l.seg_len, term: 0, skel_len: l.skel_len, skeleton });
     }
     Ok(remote)
 }
@@ -154,7 +156,12 @@ mod tests {
             record::encode(no, &header(1, o), b"abc", &mut seg);
         }
         let tier = RecordHeader { body_len: 16, ..header(record::KIND_TIER, 0) };
-        record::encode(no, &tier, &super::super::skeleton::tier_body(7, 4096), &mut seg);
+        record::encode(
+            no,
+            &tier,
+            &super::super::skeleton::tier_body(super::super::skeleton::Moved { no: 7, len: 4096, term: 0 }),
+            &mut seg,
+        );
         record::seal(no, seg.len() as u64, offsets.len() as u64 + 1, &mut seg);
         let bytes = Skeleton::build(no, &seg, |_, body| body.len()).unwrap();
         let (skeleton, seg_len) = Skeleton::decode(no, bytes).unwrap();
@@ -177,7 +184,7 @@ mod tests {
         assert!(merged.iter().all(|r| r.header.kind != record::KIND_TIER));
         // A record's place in a remote segment is where the skeleton says.
         assert_eq!(merged[1].loc.pos, skeletons[&0].skeleton.entries[1].pos);
-        let tiered: Vec<u64> = skeletons[&0].skeleton.tiered().collect();
+        let tiered: Vec<u64> = skeletons[&0].skeleton.tiered().map(|m| m.no).collect();
         assert_eq!(tiered, vec![7]);
     }
 }

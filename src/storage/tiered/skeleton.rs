@@ -11,6 +11,8 @@ use crate::storage::record::{self, RecordHeader};
 /// positions, and the leading body bytes of each (all but bulk data).
 pub(crate) struct Skeleton {
     pub entries: Vec<SkelEntry>,
+    /// The term its object's key names (0 on a single node).
+    pub term: u64,
     bytes: Vec<u8>,
 }
 
@@ -22,6 +24,9 @@ pub(crate) struct SkelEntry {
 
 const SKEL_MAGIC: &[u8; 8] = b"RSSKEL01";
 const SKEL_HEAD_BYTES: usize = 32;
+/// In a cell: the head goes on with the term of the object's key.
+const SKEL_MAGIC_IN_TERM: &[u8; 8] = b"RSSKEL02";
+const SKEL_HEAD_IN_TERM_BYTES: usize = 40;
 const SKEL_ENTRY_BYTES: usize = 48;
 
 impl Skeleton {
@@ -29,12 +34,21 @@ impl Skeleton {
     /// record up to the seal. `keep(header, body)` says how many leading
     /// body bytes recovery needs.
     pub fn build(no: u64, seg: &[u8], keep: KeepFn) -> Result<Vec<u8>> {
+        Skeleton::build_in_term(no, seg, keep, 0)
+    }
+
+    /// [`Skeleton::build`] of a segment whose object's key names `term`
+    /// (in a cell; 0 builds the single node's form).
+    pub fn build_in_term(no: u64, seg: &[u8], keep: KeepFn, term: u64) -> Result<Vec<u8>> {
         let corrupt = |pos: usize| Error::Corrupt { segment: no, position: pos as u64 };
         let mut out = Vec::with_capacity(seg.len() / 16);
-        out.extend_from_slice(SKEL_MAGIC);
+        out.extend_from_slice(if term == 0 { SKEL_MAGIC } else { SKEL_MAGIC_IN_TERM });
         out.extend_from_slice(&no.to_le_bytes());
         out.extend_from_slice(&(seg.len() as u64).to_le_bytes());
         out.extend_from_slice(&0u64.to_le_bytes());
+        if term > 0 {
+            out.extend_from_slice(&term.to_le_bytes());
+        }
         // Records before the seal (pads too), and entries (pads are left out).
         let (mut pos, mut count, mut entries) = (0usize, 0u64, 0u64);
         loop {
@@ -67,14 +81,20 @@ impl Skeleton {
     /// and the segment's length.
     pub fn decode(no: u64, bytes: Vec<u8>) -> Result<(Skeleton, u64)> {
         let bad = || Error::Corrupt { segment: no, position: 0 };
-        let n = bytes.len().checked_sub(4).filter(|&n| n >= SKEL_HEAD_BYTES).ok_or_else(bad)?;
+        let head = match bytes.get(..8) {
+            Some(m) if m == SKEL_MAGIC => SKEL_HEAD_BYTES,
+            Some(m) if m == SKEL_MAGIC_IN_TERM => SKEL_HEAD_IN_TERM_BYTES,
+            _ => return Err(bad()),
+        };
+        let n = bytes.len().checked_sub(4).filter(|&n| n >= head).ok_or_else(bad)?;
         let crc = u32::from_le_bytes(bytes[n..].try_into().expect("4 bytes"));
-        if &bytes[..8] != SKEL_MAGIC || skel_crc(no, &bytes[..n]) != crc || le64(&bytes, 8) != no {
+        if skel_crc(no, &bytes[..n]) != crc || le64(&bytes, 8) != no {
             return Err(bad());
         }
         let (seg_len, count) = (le64(&bytes, 16), le64(&bytes, 24));
+        let term = if head == SKEL_HEAD_BYTES { 0 } else { le64(&bytes, 32) };
         let mut entries = Vec::new();
-        let mut at = SKEL_HEAD_BYTES;
+        let mut at = head;
         for _ in 0..count {
             if at + SKEL_ENTRY_BYTES > n {
                 return Err(bad());
@@ -98,7 +118,7 @@ impl Skeleton {
         if at != n {
             return Err(bad());
         }
-        Ok((Skeleton { entries, bytes }, seg_len))
+        Ok((Skeleton { entries, term, bytes }, seg_len))
     }
 
     /// The kept body bytes of the record at `pos`.
@@ -108,11 +128,11 @@ impl Skeleton {
     }
 
     /// The tier records it holds: segments they say are remote.
-    pub fn tiered(&self) -> impl Iterator<Item = u64> + '_ {
+    pub fn tiered(&self) -> impl Iterator<Item = Moved> + '_ {
         self.entries
             .iter()
             .filter(|e| e.header.kind == record::KIND_TIER)
-            .filter_map(|e| decode_tier_body(&self.bytes[e.meta.clone()]).map(|(no, _)| no))
+            .filter_map(|e| decode_tier_body(&self.bytes[e.meta.clone()]))
     }
 }
 
@@ -142,14 +162,32 @@ fn le32(b: &[u8], at: usize) -> u32 {
 }
 
 /// The body of a tier record: the segment number and its length.
-pub(crate) fn decode_tier_body(body: &[u8]) -> Option<(u64, u64)> {
-    (body.len() == 16).then(|| (le64(body, 0), le64(body, 8)))
+pub(crate) fn decode_tier_body(body: &[u8]) -> Option<Moved> {
+    let (no, len) = (body.len() >= 16).then(|| (le64(body, 0), le64(body, 8)))?;
+    match body.len() {
+        16 => Some(Moved { no, len, term: 0 }),
+        24 => Some(Moved { no, len, term: le64(body, 16) }).filter(|m| m.term > 0),
+        _ => None,
+    }
 }
 
-/// The body of the tier record of segment `no`, `len` bytes long.
-pub(crate) fn tier_body(no: u64, len: u64) -> Vec<u8> {
-    let mut body = no.to_le_bytes().to_vec();
-    body.extend_from_slice(&len.to_le_bytes());
+/// What a tier record says: segment `no`, `len` bytes long, is in the
+/// object store under the key of `term` (0 on a single node; in a cell,
+/// the term of the leader that uploaded it: `TierClient::segment_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Moved {
+    pub no: u64,
+    pub len: u64,
+    pub term: u64,
+}
+
+/// The body of the tier record of `m`: `no | len`, and `| term` in a cell.
+pub(crate) fn tier_body(m: Moved) -> Vec<u8> {
+    let mut body = m.no.to_le_bytes().to_vec();
+    body.extend_from_slice(&m.len.to_le_bytes());
+    if m.term > 0 {
+        body.extend_from_slice(&m.term.to_le_bytes());
+    }
     body
 }
 
@@ -186,13 +224,44 @@ mod tests {
         assert_eq!(sk.entries[1].header.stream_offset, 100);
         assert_eq!(sk.meta_at(sk.entries[0].pos).unwrap(), b"create-body");
         assert_eq!(sk.meta_at(sk.entries[1].pos).unwrap(), b"meta");
-        assert_eq!(sk.tiered().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(sk.tiered().collect::<Vec<_>>(), vec![Moved { no: 0, len: 0, term: 0 }]);
+        assert_eq!(sk.term, 0, "a single node's skeleton names no term");
         // Another segment's number, a flipped bit, a cut: all refused.
         assert!(Skeleton::decode(6, bytes.clone()).is_err());
         let mut flipped = bytes.clone();
         flipped[40] ^= 1;
         assert!(Skeleton::decode(5, flipped).is_err());
         assert!(Skeleton::decode(5, bytes[..bytes.len() - 9].to_vec()).is_err());
+    }
+
+    #[test]
+    fn a_cells_skeleton_keeps_its_keys_term() {
+        let seg = segment(5, &[(1, b"create-body"), (record::KIND_BATCH, b"close")]);
+        let bytes = Skeleton::build_in_term(5, &seg, |_, b| b.len(), 9).unwrap();
+        assert_eq!(&bytes[..8], SKEL_MAGIC_IN_TERM);
+        let (sk, len) = Skeleton::decode(5, bytes.clone()).unwrap();
+        assert_eq!((sk.term, len, sk.entries.len()), (9, seg.len() as u64, 2));
+        assert_eq!(sk.meta_at(sk.entries[0].pos).unwrap(), b"create-body");
+        let mut flipped = bytes.clone();
+        flipped[33] ^= 1;
+        assert!(Skeleton::decode(5, flipped).is_err(), "the term is under the CRC");
+        let mut other = bytes;
+        other[..8].copy_from_slice(b"RSSKEL03");
+        assert!(Skeleton::decode(5, other).is_err());
+    }
+
+    #[test]
+    fn tier_records_name_a_term_only_in_a_cell() {
+        let single = Moved { no: 3, len: 4096, term: 0 };
+        assert_eq!(tier_body(single).len(), 16);
+        assert_eq!(decode_tier_body(&tier_body(single)), Some(single));
+        let in_cell = Moved { term: 7, ..single };
+        assert_eq!(tier_body(in_cell).len(), 24);
+        assert_eq!(decode_tier_body(&tier_body(in_cell)), Some(in_cell));
+        let mut zero = tier_body(single);
+        zero.extend_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decode_tier_body(&zero), None, "a cell's record names a term");
+        assert_eq!(decode_tier_body(&[0; 20]), None);
     }
 
     #[test]

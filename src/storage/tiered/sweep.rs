@@ -23,13 +23,17 @@ impl<S: SegmentStore> Log<S> {
 
 impl Tier {
     /// Deletes a remote segment: its skeleton (after which recovery no
-    /// longer knows it), then its object; an object left behind by a failed
-    /// delete is an orphan for the next sweep.
-    pub(super) async fn remove(&self, files: &dyn TierFiles, no: u64) -> Result<()> {
+    /// longer knows it), then, with `delete_object`, its object; an object
+    /// left behind by a failed delete is an orphan for the next sweep.
+    pub(super) async fn remove(&self, files: &dyn TierFiles, no: u64, delete_object: bool) -> Result<()> {
+        let key = self.key(no);
         files.remove_skeleton(no).map_err(|source| Error::io("remove skeleton", no, source))?;
         self.remote.borrow_mut().remove(&no);
         self.cache.borrow_mut().forget(no);
-        match self.link.client.delete(self.key(no)).await {
+        if !delete_object {
+            return Ok(());
+        }
+        match self.link.client.delete(key).await {
             Ok(()) => self.stats.borrow_mut().remote_deleted += 1,
             Err(e) => {
                 tracing::warn!("shard {}: deleting remote segment {no}: {e} (the next sweep retries)", self.link.shard);
@@ -45,7 +49,7 @@ impl Tier {
         let keys = client.list(client.shard_prefix(self.link.shard)).await.map_err(unavailable)?;
         let mut deleted = 0;
         for (key, _) in keys {
-            let Some(no) = TierClient::segment_of(&key) else { continue };
+            let Some((no, _)) = TierClient::segment_of(&key) else { continue };
             if !self.moving.borrow().contains(&no) && !self.is_remote(no) {
                 client.delete(key).await.map_err(unavailable)?;
                 deleted += 1;
