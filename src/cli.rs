@@ -171,6 +171,16 @@ pub struct Cli {
     #[arg(long)]
     pub check_config: bool,
 
+    /// Make a new data directory (absent or empty) for this node of a cell
+    /// whose every disk was lost, from the cell's objects in the object
+    /// store (--tier s3 and its settings, and --cell, as the nodes ran
+    /// with), then exit: for each group its segments there, checked, and
+    /// the Raft state saying the last entry they close is committed. Run it
+    /// on every node of the cell, then start them. What only the lost disks
+    /// held (the hot tail, up to --hot-bytes a node) is gone.
+    #[arg(long, conflicts_with = "check_config")]
+    pub restore_from_tier: bool,
+
     /// Access control: a TOML file of bearer tokens (each with the buckets
     /// it covers, exact names or prefixes ending in `*`, and its rights:
     /// read, append, manage, admin) and bucket quotas (max_streams,
@@ -301,11 +311,13 @@ pub enum TierKind {
 }
 
 /// What the command line asks for: the configuration, and whether only to
-/// check it (`--check-config`).
+/// check it (`--check-config`) or to restore a cell's node from the object
+/// store (`--restore-from-tier`).
 #[derive(Debug, Clone)]
 pub struct Invocation {
     pub config: Config,
     pub check_only: bool,
+    pub restore_only: bool,
 }
 
 /// The config file. Keys are the flag names; anything else is an error.
@@ -352,7 +364,8 @@ pub fn load() -> Result<Invocation, String> {
         Err(e) => return Err(e.render().to_string().trim_end().trim_start_matches("error: ").to_string()),
     };
     let config = resolve(&matches, std::env::var("RUST_LOG").ok())?;
-    Ok(Invocation { config, check_only: matches.get_flag("check_config") })
+    let (check_only, restore_only) = (matches.get_flag("check_config"), matches.get_flag("restore_from_tier"));
+    Ok(Invocation { config, check_only, restore_only })
 }
 
 /// Resolves parsed flags (which already include the environment), the

@@ -28,6 +28,18 @@ fn main() {
     if let Err(e) = init_logging(&inv.config) {
         exit(EXIT_CONFIG, &format!("configuration error: {e:#}"));
     }
+    if inv.restore_only {
+        match ringstream::server::restore(&inv.config) {
+            Ok(report) => {
+                print!("{report}");
+                std::process::exit(0);
+            }
+            Err(e) => {
+                let config = e.chain().any(|c| c.is::<ConfigError>());
+                exit(if config { EXIT_CONFIG } else { 1 }, &format!("restore failed: {e:#}"));
+            }
+        }
+    }
     // The message alone (no backtrace): startup errors are for operators.
     if let Err(e) = ringstream::server::run(inv.config) {
         let config = e.chain().any(|c| c.is::<ConfigError>());

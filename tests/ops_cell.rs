@@ -224,3 +224,33 @@ fn a_cell_with_incomplete_tier_settings_is_refused_and_without_one_nothing_chang
     assert_eq!(server.conn().request("PUT", "/v1/stream/single", &[], b"").status, 201);
     server.kill9();
 }
+
+/// `--restore-from-tier` refuses what it cannot restore into or from, with
+/// exit 78 and the reason, and touches nothing: no cell, no tier, a data
+/// directory that is not empty. (The restore itself runs against a real
+/// object store in scripts/cell-tiering.sh.)
+#[test]
+fn a_restore_from_the_tier_is_refused_without_a_cell_a_tier_or_an_empty_directory() {
+    let root = TempDir::new("cell-restore");
+    let secret = secret_file(root.path(), "secret", SECRET, 0o600);
+    let data = root.path().join("data");
+    let cell = ["--node-id", "1", "--cell", THREE, "--cell-secret-file", s(&secret)];
+    let base = ["--restore-from-tier", "--data-dir", s(&data), "--shards", "1", "--no-pin"];
+    let tier =
+        ["--tier", "s3", "--tier-endpoint", "http://127.0.0.1:9", "--tier-bucket", "b", "--hot-bytes", "201326592"];
+    let keys = [("AWS_ACCESS_KEY_ID", "id"), ("AWS_SECRET_ACCESS_KEY", "secret")];
+    let (code, _, err) = run(&[&base[..], &tier].concat(), &keys);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(err.contains("--restore-from-tier needs --cell"), "{err}");
+    let (code, _, err) = run(&[&base[..], &cell].concat(), &keys);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(err.contains("--restore-from-tier needs --tier s3"), "{err}");
+    assert!(!data.exists(), "a refused restore touched nothing");
+    std::fs::create_dir_all(data.join("shard-0")).unwrap();
+    let (code, _, err) = run(&[&base[..], &cell, &tier].concat(), &keys);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(err.contains("is not empty"), "{err}");
+    let (code, out, _) = run(&["--help"], &[]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("--restore-from-tier"), "--help names it");
+}

@@ -341,6 +341,14 @@ pub async fn seed_membership<S: SegmentStore>(store: &S, m: &Membership) -> Resu
     slots.write(store, &encode_raft_state(&hs, Some(m))).await.map_err(io())
 }
 
+/// What the Raft state file of a replica restored from its cell's objects
+/// holds (`server/restore.rs`): `term` (at least that of the last entry the
+/// restored segments close), `commit` (that entry: every one is committed),
+/// no vote, and no membership change (the voters are the cell's).
+pub fn restored_state(term: u64, commit: u64) -> Vec<u8> {
+    encode_raft_state(&HardState { term, vote: 0, commit }, None)
+}
+
 fn store_error(e: crate::storage::Error) -> raft::Error {
     raft::Error::Store(StorageError::Other(Box::new(e)))
 }

@@ -95,7 +95,7 @@ fn node_id(cfg: &Config) -> anyhow::Result<String> {
 /// 1: the first; 2: every segment but the newest ends in a seal record.
 pub(super) const FORMAT_VERSION: u32 = 2;
 
-fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
+pub(super) fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| config_error(format!("creating data directory {}: {e}", dir.display())))
 }
 
@@ -141,7 +141,7 @@ pub(super) fn read_layout(dir: &Path, shards: usize) -> anyhow::Result<Layout> {
 }
 
 /// [`read_layout`], then writes the meta file of a new directory (durably).
-fn check_layout(dir: &Path, shards: usize) -> anyhow::Result<()> {
+pub(super) fn check_layout(dir: &Path, shards: usize) -> anyhow::Result<()> {
     if read_layout(dir, shards)? == Layout::Matches {
         return Ok(());
     }

@@ -24,6 +24,7 @@ mod cell;
 mod check;
 mod context;
 mod host;
+mod restore;
 mod shard_main;
 mod shutdown;
 mod signals;
@@ -31,6 +32,7 @@ mod systemd;
 mod webhook_key;
 
 pub use check::check;
+pub use restore::restore;
 
 use crate::config::Config;
 use crate::latch::Latch;

@@ -103,6 +103,9 @@ pub struct Shard<S: SegmentStore> {
     /// In a cell: the newest segment a committed reclaim record named (its
     /// replica deletes every sealed segment up to it).
     reclaim_through: Cell<Option<u64>>,
+    /// In a cell, on the leader: the segments a reclaim record it appended
+    /// names, until it is committed (or not).
+    reclaim_pending: Cell<Option<u64>>,
     /// In a cell, while its replica leads: the newest entry every voter
     /// holds (`cell::replica::Status::held_by_all`).
     held_by_all: RefCell<Option<Rc<Cell<u64>>>>,

@@ -70,6 +70,7 @@ impl<S: SegmentStore> Shard<S> {
             reclaim_due: Cell::new(true),
             reclaim_sealed: Cell::new(0),
             reclaim_through: Cell::new(None),
+            reclaim_pending: Cell::new(None),
             held_by_all: RefCell::new(None),
             lead_term: RefCell::new(None),
             finish_failing: Cell::new(false),

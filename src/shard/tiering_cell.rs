@@ -61,11 +61,13 @@ impl<S: SegmentStore> Shard<S> {
     /// the newest sealed (`Log::due_in_cell`), and also every entry in it
     /// and the first closed after it held by every voter and committed (no
     /// replica will need them sent as entries: the leader no longer holds
-    /// them), and not named by a committed reclaim record (it goes anyway).
+    /// them), and not named by a reclaim record, committed or on its way
+    /// (it goes anyway).
     fn due_in_cell(&self, budget: u64) -> Option<u64> {
         let no = self.log.due_in_cell(budget)?;
         let first = self.log.local().first_close_after(no)?;
-        let reclaimed = self.reclaim_through.get().is_some_and(|t| t >= no);
+        let named = |through: Option<u64>| through.is_some_and(|t| t >= no);
+        let reclaimed = named(self.reclaim_through.get()) || named(self.reclaim_pending.get());
         (first <= self.all_hold() && !reclaimed).then_some(no)
     }
 

@@ -103,11 +103,14 @@ impl<S: SegmentStore> Shard<S> {
             stream_offset: 0,
             body_len: 0,
         };
+        // Tiering leaves these segments alone from now (`Shard::due_in_cell`).
+        self.reclaim_pending.set(Some(through));
         let logged = self.log.append(h, &persist::encode_reclaim(through));
         match logged {
             Ok((_, lsn)) if self.log.durable(lsn).await.is_ok() => self.reclaimed_through(through),
             _ => self.reclaim_due.set(true),
         }
+        self.reclaim_pending.set(None);
     }
 
     /// What each of `sealed` is needed for, once the metadata that alone

@@ -128,6 +128,13 @@ impl<S: SegmentStore> Log<S> {
             let reason = format!("its lead of term {} ended during the upload", m.term);
             return Err(Error::ObjectStore { op: "upload", segment: m.no, reason });
         }
+        if self.local.with_sealed(m.no, |_| ()).is_none() {
+            // Reclaimed meanwhile (decided before the move began): no record
+            // names this key, and only this call would, so it goes.
+            let key = t.link.client.segment_key(t.link.shard, m.no, m.term);
+            let _ = t.link.client.delete(key).await;
+            return Err(Error::not_sealed("tier (reclaimed during the upload)", m.no));
+        }
         let body = tier_body(m);
         let h = RecordHeader {
             kind: record::KIND_TIER,
@@ -259,12 +266,13 @@ impl<S: SegmentStore> Log<S> {
     /// on, it is sealed and not the newest sealed one (a replica with no
     /// segments copies the sealed ones and is sent the entries after them:
     /// one always stays), the local files pass `budget`, and it is not
-    /// being moved.
+    /// being moved (nor moved already, the move not yet finished here).
     pub fn due_in_cell(&self, budget: u64) -> Option<u64> {
         let t = self.tier.as_ref()?;
         let sealed = self.local.sealed_files();
         let &[(oldest, _), _, ..] = sealed.as_slice() else { return None };
-        let due = self.local_bytes() > budget && !t.moving.borrow().contains(&oldest);
+        let busy = t.moving.borrow().contains(&oldest) || t.committed.borrow().contains_key(&oldest);
+        let due = self.local_bytes() > budget && !busy;
         due.then_some(oldest)
     }
 }
