@@ -182,13 +182,18 @@ states() {
 }
 # wait_states LEADER DEAD SECONDS: LEADER alone UP in cell_leader, every
 # node but DEAD (0: none) UP in cell_any, DEAD down in both.
-wait_states() {
-  local want="" got="" id _
+want_states() {
+  local want="" id
   for id in 1 2 3; do
     if [ "$id" = "$2" ]; then want="$want n$id:DOWN/DOWN"
     elif [ "$id" = "$1" ]; then want="$want n$id:UP/UP"
     else want="$want n$id:DOWN/UP"; fi
   done
+  echo "$want"
+}
+wait_states() {
+  local want got="" _
+  want="$(want_states "$1" "$2")"
   for _ in $(seq 1 $(( $3 * 10 ))); do
     got="$(states)"
     [ "$got" = "$want" ] && { ok; return 0; }
@@ -388,15 +393,29 @@ done
 ok
 first_ack="$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")"
 old_leader=$leader leader=""
-for _ in $(seq 1 100); do
+# The survivor leading now (by /leaderz); the first one elected may hand
+# its lead to the first voter up moments later (steering), so the stats page
+# is compared with whichever leads at each look.
+survivor_leading() {
+  local id found=""
   for id in "${followers[@]}"; do
-    [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "${node_url[$id]}/leaderz" || true)" = 200 ] && leader=$id
+    [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "${node_url[$id]}/leaderz" || true)" = 200 ] && found=$id
   done
+  echo "$found"
+}
+for _ in $(seq 1 100); do
+  leader="$(survivor_leading)"
   [ -n "$leader" ] && break
   sleep 0.1
 done
 [ -n "$leader" ] || fail "no survivor answers /leaderz 200 10 s after the leader was killed"
-wait_states "$leader" "$old_leader" 15
+for _ in $(seq 1 150); do
+  now="$(survivor_leading)"
+  [ -n "$now" ] && leader=$now
+  [ "$(states)" = "$(want_states "$leader" "$old_leader")" ] && break
+  sleep 0.1
+done
+wait_states "$leader" "$old_leader" 1
 settled="$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")"
 s0="$(hap_stat cell_leader "n$leader" 8)"
 for k in 1 2 3 4 5; do
