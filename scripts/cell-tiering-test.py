@@ -29,7 +29,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -66,16 +65,11 @@ class Cell:
 
     def __init__(self, binary, work):
         self.binary, self.work = binary, work
-        self.secret = os.path.join(work, "secret")
-        with open(self.secret, "w") as f:
-            f.write("a cell tiering test secret, 32 bytes\n")
-        os.chmod(self.secret, 0o600)
-        # A node's shard i listens for its peers on its --cell port + i:
-        # each peer port is free with the SHARDS - 1 after it.
-        ports = free_runs(3, SHARDS)
-        self.peers = [f"127.0.0.1:{p}" for p in ports[:3]]
+        self.secret = cell.write_secret(work)
+        self.peers = [f"127.0.0.1:{p}" for p in cell.peer_ports(3, SHARDS)]
         self.voters = ",".join(f"{i + 1}@{p}" for i, p in enumerate(self.peers))
-        self.ports = free_runs(3, 1, avoid={p + i for p in ports for i in range(SHARDS)})
+        # Kept across restarts; from the ephemeral range, above every peer port.
+        self.ports = cell.free_ports(3)
         self.nodes = {}
 
     def flags(self, n, join=False):
@@ -106,34 +100,6 @@ class Cell:
     def stop_all(self):
         for n in list(self.nodes):
             self.nodes.pop(n).stop()
-
-
-def free_runs(n, length, avoid=()):
-    """`n` ports, each free now with the `length - 1` after it (bound and let go), none in `avoid`."""
-    held, out = [], []
-    while len(out) < n:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
-        run = [s]
-        try:
-            for i in range(1, length):
-                t = socket.socket()
-                run.append(t)
-                t.bind(("127.0.0.1", base + i))
-        except OSError:
-            for t in run:
-                t.close()
-            continue
-        if any(base + i in avoid or base + i in {p + j for p in out for j in range(length)} for i in range(length)):
-            for t in run:
-                t.close()
-            continue
-        held += run
-        out.append(base)
-    for t in held:
-        t.close()
-    return out
 
 
 def wait(what, secs, check):

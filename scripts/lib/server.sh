@@ -157,30 +157,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # port from that range could go to a node's HTTP listener as well, and the
 # two (both SO_REUSEPORT) would split connections.
 peer_ports() {
-  python3 - "$1" "${2:-1}" <<'PY'
-import random, socket, sys
-n, run = int(sys.argv[1]), int(sys.argv[2])
-held, firsts = [], []
-while len(firsts) < n:
-    first = random.randrange(20000, 32000 - run)
-    if any(first < f + run and f < first + run for f in firsts):
-        continue
-    got = []
-    for port in range(first, first + run):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            break
-        got.append(s)
-    if len(got) == run:
-        firsts.append(first)
-        held.extend(got)
-    else:
-        for s in got:
-            s.close()
-print(" ".join(str(f) for f in firsts))
-PY
+  python3 -c 'import sys; sys.dont_write_bytecode = True; sys.path.insert(0, sys.argv[1]); import cell
+print(" ".join(map(str, cell.peer_ports(int(sys.argv[2]), int(sys.argv[3])))))' \
+    "$(dirname "${BASH_SOURCE[0]}")" "$1" "${2:-1}"
 }
 
 CELL_URL=("" "" "" "")

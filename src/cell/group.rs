@@ -238,6 +238,13 @@ const LEAD_TOWARD_LAG_MAX: u64 = 16;
 /// steer to it, in ticks: an election timeout (a leader hears each
 /// follower at every other tick).
 const STEER_HEARD_TICKS: u64 = 10;
+/// Whether follower `id` (its progress `pr`) needs entries from before the
+/// log's `first`, which only a copy of the sealed segments gives it: it is
+/// already among the `stranded`, or its next entry comes before `first`.
+fn needs_copy(stranded: &BTreeMap<u64, u64>, id: u64, pr: &raft::Progress, first: u64) -> bool {
+    stranded.contains_key(&id) || pr.next_idx < first
+}
+
 /// How often a leader asks a stranded follower again where its log ends,
 /// in ticks (`reprobe_stranded`).
 const REPROBE_TICKS: u64 = 10;
@@ -311,7 +318,7 @@ impl<S: GroupStore> Group<S> {
                 self.stranded.remove(&id);
                 continue;
             }
-            if pr.next_idx >= first && !self.stranded.contains_key(&id) {
+            if !needs_copy(&self.stranded, id, pr, first) {
                 continue;
             }
             let ticks = self.stranded.entry(id).or_insert(0);
@@ -673,7 +680,7 @@ impl<S: GroupStore> Group<S> {
                     id: *id,
                     matched: p.matched,
                     lag: last_index.saturating_sub(p.matched),
-                    needs_copy: self.stranded.contains_key(id) || p.next_idx < raft.raft_log.first_index(),
+                    needs_copy: needs_copy(&self.stranded, *id, p, raft.raft_log.first_index()),
                 })
                 .collect(),
             _ => Vec::new(),

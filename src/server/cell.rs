@@ -33,6 +33,7 @@ use crate::storage::slots::Slots;
 use crate::storage::{Log, LogConfig, Recovered, RecoveryReport, Tiering};
 use futures_util::StreamExt;
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
@@ -222,16 +223,49 @@ fn addressed(mut m: Membership, cell: &CellConfig) -> Membership {
     m
 }
 
+/// Links the group's members (`member_links`) once the host names among
+/// the addresses their changes carried are resolved: on a blocking thread,
+/// never on the executor (a slow resolver would stall the shard). Numeric
+/// addresses, the usual case, are linked at once. `latest` counts the
+/// calls: a resolution that a newer change overtook is dropped.
+fn relink(links: &Rc<Links>, cell: &Rc<CellConfig>, group: usize, m: &Membership, latest: &Rc<Cell<u64>>) {
+    let call = latest.get() + 1;
+    latest.set(call);
+    let names: Vec<(u64, String)> = m
+        .addresses
+        .iter()
+        .filter(|(_, at)| at.parse::<SocketAddr>().is_err())
+        .map(|(&id, at)| (id, at.clone()))
+        .collect();
+    if names.is_empty() {
+        return links.link_only(&member_links(cell, group, m, &BTreeMap::new()));
+    }
+    let (links, cell, m, latest) = (links.clone(), cell.clone(), m.clone(), latest.clone());
+    glommio::spawn_local(async move {
+        let resolve = move || names.into_iter().filter_map(|(id, at)| Some((id, at.to_socket_addrs().ok()?.next()?)));
+        let resolved: BTreeMap<u64, SocketAddr> = glommio::executor().spawn_blocking(move || resolve().collect()).await;
+        if latest.get() == call {
+            links.link_only(&member_links(&cell, group, &m, &resolved));
+        }
+    })
+    .detach();
+}
+
 /// The group's links as its members say: each member but this node, at
-/// the address its change carried (a member added since the cell began)
-/// or its `--cell` entry, plus the group's index. A member with neither
-/// is left out, and said so.
-fn member_links(cell: &CellConfig, group: usize, m: &Membership) -> Vec<(u64, SocketAddr)> {
+/// the address its change carried (numeric, or a host name `resolved`
+/// gives; a member added since the cell began) or its `--cell` entry, plus
+/// the group's index. A member with neither is left out, and said so.
+fn member_links(
+    cell: &CellConfig,
+    group: usize,
+    m: &Membership,
+    resolved: &BTreeMap<u64, SocketAddr>,
+) -> Vec<(u64, SocketAddr)> {
     let mut out = Vec::new();
     for id in members::all(&m.conf).into_iter().filter(|&id| id != cell.node_id) {
-        let added = m.addresses.get(&id).and_then(|at| at.to_socket_addrs().ok()?.next());
-        let base = added.or_else(|| cell.voters.iter().find(|v| v.id == id).map(|v| v.addr));
-        match base.and_then(|a| Some(SocketAddr::new(a.ip(), a.port().checked_add(group as u16)?))) {
+        let carried = m.addresses.get(&id).and_then(|at| at.parse().ok().or_else(|| resolved.get(&id).copied()));
+        let base = carried.or_else(|| cell.voters.iter().find(|v| v.id == id).map(|v| v.addr));
+        match base.and_then(|a: SocketAddr| Some(SocketAddr::new(a.ip(), a.port().checked_add(group as u16)?))) {
             Some(addr) => out.push((id, addr)),
             None => tracing::warn!("shard {group}: member {id} has no usable peer address: it is not linked"),
         }
@@ -463,8 +497,8 @@ pub(super) fn start(
     shard.set_held_by_all(replica.status().held_by_all.clone());
     shard.set_lead_term(replica.status().lead_term.clone());
     let links = Rc::new(links);
-    let (linked, group, cell_now) = (links.clone(), shard.id, cell.clone());
-    replica.on_members_changed(Box::new(move |m| linked.link_only(&member_links(&cell_now, group, m))));
+    let (linked, group, cell_now, latest) = (links.clone(), shard.id, Rc::new(cell.clone()), Rc::new(Cell::new(0)));
+    replica.on_members_changed(Box::new(move |m| relink(&linked, &cell_now, group, m, &latest)));
     links.serve_forwards(Rc::new(RunsForwards(Rc::downgrade(shard))));
     if unity.is_some() {
         steer_to_first_up(cell, links.clone(), replica.status());
@@ -530,6 +564,33 @@ async fn retell_all(shard: &Shard<DiskStore>, shards: usize) -> Result<(), crate
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn members_are_linked_at_the_address_their_change_carried_else_their_cell_entry() {
+        use crate::cell::config::{Secret, Voter};
+        let voter = |id, at: &str| Voter { id, addr: at.parse().unwrap() };
+        let cell = CellConfig {
+            node_id: 1,
+            voters: vec![voter(1, "10.0.0.1:7000"), voter(2, "10.0.0.2:7000"), voter(3, "10.0.0.3:7000")],
+            secret: Secret::new(vec![7; 32]).unwrap(),
+            join: false,
+        };
+        let addresses = [(3, "10.0.0.33:7100"), (4, "n4.cell.example:7000"), (5, "10.0.0.5:7000"), (6, "n6:1")];
+        let mut m = Membership {
+            addresses: addresses.into_iter().map(|(id, at)| (id, at.to_string())).collect(),
+            ..Membership::default()
+        };
+        (m.conf.voters, m.conf.learners) = (vec![1, 2, 3, 4], vec![5, 6]);
+        let resolved = BTreeMap::from([(4, "10.0.0.4:7000".parse().unwrap())]);
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let want = vec![
+            (2, at("10.0.0.2:7002")),
+            (3, at("10.0.0.33:7102")),
+            (4, at("10.0.0.4:7002")),
+            (5, at("10.0.0.5:7002")),
+        ];
+        assert_eq!(member_links(&cell, 2, &m, &resolved), want, "6's name did not resolve: it is left out");
+    }
 
     #[test]
     fn a_replica_ships_only_when_it_has_no_segment_or_a_copy_was_cut_short() {

@@ -12,7 +12,7 @@
 use super::{config_error, host};
 use crate::config::Config;
 use crate::protocol::persist;
-use crate::storage::record::{self, BatchClose, RecordHeader, KIND_BATCH, KIND_SEAL};
+use crate::storage::record::{self, BatchClose, RecordHeader, KIND_BATCH};
 use crate::tier::TierClient;
 use anyhow::Context;
 use futures_lite::future::block_on;
@@ -22,9 +22,17 @@ use std::io::Write as _;
 use std::ops::Range;
 use std::path::Path;
 
+/// A segment fetched from the store, checked, with its records (before
+/// its seal, each header with its body's range in `bytes`).
+struct Segment {
+    no: u64,
+    bytes: Vec<u8>,
+    records: Vec<(RecordHeader, Range<usize>)>,
+}
+
 /// One group's segments fetched from the store, oldest first.
 struct Fetched {
-    segments: Vec<(u64, Vec<u8>)>,
+    segments: Vec<Segment>,
     /// The newest term a key of the group names: the restored replica
     /// starts there (or at its last entry's, if newer), so that every term
     /// the new cell leads in is newer than every object's, and its sweep
@@ -73,11 +81,12 @@ fn fetch_group(client: &TierClient, group: usize) -> anyhow::Result<Fetched> {
     let mut segments = Vec::new();
     for (no, key, size) in plan(&keys) {
         let bytes = block_on(client.get_range(key.clone(), 0..size)).with_context(|| format!("reading {key}"))?;
-        sealed_records(no, &bytes).map_err(|why| anyhow::anyhow!("{key}: {why}"))?;
-        segments.push((no, bytes));
+        let records = record::sealed_records(no, &bytes)
+            .map_err(|pos| anyhow::anyhow!("{key}: not a sealed segment: a bad record or seal at byte {pos}"))?;
+        segments.push(Segment { no, bytes, records });
     }
     let through = reclaimed_through(&segments);
-    segments.retain(|(no, _)| through.is_none_or(|t| *no > t));
+    segments.retain(|s| through.is_none_or(|t| s.no > t));
     let newest_key_term = keys.iter().filter_map(|(k, _)| TierClient::segment_of(k)).map(|(_, t)| t).max();
     Ok(Fetched { segments, newest_key_term: newest_key_term.unwrap_or(0) })
 }
@@ -90,15 +99,15 @@ fn write_group(dir: &Path, f: &Fetched) -> anyhow::Result<String> {
         return Ok("nothing in the object store: it starts empty".into());
     };
     let mut bytes = 0;
-    for (no, seg) in &f.segments {
-        durable_write(&dir.join(format!("{no:016}.seg")), seg)?;
-        bytes += seg.len();
+    for s in &f.segments {
+        durable_write(&dir.join(format!("{:016}.seg", s.no)), &s.bytes)?;
+        bytes += s.bytes.len();
     }
     let term = close.term.max(f.newest_key_term);
     let state = crate::cell::store::restored_state(term, close.index);
     durable_write(&dir.join(crate::cell::store::HARD_STATE_FILE), &crate::storage::slots::file_holding(&state))?;
     std::fs::File::open(dir)?.sync_all()?;
-    let (first, last) = (f.segments[0].0, f.segments[f.segments.len() - 1].0);
+    let (first, last) = (f.segments[0].no, f.segments[f.segments.len() - 1].no);
     Ok(format!(
         "segments {first}..={last} ({} files, {bytes} bytes), entries through {} (term {}); it starts in term {term}",
         f.segments.len(),
@@ -136,47 +145,17 @@ fn plan(keys: &[(String, u64)]) -> Vec<(u64, String, u64)> {
     run
 }
 
-/// The records of sealed segment `no` before its seal, checked (each
-/// record's CRC, the seal's count and place); why not, if it is not one.
-fn sealed_records(no: u64, bytes: &[u8]) -> Result<Vec<(RecordHeader, Range<usize>)>, String> {
-    let mut out = Vec::new();
-    let mut pos = 0;
-    loop {
-        let (h, body, framed) = record::decode(no, &bytes[pos..]).map_err(|e| format!("at {pos}: {e:?}"))?;
-        let body = pos + body.start..pos + body.end;
-        if h.kind == KIND_SEAL {
-            let count = out.len() as u64;
-            // What follows the seal is the file's unused room.
-            let sealed = record::is_seal_of(&h, &bytes[body], pos as u64, count);
-            return if sealed { Ok(out) } else { Err(format!("its seal at {pos} does not close it")) };
-        }
-        out.push((h, body));
-        pos += framed;
-    }
-}
-
 /// The newest segment a reclaim record among `segments` names.
-fn reclaimed_through(segments: &[(u64, Vec<u8>)]) -> Option<u64> {
-    let mut through = None;
-    for (no, seg) in segments {
-        for (h, body) in sealed_records(*no, seg).unwrap_or_default() {
-            if h.kind == persist::KIND_RECLAIM {
-                through = through.max(persist::decode_reclaim(&seg[body]).ok());
-            }
-        }
-    }
-    through
+fn reclaimed_through(segments: &[Segment]) -> Option<u64> {
+    let reclaims = segments.iter().flat_map(|s| s.records.iter().map(move |(h, body)| (h, &s.bytes[body.clone()])));
+    reclaims.filter(|(h, _)| h.kind == persist::KIND_RECLAIM).filter_map(|(_, b)| persist::decode_reclaim(b).ok()).max()
 }
 
 /// The last entry the segments close (its term and index).
-fn last_close(segments: &[(u64, Vec<u8>)]) -> Option<BatchClose> {
-    let (no, seg) = segments.last()?;
-    let records = sealed_records(*no, seg).ok()?;
-    records
-        .iter()
-        .rev()
-        .filter(|(h, _)| h.kind == KIND_BATCH)
-        .find_map(|(h, b)| record::batch_close_of(h, &seg[b.clone()]))
+fn last_close(segments: &[Segment]) -> Option<BatchClose> {
+    let s = segments.last()?;
+    let mut batches = s.records.iter().rev().filter(|(h, _)| h.kind == KIND_BATCH);
+    batches.find_map(|(h, b)| record::batch_close_of(h, &s.bytes[b.clone()]))
 }
 
 #[cfg(test)]
@@ -218,18 +197,24 @@ mod tests {
         (h, buf[body].to_vec())
     }
 
+    fn checked(no: u64, bytes: Vec<u8>) -> Segment {
+        let records = record::sealed_records(no, &bytes).expect("a sealed segment");
+        Segment { no, bytes, records }
+    }
+
     #[test]
     fn segments_are_checked_and_what_a_reclaim_record_names_is_left_out() {
         let a = segment(3, &[plain(persist::KIND_CREATE, b"x".to_vec()), close(3, 5, 40)]);
         let b = segment(4, &[close(4, 6, 41), plain(persist::KIND_RECLAIM, persist::encode_reclaim(3))]);
-        assert_eq!(sealed_records(3, &a).unwrap().len(), 2);
-        assert!(sealed_records(4, &a).is_err(), "another segment's bytes");
-        assert!(sealed_records(3, &a[..a.len() - 1]).is_err(), "cut short");
+        assert_eq!(record::sealed_records(3, &a).unwrap().len(), 2);
+        assert!(record::sealed_records(4, &a).is_err(), "another segment's bytes");
+        assert!(record::sealed_records(3, &a[..a.len() - 1]).is_err(), "cut short");
         let mut room = a.clone();
         room.extend_from_slice(&[0; 4096]);
-        assert_eq!(sealed_records(3, &room).unwrap().len(), 2, "a file's unused room after its seal");
-        let segs = vec![(3, a), (4, b)];
+        assert_eq!(record::sealed_records(3, &room).unwrap().len(), 2, "a file's unused room after its seal");
+        let segs = vec![checked(3, a), checked(4, b)];
         assert_eq!(reclaimed_through(&segs), Some(3));
+        assert_eq!(reclaimed_through(&segs[..1]), None);
         let c = last_close(&segs).unwrap();
         assert_eq!((c.term, c.index), (6, 41));
         assert!(last_close(&segs[..0]).is_none());

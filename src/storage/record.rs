@@ -241,6 +241,26 @@ pub fn decode(segment_no: u64, buf: &[u8]) -> Result<(RecordHeader, std::ops::Ra
     Ok((h, body, framed))
 }
 
+/// The records of sealed segment `segment_no` before its seal (pads
+/// included), each header with its body's range in `seg`, every one
+/// checked and the seal too (its place and count). Err names the byte
+/// where the segment stops being a sealed one: a record that does not
+/// decode, or a seal that does not close what precedes it.
+pub fn sealed_records(segment_no: u64, seg: &[u8]) -> Result<Vec<(RecordHeader, std::ops::Range<usize>)>, u64> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    loop {
+        let (h, body, framed) = decode(segment_no, seg.get(pos..).ok_or(pos as u64)?).map_err(|_| pos as u64)?;
+        let body = pos + body.start..pos + body.end;
+        if h.kind == KIND_SEAL {
+            // What follows the seal is the file's unused room.
+            return if is_seal_of(&h, &seg[body], pos as u64, out.len() as u64) { Ok(out) } else { Err(pos as u64) };
+        }
+        out.push((h, body));
+        pos += framed;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,6 +333,27 @@ mod tests {
         let mut out = vec![];
         encode(1, &hdr(&body), &body, &mut out);
         assert_eq!(decode(2, &out).unwrap_err(), DecodeError::Invalid);
+    }
+
+    #[test]
+    fn a_sealed_segments_records_are_those_its_seal_counts() {
+        let (a, b) = (b"first".to_vec(), vec![9u8; 700]);
+        let mut seg = vec![];
+        encode(8, &hdr(&a), &a, &mut seg);
+        let second = seg.len();
+        encode(8, &hdr(&b), &b, &mut seg);
+        pad(8, 512, &mut seg);
+        let mut counted_wrong = seg.clone();
+        seal(8, seg.len() as u64, 3, &mut seg);
+        let records = sealed_records(8, &seg).unwrap();
+        assert_eq!(records.iter().map(|(h, _)| h.kind).collect::<Vec<_>>(), [2, 2, KIND_PAD]);
+        assert_eq!((&seg[records[0].1.clone()], &seg[records[1].1.clone()]), (&a[..], &b[..]));
+        assert_eq!(records[1].1.start, second + RECORD_HEADER_BYTES);
+        seal(8, counted_wrong.len() as u64, 2, &mut counted_wrong);
+        assert_eq!(sealed_records(8, &counted_wrong), Err(counted_wrong.len() as u64 - SEAL_FRAMED_BYTES as u64));
+        assert!(sealed_records(8, &seg[..seg.len() - 1]).is_err(), "its seal cut short");
+        assert_eq!(sealed_records(8, &seg[..second]), Err(second as u64), "no seal");
+        assert!(sealed_records(9, &seg).is_err(), "another segment's records");
     }
 
     #[test]

@@ -29,7 +29,6 @@ use crate::storage::error::{Error, Result};
 use crate::storage::io::SegmentStore;
 use crate::storage::log::{BatchMark, LocalLog, LogConfig, Recovered, RecoveryReport};
 use crate::storage::record::{self, RecordHeader};
-use crate::tier::TierClient;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
@@ -244,22 +243,12 @@ impl<S: SegmentStore> Log<S> {
     /// how many it deleted.
     pub async fn sweep_older_terms(&self, term: u64) -> Result<usize> {
         let t = self.tier("sweep the object store");
-        let unavailable = |e: std::io::Error| Error::ObjectStore { op: "sweep", segment: 0, reason: e.to_string() };
-        let client = &t.link.client;
-        let keys = client.list(client.shard_prefix(t.link.shard)).await.map_err(unavailable)?;
-        let mut deleted = 0;
-        for (key, _) in keys {
-            let Some((no, of)) = TierClient::segment_of(&key) else { continue };
+        t.sweep_where(|no, of| {
             let named = t.remote.borrow().get(&no).is_some_and(|r| r.term == of)
                 || t.committed.borrow().get(&no).is_some_and(|m| m.term == of);
-            if of < term && !named {
-                client.delete(key).await.map_err(unavailable)?;
-                deleted += 1;
-            }
-        }
-        t.stats.borrow_mut().remote_deleted += deleted as u64;
-        t.sweep_due.set(false);
-        Ok(deleted)
+            of < term && !named
+        })
+        .await
     }
 
     /// In a cell: the oldest segment held on the local disk, if tiering is

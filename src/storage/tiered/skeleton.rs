@@ -4,6 +4,7 @@
 //! written beside the segments, read back at boot.
 
 use super::KeepFn;
+use crate::limits::RECORD_HEADER_BYTES;
 use crate::storage::error::{Error, Result};
 use crate::storage::record::{self, RecordHeader};
 
@@ -40,7 +41,6 @@ impl Skeleton {
     /// [`Skeleton::build`] of a segment whose object's key names `term`
     /// (in a cell; 0 builds the single node's form).
     pub fn build_in_term(no: u64, seg: &[u8], keep: KeepFn, term: u64) -> Result<Vec<u8>> {
-        let corrupt = |pos: usize| Error::Corrupt { segment: no, position: pos as u64 };
         let mut out = Vec::with_capacity(seg.len() / 16);
         out.extend_from_slice(if term == 0 { SKEL_MAGIC } else { SKEL_MAGIC_IN_TERM });
         out.extend_from_slice(&no.to_le_bytes());
@@ -49,26 +49,14 @@ impl Skeleton {
         if term > 0 {
             out.extend_from_slice(&term.to_le_bytes());
         }
-        // Records before the seal (pads too), and entries (pads are left out).
-        let (mut pos, mut count, mut entries) = (0usize, 0u64, 0u64);
-        loop {
-            let (h, body, framed) =
-                record::decode(no, seg.get(pos..).ok_or_else(|| corrupt(pos))?).map_err(|_| corrupt(pos))?;
-            let body = &seg[pos..][body];
-            if h.kind == record::KIND_SEAL {
-                if !record::is_seal_of(&h, body, pos as u64, count) {
-                    return Err(corrupt(pos));
-                }
-                break;
-            }
-            if h.kind == record::KIND_PAD {
-                (pos, count) = (pos + framed, count + 1);
-                continue;
-            }
-            let meta = if h.kind == record::KIND_TIER { body } else { &body[..keep(&h, body).min(body.len())] };
-            push_entry(&mut out, pos as u64, &h, meta);
-            pos += framed;
-            count += 1;
+        // Entries are the records before the seal, pads left out.
+        let records = record::sealed_records(no, seg).map_err(|pos| Error::Corrupt { segment: no, position: pos })?;
+        let mut entries = 0u64;
+        for (h, range) in records.iter().filter(|(h, _)| h.kind != record::KIND_PAD) {
+            let at = (range.start - RECORD_HEADER_BYTES) as u64;
+            let body = &seg[range.clone()];
+            let meta = if h.kind == record::KIND_TIER { body } else { &body[..keep(h, body).min(body.len())] };
+            push_entry(&mut out, at, h, meta);
             entries += 1;
         }
         out[24..32].copy_from_slice(&entries.to_le_bytes());

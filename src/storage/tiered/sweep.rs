@@ -43,14 +43,23 @@ impl Tier {
         Ok(())
     }
 
+    /// The single node's sweep: every object whose segment is neither
+    /// being moved nor remote.
     async fn sweep(&self) -> Result<usize> {
+        self.sweep_where(|no, _| !self.moving.borrow().contains(&no) && !self.is_remote(no)).await
+    }
+
+    /// Deletes every object of this shard whose key `orphan` picks (given
+    /// the segment number and the term the key names, 0 for a single
+    /// node's), counts them, and marks the sweep done. Returns how many.
+    pub(super) async fn sweep_where(&self, orphan: impl Fn(u64, u64) -> bool) -> Result<usize> {
         let unavailable = |e: std::io::Error| Error::ObjectStore { op: "sweep", segment: 0, reason: e.to_string() };
         let client = &self.link.client;
         let keys = client.list(client.shard_prefix(self.link.shard)).await.map_err(unavailable)?;
         let mut deleted = 0;
         for (key, _) in keys {
-            let Some((no, _)) = TierClient::segment_of(&key) else { continue };
-            if !self.moving.borrow().contains(&no) && !self.is_remote(no) {
+            let Some((no, term)) = TierClient::segment_of(&key) else { continue };
+            if orphan(no, term) {
                 client.delete(key).await.map_err(unavailable)?;
                 deleted += 1;
             }
