@@ -153,6 +153,18 @@ impl Cell {
         panic!("no leader in 2,000 steps");
     }
 
+    /// Cuts node `old` off while it leads and sends it an append to "s":
+    /// it still takes it (it has not stepped down yet) but never answers it
+    /// as written. Returns the leader the others elect.
+    fn cut_off_with_a_write(&mut self, old: u64) -> u64 {
+        self.cut.insert(old);
+        let key = StreamKey { bucket: BUCKET.into(), stream: "s".into() };
+        let req = ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op: append(b"<lost>") };
+        let r = self.call(old, req, 400);
+        assert!(!matches!(r, Some(Ok(_))), "a leader without a majority answered a write: {r:?}");
+        self.elect()
+    }
+
     /// Sends `req` to node `id`'s shard; steps until it is answered (or
     /// `limit` steps pass: None).
     fn call(&mut self, id: u64, req: ShardRequest, limit: u64) -> Option<Reply> {
@@ -250,15 +262,8 @@ fn followers_serve_what_the_leader_committed_and_refuse_writes() {
 fn a_leader_cut_off_answers_no_write_and_returns_to_the_committed_state() {
     let (mut cell, old, data) = cell_with_data(10);
     cell.run(50);
-    // Cut off, the old leader still takes the append (it has not stepped
-    // down yet) but never answers it as written.
-    cell.cut.insert(old);
-    let key = StreamKey { bucket: BUCKET.into(), stream: "s".into() };
-    let req = ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op: append(b"<lost>") };
-    let r = cell.call(old, req, 400);
-    assert!(!matches!(r, Some(Ok(_))), "a leader without a majority answered a write: {r:?}");
     // The others elect a leader and go on.
-    let new = cell.elect();
+    let new = cell.cut_off_with_a_write(old);
     assert_ne!(new, old);
     let r = cell.stream_op(new, "s", append(b"<after>"));
     assert!(matches!(r, Some(Ok(Outcome::Appended { .. }))), "append on the new leader: {r:?}");
@@ -375,12 +380,7 @@ fn a_segment_moved_by_the_leader_is_moved_on_every_replica_and_stored_once() {
     assert!(cell.read_all(follower, "s") == data, "the restarted follower serves other bytes");
     // The leader cut off: what it appends is lost, and it rebuilds its
     // state, remote records first, once deposed.
-    cell.cut.insert(leader);
-    let key = StreamKey { bucket: BUCKET.into(), stream: "s".into() };
-    let req = ShardRequest::Stream { key, surface: Surface::Ds, if_incarnation: None, op: append(b"<lost>") };
-    let r = cell.call(leader, req, 400);
-    assert!(!matches!(r, Some(Ok(_))), "a leader without a majority answered a write: {r:?}");
-    let new = cell.elect();
+    let new = cell.cut_off_with_a_write(leader);
     let r = cell.stream_op(new, "s", append(b"<after>"));
     assert!(matches!(r, Some(Ok(Outcome::Appended { .. }))), "append on the new leader: {r:?}");
     data.extend_from_slice(b"<after>");

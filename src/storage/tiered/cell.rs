@@ -116,7 +116,7 @@ impl<S: SegmentStore> Log<S> {
         let (len, _) = t
             .link
             .client
-            .put_verified(key, source, Box::new(|_| Ok(Vec::new())))
+            .put_verified(key.clone(), source, Box::new(|_| Ok(Vec::new())))
             .await
             .map_err(|e| Error::ObjectStore { op: "upload", segment: m.no, reason: e.to_string() })?;
         if len != m.len {
@@ -130,7 +130,6 @@ impl<S: SegmentStore> Log<S> {
         if self.local.with_sealed(m.no, |_| ()).is_none() {
             // Reclaimed meanwhile (decided before the move began): no record
             // names this key, and only this call would, so it goes.
-            let key = t.link.client.segment_key(t.link.shard, m.no, m.term);
             let _ = t.link.client.delete(key).await;
             return Err(Error::not_sealed("tier (reclaimed during the upload)", m.no));
         }
